@@ -1,0 +1,17 @@
+//! Shardwork's shared protocol and its two infrastructure ports.
+//!
+//! * [`protocol`]: the messages every component exchanges (job spec, shard manifest, task,
+//!   submission, adapter metadata), versioned and validated.
+//! * [`store`]: the [`store::ContentStore`] port (IPFS) with a Kubo RPC adapter and an embedded
+//!   folder blockstore that computes the same CIDs Kubo does.
+//! * [`queue`]: the [`queue::TaskQueue`] port with a RabbitMQ adapter and a table-backed adapter
+//!   in the application database.
+//!
+//! No HTTP server, no ML, no chain: those live in the crates that depend on this one.
+
+pub mod protocol;
+pub mod queue;
+pub mod store;
+
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;

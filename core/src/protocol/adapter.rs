@@ -1,0 +1,29 @@
+//! Metadata stored beside every adapter (a PEFT folder: adapter_config.json +
+//! adapter_model.safetensors), so an adapter found by CID says what it is and where it came from.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::ids::ContentId;
+use super::job_spec::LoraSpec;
+
+/// The adapter layout Shardwork produces: Hugging Face PEFT's.
+pub const ADAPTER_FORMAT_PEFT: &str = "peft";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterMeta {
+    pub version: u32,
+    pub format: String,
+    pub base_model_cid: ContentId,
+    pub lora: LoraSpec,
+    pub job_id: Uuid,
+    pub round: u32,
+    /// The shard it was trained on; absent for a round's merge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_index: Option<u32>,
+    /// For a merge: the adapters merged, in order, with their weights.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<(ContentId, f64)>,
+    pub samples: u64,
+}

@@ -1,0 +1,174 @@
+//! Identifier newtypes that only hold valid values: a CID, an Ethereum address, an amount of wei.
+//!
+//! They serialize as the strings users write, and refuse bad strings at the edge, so nothing
+//! past deserialization sees an invalid identifier.
+
+use std::fmt;
+use std::str::FromStr;
+
+use cid::Cid;
+
+/// An IPFS CID, written as its canonical string (base32 for CIDv1, base58btc for CIDv0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentId(pub Cid);
+
+impl ContentId {
+    pub fn cid(&self) -> &Cid {
+        &self.0
+    }
+}
+
+impl From<Cid> for ContentId {
+    fn from(cid: Cid) -> Self {
+        ContentId(cid)
+    }
+}
+
+impl FromStr for ContentId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() {
+            return Err("a CID is required".into());
+        }
+        s.parse::<Cid>().map(ContentId).map_err(|err| format!("{s:?} is not a valid CID ({err})"))
+    }
+}
+
+impl fmt::Display for ContentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A 20-byte Ethereum address, written `0x` + 40 hex digits. Mixed case is accepted as given;
+/// it is stored and printed lowercase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EthAddress(pub [u8; 20]);
+
+impl EthAddress {
+    pub const ZERO: EthAddress = EthAddress([0; 20]);
+}
+
+impl FromStr for EthAddress {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let hex_part = s
+            .strip_prefix("0x")
+            .or_else(|| s.strip_prefix("0X"))
+            .ok_or_else(|| format!("{s:?} is not an address: it must start with 0x"))?;
+        if hex_part.len() != 40 {
+            return Err(format!(
+                "{s:?} is not an address: expected 40 hex digits after 0x, found {}",
+                hex_part.len()
+            ));
+        }
+        let mut bytes = [0u8; 20];
+        hex::decode_to_slice(hex_part, &mut bytes)
+            .map_err(|_| format!("{s:?} is not an address: it holds a non-hex character"))?;
+        Ok(EthAddress(bytes))
+    }
+}
+
+impl fmt::Display for EthAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0x{}", hex::encode(self.0))
+    }
+}
+
+/// A non-negative amount in the token's smallest unit (wei for ETH), written as a decimal
+/// string because JSON numbers lose precision above 2^53. Up to 2^256 - 1, as on chain.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WeiAmount(String);
+
+impl WeiAmount {
+    /// 2^256 - 1, the largest uint256.
+    const MAX: &'static str =
+        "115792089237316195423570985008687907853269984665640564039457584007913129639935";
+
+    pub fn as_decimal(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.0 == "0"
+    }
+}
+
+impl FromStr for WeiAmount {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("{s:?} is not an amount: use a decimal integer of wei"));
+        }
+        let trimmed = s.trim_start_matches('0');
+        let canonical = if trimmed.is_empty() { "0" } else { trimmed };
+        let too_big = canonical.len() > Self::MAX.len()
+            || (canonical.len() == Self::MAX.len() && canonical > Self::MAX);
+        if too_big {
+            return Err(format!("{s:?} exceeds the largest uint256"));
+        }
+        Ok(WeiAmount(canonical.to_owned()))
+    }
+}
+
+impl fmt::Display for WeiAmount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+macro_rules! string_serde {
+    ($ty:ty) => {
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+string_serde!(ContentId);
+string_serde!(EthAddress);
+string_serde!(WeiAmount);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_needs_prefix_and_forty_hex_digits() {
+        assert!("0x00000000000000000000000000000000000000aB".parse::<EthAddress>().is_ok());
+        let err = "00000000000000000000000000000000000000ab".parse::<EthAddress>().unwrap_err();
+        assert!(err.contains("0x"), "{err}");
+        let err = "0x0000".parse::<EthAddress>().unwrap_err();
+        assert!(err.contains("found 4"), "{err}");
+        let err = "0x000000000000000000000000000000000000000g".parse::<EthAddress>().unwrap_err();
+        assert!(err.contains("non-hex"), "{err}");
+    }
+
+    #[test]
+    fn wei_amount_accepts_max_uint256_and_refuses_one_more() {
+        assert!(WeiAmount::MAX.parse::<WeiAmount>().is_ok());
+        let one_more =
+            "115792089237316195423570985008687907853269984665640564039457584007913129639936";
+        assert!(one_more.parse::<WeiAmount>().unwrap_err().contains("largest uint256"));
+        assert_eq!("007".parse::<WeiAmount>().unwrap().as_decimal(), "7");
+        assert!("-1".parse::<WeiAmount>().is_err());
+        assert!("1e18".parse::<WeiAmount>().is_err());
+        assert!("".parse::<WeiAmount>().is_err());
+    }
+
+    #[test]
+    fn cid_round_trips_as_string() {
+        let text = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku";
+        let cid: ContentId = serde_json::from_str(&format!("\"{text}\"")).unwrap();
+        assert_eq!(serde_json::to_string(&cid).unwrap(), format!("\"{text}\""));
+        let err = serde_json::from_str::<ContentId>("\"bafy-not-a-cid\"").unwrap_err();
+        assert!(err.to_string().contains("not a valid CID"), "{err}");
+    }
+}

@@ -1,0 +1,420 @@
+//! The job spec: what a requester asks for when posting a LoRA or federated fine-tuning job.
+//!
+//! A spec is parsed with [`JobSpec::parse`], which decodes and then checks every field against
+//! the limits below, returning all problems at once with their paths.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::ids::{ContentId, EthAddress, WeiAmount};
+use super::validation::{SpecErrors, decode_json};
+use super::PROTOCOL_VERSION;
+
+/// LoRA rank bounds. Above 256 a LoRA stops being a small adapter.
+pub const MAX_LORA_RANK: u32 = 256;
+pub const MAX_SHARDS: u32 = 1024;
+pub const MAX_ROUNDS: u32 = 100;
+pub const MAX_EPOCHS: u32 = 100;
+pub const MAX_BATCH_SIZE: u32 = 4096;
+pub const MIN_SEQ_LEN: u32 = 8;
+pub const MAX_SEQ_LEN: u32 = 32_768;
+/// Held-out data is for scoring; more than half the dataset would starve training.
+pub const MAX_HELD_OUT_FRACTION: f64 = 0.5;
+/// Reputation is kept on chain in basis points (0 to 10,000).
+pub const MAX_REPUTATION_BPS: u32 = 10_000;
+/// A deadline further out than this ties a stake up for longer than any job needs.
+pub const MAX_DEADLINE_DAYS: i64 = 365;
+
+/// Single-contributor LoRA, or federated over shards and rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// One worker trains one adapter on the whole training set: one shard, one round.
+    Lora,
+    /// Workers train on shards; accepted adapters are merged each round.
+    Federated,
+}
+
+/// How the base model's weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelFormat {
+    /// A folder (UnixFS directory or tarball) with config.json, tokenizer.json, *.safetensors.
+    Safetensors,
+    /// A single GGUF file; dequantized for training.
+    Gguf,
+}
+
+/// Model family, which decides the layer names LoRA targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Architecture {
+    /// Llama-family decoders (Llama, Qwen2, SmolLM).
+    Llama,
+    /// BERT-family encoders (BERT, MiniLM).
+    Bert,
+}
+
+/// What the adapter is trained to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainingTask {
+    /// Supervised fine-tuning of a decoder on text, instructions or chats.
+    CausalLm,
+    /// Text classification with a trained head (`{"text","label"}` records).
+    SequenceClassification,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaseModel {
+    pub cid: ContentId,
+    pub format: ModelFormat,
+    pub architecture: Architecture,
+    pub task: TrainingTask,
+    /// Number of labels, for classification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_labels: Option<u32>,
+}
+
+/// LoRA hyper-parameters, named as Hugging Face PEFT names them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraSpec {
+    pub r: u32,
+    pub alpha: f64,
+    #[serde(default)]
+    pub dropout: f64,
+    pub target_modules: Vec<String>,
+    /// Modules trained in full and shipped with the adapter (a classification head).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub modules_to_save: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainingArgs {
+    pub epochs: u32,
+    pub learning_rate: f64,
+    pub batch_size: u32,
+    pub max_seq_len: u32,
+    /// Seeds the shuffle, the held-out split, the shard cut and the adapter's initialisation.
+    pub seed: u64,
+    #[serde(default = "TrainingArgs::default_warmup_ratio")]
+    pub warmup_ratio: f64,
+    #[serde(default = "TrainingArgs::default_gradient_accumulation")]
+    pub gradient_accumulation: u32,
+}
+
+impl TrainingArgs {
+    fn default_warmup_ratio() -> f64 {
+        0.06
+    }
+    fn default_gradient_accumulation() -> u32 {
+        1
+    }
+}
+
+/// The escrowed stake: an amount of ETH (no token) or of an allow-listed ERC-20.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stake {
+    pub amount: WeiAmount,
+    /// ERC-20 contract; absent for ETH.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<EthAddress>,
+}
+
+/// A fine-tuning job as the requester posts it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub version: u32,
+    pub kind: JobKind,
+    pub base_model: BaseModel,
+    pub lora: LoraSpec,
+    pub training: TrainingArgs,
+    pub shards: u32,
+    pub rounds: u32,
+    pub held_out_fraction: f64,
+    /// Workers below this on-chain reputation (basis points) may not claim tasks.
+    #[serde(default)]
+    pub min_reputation: u32,
+    pub deadline: DateTime<Utc>,
+    pub stake: Stake,
+}
+
+impl JobSpec {
+    /// Decodes and validates a spec; `now` anchors the deadline checks.
+    pub fn parse(json: &[u8], now: DateTime<Utc>) -> Result<JobSpec, SpecErrors> {
+        let spec: JobSpec = decode_json(json)?;
+        spec.validate(now)?;
+        Ok(spec)
+    }
+
+    /// Every problem with this spec, each with its field path.
+    pub fn validate(&self, now: DateTime<Utc>) -> Result<(), SpecErrors> {
+        let mut e = SpecErrors::default();
+        e.check(self.version == PROTOCOL_VERSION, "version", || {
+            format!("version {} is not supported; this server speaks {PROTOCOL_VERSION}", self.version)
+        });
+        self.validate_model(&mut e);
+        self.validate_lora(&mut e);
+        self.validate_training(&mut e);
+        self.validate_topology(&mut e);
+        e.check(self.min_reputation <= MAX_REPUTATION_BPS, "min_reputation", || {
+            format!("{} is above the maximum {MAX_REPUTATION_BPS} basis points", self.min_reputation)
+        });
+        e.check(self.deadline > now, "deadline", || {
+            format!("{} is not in the future (now is {})", self.deadline.to_rfc3339(), now.to_rfc3339())
+        });
+        e.check(self.deadline <= now + Duration::days(MAX_DEADLINE_DAYS), "deadline", || {
+            format!("{} is more than {MAX_DEADLINE_DAYS} days away", self.deadline.to_rfc3339())
+        });
+        e.check(!self.stake.amount.is_zero(), "stake.amount", || {
+            "a job needs a stake above 0 to pay its contributors".into()
+        });
+        e.check(self.stake.token != Some(EthAddress::ZERO), "stake.token", || {
+            "the zero address is not a token; omit `token` to stake ETH".into()
+        });
+        e.into_result()
+    }
+
+    fn validate_model(&self, e: &mut SpecErrors) {
+        let m = &self.base_model;
+        let pair_ok = matches!(
+            (m.architecture, m.task),
+            (Architecture::Llama, TrainingTask::CausalLm)
+                | (Architecture::Bert, TrainingTask::SequenceClassification)
+        );
+        e.check(pair_ok, "base_model.task", || {
+            format!("{:?} models are not trained for {:?}", m.architecture, m.task)
+        });
+        match (m.task, m.num_labels) {
+            (TrainingTask::SequenceClassification, None) => {
+                e.push("base_model.num_labels", "classification needs num_labels")
+            }
+            (TrainingTask::SequenceClassification, Some(n)) if !(2..=1000).contains(&n) => {
+                e.push("base_model.num_labels", format!("{n} is outside 2..=1000"))
+            }
+            (TrainingTask::CausalLm, Some(_)) => {
+                e.push("base_model.num_labels", "num_labels applies to classification only")
+            }
+            _ => {}
+        }
+    }
+
+    fn validate_lora(&self, e: &mut SpecErrors) {
+        let l = &self.lora;
+        e.check((1..=MAX_LORA_RANK).contains(&l.r), "lora.r", || {
+            format!("{} is outside 1..={MAX_LORA_RANK}", l.r)
+        });
+        e.check(l.alpha.is_finite() && l.alpha > 0.0 && l.alpha <= 4096.0, "lora.alpha", || {
+            format!("{} is outside (0, 4096]", l.alpha)
+        });
+        e.check((0.0..1.0).contains(&l.dropout), "lora.dropout", || {
+            format!("{} is outside [0, 1)", l.dropout)
+        });
+        e.check(!l.target_modules.is_empty(), "lora.target_modules", || {
+            "name at least one module to adapt (e.g. q_proj, v_proj)".into()
+        });
+        for (field, names) in [("target_modules", &l.target_modules), ("modules_to_save", &l.modules_to_save)] {
+            for (i, name) in names.iter().enumerate() {
+                let ok = !name.is_empty()
+                    && name.len() <= 128
+                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+                e.check(ok, &format!("lora.{field}[{i}]"), || {
+                    format!("{name:?} is not a module name (letters, digits, '_' and '.')")
+                });
+                let first = names.iter().position(|n| n == name) == Some(i);
+                e.check(first, &format!("lora.{field}[{i}]"), || format!("{name:?} is listed twice"));
+            }
+        }
+    }
+
+    fn validate_training(&self, e: &mut SpecErrors) {
+        let t = &self.training;
+        e.check((1..=MAX_EPOCHS).contains(&t.epochs), "training.epochs", || {
+            format!("{} is outside 1..={MAX_EPOCHS}", t.epochs)
+        });
+        e.check(
+            t.learning_rate.is_finite() && t.learning_rate > 0.0 && t.learning_rate <= 1.0,
+            "training.learning_rate",
+            || format!("{} is outside (0, 1]", t.learning_rate),
+        );
+        e.check((1..=MAX_BATCH_SIZE).contains(&t.batch_size), "training.batch_size", || {
+            format!("{} is outside 1..={MAX_BATCH_SIZE}", t.batch_size)
+        });
+        e.check((MIN_SEQ_LEN..=MAX_SEQ_LEN).contains(&t.max_seq_len), "training.max_seq_len", || {
+            format!("{} is outside {MIN_SEQ_LEN}..={MAX_SEQ_LEN}", t.max_seq_len)
+        });
+        e.check((0.0..=0.5).contains(&t.warmup_ratio), "training.warmup_ratio", || {
+            format!("{} is outside [0, 0.5]", t.warmup_ratio)
+        });
+        e.check((1..=1024).contains(&t.gradient_accumulation), "training.gradient_accumulation", || {
+            format!("{} is outside 1..=1024", t.gradient_accumulation)
+        });
+    }
+
+    fn validate_topology(&self, e: &mut SpecErrors) {
+        e.check((1..=MAX_SHARDS).contains(&self.shards), "shards", || {
+            format!("{} is outside 1..={MAX_SHARDS}", self.shards)
+        });
+        e.check((1..=MAX_ROUNDS).contains(&self.rounds), "rounds", || {
+            format!("{} is outside 1..={MAX_ROUNDS}", self.rounds)
+        });
+        if self.kind == JobKind::Lora {
+            e.check(self.shards == 1, "shards", || {
+                format!("a lora job has exactly 1 shard, not {}; use kind federated to split", self.shards)
+            });
+            e.check(self.rounds == 1, "rounds", || {
+                format!("a lora job has exactly 1 round, not {}", self.rounds)
+            });
+        }
+        let f = self.held_out_fraction;
+        e.check(f.is_finite() && f > 0.0 && f <= MAX_HELD_OUT_FRACTION, "held_out_fraction", || {
+            format!("{f} is outside (0, {MAX_HELD_OUT_FRACTION}]: the validator needs held-out data")
+        });
+    }
+
+    /// Number of training records each shard receives when `records` remain after the held-out
+    /// split, or an explanation of why the dataset is too small for this spec.
+    pub fn shard_sizes(&self, records: u64) -> Result<Vec<u64>, String> {
+        let n = u64::from(self.shards);
+        if records < n {
+            return Err(format!("{records} training records cannot fill {n} shards"));
+        }
+        Ok((0..n).map(|i| records / n + u64::from(i < records % n)).collect())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn now() -> DateTime<Utc> {
+        "2026-11-22T00:00:00Z".parse().unwrap()
+    }
+
+    pub(crate) fn valid_json() -> serde_json::Value {
+        serde_json::json!({
+            "version": 1,
+            "kind": "federated",
+            "base_model": {
+                "cid": "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku",
+                "format": "safetensors",
+                "architecture": "bert",
+                "task": "sequence_classification",
+                "num_labels": 2
+            },
+            "lora": { "r": 8, "alpha": 16, "dropout": 0.05,
+                      "target_modules": ["query", "value"], "modules_to_save": ["classifier"] },
+            "training": { "epochs": 1, "learning_rate": 0.0005, "batch_size": 16,
+                          "max_seq_len": 64, "seed": 7 },
+            "shards": 3,
+            "rounds": 2,
+            "held_out_fraction": 0.1,
+            "min_reputation": 0,
+            "deadline": "2026-12-01T00:00:00Z",
+            "stake": { "amount": "1000000000000000000" }
+        })
+    }
+
+    fn parse(value: serde_json::Value) -> Result<JobSpec, SpecErrors> {
+        JobSpec::parse(value.to_string().as_bytes(), now())
+    }
+
+    fn paths(errors: &SpecErrors) -> Vec<&str> {
+        errors.errors().iter().map(|e| e.path.as_str()).collect()
+    }
+
+    #[test]
+    fn valid_spec_parses_and_round_trips() {
+        let spec = parse(valid_json()).unwrap();
+        assert_eq!(spec.training.gradient_accumulation, 1);
+        let again = parse(serde_json::to_value(&spec).unwrap()).unwrap();
+        assert_eq!(spec, again);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path() {
+        let mut v = valid_json();
+        v["lora"]["r"] = 0.into();
+        v["lora"]["dropout"] = 1.0.into();
+        v["training"]["learning_rate"] = 0.0.into();
+        v["shards"] = 0.into();
+        v["held_out_fraction"] = 0.9.into();
+        v["deadline"] = "2020-01-01T00:00:00Z".into();
+        v["stake"]["amount"] = "0".into();
+        let errors = parse(v).unwrap_err();
+        assert_eq!(
+            paths(&errors),
+            ["lora.r", "lora.dropout", "training.learning_rate", "shards", "held_out_fraction",
+             "deadline", "stake.amount"]
+        );
+        assert!(errors.to_string().contains("lora.r: 0 is outside 1..=256"), "{errors}");
+    }
+
+    #[test]
+    fn rank_bounds_are_inclusive() {
+        for (r, ok) in [(1, true), (MAX_LORA_RANK, true), (MAX_LORA_RANK + 1, false)] {
+            let mut v = valid_json();
+            v["lora"]["r"] = r.into();
+            assert_eq!(parse(v).is_ok(), ok, "r = {r}");
+        }
+    }
+
+    #[test]
+    fn lora_job_is_one_shard_one_round() {
+        let mut v = valid_json();
+        v["kind"] = "lora".into();
+        assert_eq!(paths(&parse(v.clone()).unwrap_err()), ["shards", "rounds"]);
+        v["shards"] = 1.into();
+        v["rounds"] = 1.into();
+        assert!(parse(v).is_ok());
+    }
+
+    #[test]
+    fn module_names_are_checked_one_by_one() {
+        let mut v = valid_json();
+        v["lora"]["target_modules"] = serde_json::json!(["query", "val ue", "query"]);
+        let errors = parse(v).unwrap_err();
+        assert_eq!(paths(&errors), ["lora.target_modules[1]", "lora.target_modules[2]"]);
+    }
+
+    #[test]
+    fn unknown_and_mistyped_fields_name_their_path() {
+        let mut v = valid_json();
+        v["training"]["epochz"] = 3.into();
+        let errors = parse(v).unwrap_err();
+        assert_eq!(paths(&errors), ["training"]);
+        assert!(errors.to_string().contains("epochz"), "{errors}");
+
+        let mut v = valid_json();
+        v["base_model"]["cid"] = "not-a-cid".into();
+        let errors = parse(v).unwrap_err();
+        assert_eq!(paths(&errors), ["base_model.cid"]);
+
+        let mut v = valid_json();
+        v["stake"]["token"] = "0x00".into();
+        assert_eq!(paths(&parse(v).unwrap_err()), ["stake.token"]);
+    }
+
+    #[test]
+    fn model_and_task_must_fit() {
+        let mut v = valid_json();
+        v["base_model"]["architecture"] = "llama".into();
+        let errors = parse(v).unwrap_err();
+        assert_eq!(paths(&errors), ["base_model.task"]);
+        let mut v = valid_json();
+        v["base_model"]["num_labels"] = serde_json::Value::Null;
+        assert_eq!(paths(&parse(v).unwrap_err()), ["base_model.num_labels"]);
+    }
+
+    #[test]
+    fn shard_sizes_spread_the_remainder() {
+        let spec = parse(valid_json()).unwrap();
+        assert_eq!(spec.shard_sizes(10).unwrap(), [4, 3, 3]);
+        assert!(spec.shard_sizes(2).unwrap_err().contains("cannot fill 3 shards"));
+    }
+}

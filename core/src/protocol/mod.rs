@@ -1,0 +1,27 @@
+//! The Shardwork protocol: what requesters, the API, workers and the validator exchange.
+//!
+//! Every message carries a `version` so a component can refuse what it does not understand
+//! instead of misreading it. Parsing returns *every* problem with its field path (see
+//! [`validation::SpecErrors`]), so a requester fixes a spec in one round trip.
+
+pub mod adapter;
+pub mod ids;
+pub mod job_spec;
+pub mod manifest;
+pub mod submission;
+pub mod task;
+pub mod validation;
+
+pub use adapter::{AdapterMeta, ADAPTER_FORMAT_PEFT};
+pub use ids::{ContentId, EthAddress, WeiAmount};
+pub use job_spec::{
+    Architecture, BaseModel, JobKind, JobSpec, LoraSpec, ModelFormat, Stake, TrainingArgs,
+    TrainingTask,
+};
+pub use manifest::{HeldOutRef, ShardManifest, ShardRef};
+pub use submission::{Submission, SubmissionMetrics};
+pub use task::TaskMessage;
+pub use validation::{FieldError, SpecErrors};
+
+/// Version of every protocol message defined here. Bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;

@@ -1,0 +1,79 @@
+//! What a worker submits for a task: where its adapter and metrics are, and how much data it saw.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::ids::ContentId;
+use super::validation::SpecErrors;
+use super::PROTOCOL_VERSION;
+
+/// Training metrics a worker reports; stored as metrics.json beside the adapter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmissionMetrics {
+    pub steps: u64,
+    pub final_train_loss: f64,
+    pub tokens_per_second: f64,
+    pub wall_seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Submission {
+    pub version: u32,
+    pub task_id: Uuid,
+    /// Lease token from the claim: proves this worker still holds the task.
+    pub lease_token: Uuid,
+    pub adapter_cid: ContentId,
+    pub metrics_cid: ContentId,
+    /// Training records the adapter saw (weights the merge).
+    pub samples: u64,
+}
+
+impl Submission {
+    pub fn validate(&self) -> Result<(), SpecErrors> {
+        let mut e = SpecErrors::default();
+        e.check(self.version == PROTOCOL_VERSION, "version", || {
+            format!("version {} is not supported", self.version)
+        });
+        e.check(self.samples > 0, "samples", || "an adapter is trained on at least one sample".into());
+        e.check(self.adapter_cid != self.metrics_cid, "metrics_cid", || {
+            "metrics and adapter must be different documents".into()
+        });
+        e.into_result()
+    }
+}
+
+impl SubmissionMetrics {
+    pub fn validate(&self) -> Result<(), SpecErrors> {
+        let mut e = SpecErrors::default();
+        for (path, value) in [
+            ("final_train_loss", self.final_train_loss),
+            ("tokens_per_second", self.tokens_per_second),
+            ("wall_seconds", self.wall_seconds),
+        ] {
+            e.check(value.is_finite() && value >= 0.0, path, || {
+                format!("{value} is not a finite non-negative number")
+            });
+        }
+        e.into_result()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_metrics_are_refused() {
+        let m = SubmissionMetrics {
+            steps: 3,
+            final_train_loss: f64::NAN,
+            tokens_per_second: 1.0,
+            wall_seconds: f64::INFINITY,
+        };
+        let err = m.validate().unwrap_err();
+        let paths: Vec<_> = err.errors().iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["final_train_loss", "wall_seconds"]);
+    }
+}

@@ -1,0 +1,97 @@
+//! The message queued for each shard of each round: everything a worker needs to fetch its
+//! inputs from the content store, and nothing it must not see (no held-out data, no keys).
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::ids::ContentId;
+use super::validation::{SpecErrors, decode_json};
+use super::PROTOCOL_VERSION;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskMessage {
+    pub version: u32,
+    pub task_id: Uuid,
+    pub job_id: Uuid,
+    /// Rounds count from 1.
+    pub round: u32,
+    pub shard_index: u32,
+    pub shard_cid: ContentId,
+    pub job_spec_cid: ContentId,
+    pub base_model_cid: ContentId,
+    /// The merged adapter of the previous round; absent in round 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_adapter_cid: Option<ContentId>,
+}
+
+impl TaskMessage {
+    /// The queue's idempotency key: one logical task per job, round and shard, however often
+    /// it is published.
+    pub fn idempotency_key(&self) -> String {
+        format!("job/{}/round/{}/shard/{}", self.job_id, self.round, self.shard_index)
+    }
+
+    /// Decodes a task from a queue payload and checks it.
+    pub fn decode(payload: &[u8]) -> Result<TaskMessage, SpecErrors> {
+        let task: TaskMessage = decode_json(payload)?;
+        let mut e = SpecErrors::default();
+        e.check(task.version == PROTOCOL_VERSION, "version", || {
+            format!("version {} is not supported", task.version)
+        });
+        e.check(task.round >= 1, "round", || "rounds count from 1".into());
+        e.check(
+            (task.round == 1) == task.previous_adapter_cid.is_none(),
+            "previous_adapter_cid",
+            || "round 1 starts from the base model; later rounds from the previous merge".into(),
+        );
+        e.into_result().map(|()| task)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(round: u32, previous: Option<&str>) -> TaskMessage {
+        let cid: ContentId =
+            "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku".parse().unwrap();
+        TaskMessage {
+            version: PROTOCOL_VERSION,
+            task_id: Uuid::nil(),
+            job_id: Uuid::nil(),
+            round,
+            shard_index: 2,
+            shard_cid: cid,
+            job_spec_cid: cid,
+            base_model_cid: cid,
+            previous_adapter_cid: previous.map(|p| p.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn decodes_what_it_encodes() {
+        let t = task(1, None);
+        let bytes = serde_json::to_vec(&t).unwrap();
+        assert_eq!(TaskMessage::decode(&bytes).unwrap(), t);
+        assert_eq!(
+            t.idempotency_key(),
+            "job/00000000-0000-0000-0000-000000000000/round/1/shard/2"
+        );
+    }
+
+    #[test]
+    fn later_round_without_previous_adapter_is_refused() {
+        let bytes = serde_json::to_vec(&task(2, None)).unwrap();
+        let err = TaskMessage::decode(&bytes).unwrap_err();
+        assert_eq!(err.errors()[0].path, "previous_adapter_cid");
+    }
+
+    #[test]
+    fn malformed_payload_names_the_field() {
+        let err = TaskMessage::decode(br#"{"version":1,"task_id":"nope"}"#).unwrap_err();
+        assert_eq!(err.errors()[0].path, "task_id");
+        let err = TaskMessage::decode(b"\xff\xfe").unwrap_err();
+        assert!(!err.to_string().is_empty());
+    }
+}

@@ -1,0 +1,158 @@
+//! The TaskQueue port: at-least-once delivery of work items (one per shard and round).
+//!
+//! Delivery is at-least-once on both adapters; the database state machine makes every effect
+//! happen once. Two adapters:
+//!
+//! * [`rabbitmq::RabbitQueue`]: RabbitMQ through lapin (durable quorum queues, persistent
+//!   messages, publisher confirms, prefetch, dead-letter exchange, reconnect with backoff).
+//! * [`table::TableQueue`]: a table in the application database (SQLite or PostgreSQL) with
+//!   visibility timeouts, so `shardwork up` needs no broker.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// A message to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingMessage {
+    /// Stable key for the logical message (for tasks: job, round and shard). Publishing the same
+    /// key twice to a queue delivers it once (see each adapter for the window this holds in).
+    pub idempotency_key: String,
+    pub payload: Bytes,
+    /// Deliver no earlier than this long from now (delayed retry).
+    pub delay: Option<Duration>,
+}
+
+/// How a queue behaves; both adapters honour every field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueOptions {
+    /// After this many deliveries without an ack the message goes to the dead-letter queue.
+    pub max_deliveries: u32,
+    /// How long a delivered, unacknowledged message stays invisible before it is redelivered
+    /// to another consumer (table adapter; RabbitMQ redelivers when the channel closes).
+    pub visibility_timeout: Duration,
+    /// How many unacknowledged deliveries one consumer may hold.
+    pub prefetch: u16,
+}
+
+impl Default for QueueOptions {
+    fn default() -> Self {
+        QueueOptions {
+            max_deliveries: 5,
+            visibility_timeout: Duration::from_secs(300),
+            prefetch: 1,
+        }
+    }
+}
+
+/// Errors of the TaskQueue port.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("queue name {0:?} is invalid: use 1-200 characters of [A-Za-z0-9._-]")]
+    InvalidQueueName(String),
+    #[error("payload of message {key:?} is malformed: {reason}")]
+    MalformedPayload { key: String, reason: String },
+    #[error("payload of {size} bytes exceeds the queue's limit of {limit} bytes")]
+    PayloadTooLarge { size: usize, limit: usize },
+    #[error("queue connection lost: {0}")]
+    Disconnected(String),
+    #[error("queue backend: {0}")]
+    Backend(String),
+}
+
+/// A message handed to a consumer. Exactly one of [`Delivery::ack`], [`Delivery::nack_requeue`]
+/// or [`Delivery::reject`] settles it; dropping it unsettled leaves it to be redelivered.
+pub struct Delivery {
+    pub idempotency_key: String,
+    pub payload: Bytes,
+    /// 1 on first delivery, incremented on each redelivery.
+    pub delivery_count: u32,
+    settle: Box<dyn Settle>,
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery")
+            .field("idempotency_key", &self.idempotency_key)
+            .field("payload_len", &self.payload.len())
+            .field("delivery_count", &self.delivery_count)
+            .finish()
+    }
+}
+
+/// How an adapter settles one delivery.
+#[async_trait]
+pub trait Settle: Send + Sync {
+    async fn ack(self: Box<Self>) -> Result<(), QueueError>;
+    async fn nack_requeue(self: Box<Self>, delay: Option<Duration>) -> Result<(), QueueError>;
+    async fn reject(self: Box<Self>) -> Result<(), QueueError>;
+}
+
+impl Delivery {
+    pub fn new(
+        idempotency_key: String,
+        payload: Bytes,
+        delivery_count: u32,
+        settle: Box<dyn Settle>,
+    ) -> Self {
+        Delivery { idempotency_key, payload, delivery_count, settle }
+    }
+
+    /// Decodes the JSON payload, naming the message when it is malformed.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, QueueError> {
+        serde_json::from_slice(&self.payload).map_err(|err| QueueError::MalformedPayload {
+            key: self.idempotency_key.clone(),
+            reason: err.to_string(),
+        })
+    }
+
+    /// Done: the message is removed.
+    pub async fn ack(self) -> Result<(), QueueError> {
+        self.settle.ack().await
+    }
+
+    /// Not done: deliver again (to any consumer) after `delay`, counting a delivery.
+    pub async fn nack_requeue(self, delay: Option<Duration>) -> Result<(), QueueError> {
+        self.settle.nack_requeue(delay).await
+    }
+
+    /// Never deliverable: straight to the dead-letter queue.
+    pub async fn reject(self) -> Result<(), QueueError> {
+        self.settle.reject().await
+    }
+}
+
+/// A stream of deliveries from one queue.
+#[async_trait]
+pub trait Consumer: Send {
+    /// Waits up to `timeout` for the next delivery.
+    async fn next(&mut self, timeout: Duration) -> Result<Option<Delivery>, QueueError>;
+}
+
+/// At-least-once task queue.
+#[async_trait]
+pub trait TaskQueue: Send + Sync {
+    /// Declares `queue` (and its dead-letter queue) if needed. Idempotent.
+    async fn declare(&self, queue: &str, options: &QueueOptions) -> Result<(), QueueError>;
+
+    /// Publishes durably: when this returns Ok the message survives a broker or process crash.
+    async fn publish(&self, queue: &str, message: OutgoingMessage) -> Result<(), QueueError>;
+
+    /// Starts consuming `queue`.
+    async fn consume(&self, queue: &str) -> Result<Box<dyn Consumer>, QueueError>;
+
+    /// Starts consuming the dead-letter queue of `queue`.
+    async fn consume_dead_letters(&self, queue: &str) -> Result<Box<dyn Consumer>, QueueError>;
+
+    /// Messages ready for delivery in `queue` (not counting in-flight ones).
+    async fn ready_count(&self, queue: &str) -> Result<u64, QueueError>;
+}
+
+/// Checks a queue name against the characters both RabbitMQ and SQL accept without quoting.
+pub fn validate_queue_name(name: &str) -> Result<(), QueueError> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok { Ok(()) } else { Err(QueueError::InvalidQueueName(name.to_owned())) }
+}

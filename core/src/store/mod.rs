@@ -1,0 +1,100 @@
+//! The ContentStore port: content-addressed storage for datasets, shards, models and adapters.
+//!
+//! Everything Shardwork stores is addressed by an IPFS CID, so a job's whole history can be
+//! audited from CIDs and any party can re-fetch and re-verify what it was given. Two adapters:
+//!
+//! * [`kubo::KuboStore`]: a Kubo (go-ipfs) node over its RPC API, for production.
+//! * [`embedded::EmbeddedStore`]: a folder blockstore that computes exactly the CIDs Kubo computes
+//!   for the same bytes with `ipfs add --cid-version=1 --raw-leaves --chunker=size-262144`
+//!   (UnixFS, balanced DAG, 174 links per node), so content moves between the two unchanged.
+//!
+//! Every read is verified against its CID; see [`StoreError::Corrupt`].
+
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use cid::Cid;
+use futures::{Stream, StreamExt};
+
+/// A stream of verified content chunks.
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, StoreError>> + Send>>;
+
+/// What a store knows about one piece of content.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContentStat {
+    pub cid: Cid,
+    /// Size of the file the CID names, in bytes (the UnixFS file size, not the DAG size).
+    pub size: u64,
+    /// Number of blocks in the DAG, the root included.
+    pub blocks: u64,
+    pub pinned: bool,
+}
+
+/// Errors of the ContentStore port. Every variant names the CID or limit at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("malformed CID {input:?}: {reason}")]
+    MalformedCid { input: String, reason: String },
+    #[error("content {0} is not in the store")]
+    NotFound(Cid),
+    #[error("content {cid} is corrupt: {reason}")]
+    Corrupt { cid: Cid, reason: String },
+    #[error("content of {size} bytes exceeds the store's limit of {limit} bytes")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("CID {0} uses a codec or hash this store does not support")]
+    Unsupported(Cid),
+    #[error("sealed data could not be opened: wrong key or tampered ciphertext")]
+    SealBroken,
+    #[error("content store I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("content store backend: {0}")]
+    Backend(String),
+}
+
+/// Parses a CID from user input, naming the input when it is malformed.
+pub fn parse_cid(input: &str) -> Result<Cid, StoreError> {
+    input.trim().parse::<Cid>().map_err(|err| StoreError::MalformedCid {
+        input: input.to_owned(),
+        reason: err.to_string(),
+    })
+}
+
+/// Content-addressed storage. Implementations must return the same CID for the same bytes.
+#[async_trait]
+pub trait ContentStore: Send + Sync {
+    /// Stores `data` and pins it; returns its CID.
+    async fn put(&self, data: Bytes) -> Result<Cid, StoreError>;
+
+    /// Stores a stream of bytes and pins it; returns its CID. The stream is chunked as it
+    /// arrives, so arbitrarily large content never sits in memory whole.
+    async fn put_stream(&self, stream: ByteStream) -> Result<Cid, StoreError>;
+
+    /// Streams the content `cid` names, each block verified against its hash before it is
+    /// yielded. A missing or corrupt block ends the stream with an error.
+    async fn get(&self, cid: &Cid) -> Result<ByteStream, StoreError>;
+
+    /// Pins `cid` so garbage collection keeps it.
+    async fn pin(&self, cid: &Cid) -> Result<(), StoreError>;
+
+    /// Size, block count and pin state of `cid`.
+    async fn stat(&self, cid: &Cid) -> Result<ContentStat, StoreError>;
+
+    /// Whether the root block of `cid` is present.
+    async fn has(&self, cid: &Cid) -> Result<bool, StoreError>;
+
+    /// Reads the whole content into memory, refusing more than `limit` bytes.
+    async fn get_bytes(&self, cid: &Cid, limit: u64) -> Result<Bytes, StoreError> {
+        let mut stream = self.get(cid).await?;
+        let mut out = bytes::BytesMut::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            let size = (out.len() + chunk.len()) as u64;
+            if size > limit {
+                return Err(StoreError::TooLarge { size, limit });
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out.freeze())
+    }
+}

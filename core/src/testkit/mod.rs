@@ -1,0 +1,7 @@
+//! Test support shared by every crate's tests: finding the real servers, and the conformance
+//! suites that each pair of adapters must pass.
+//!
+//! Compiled only for tests (`cfg(test)`) or with the `testkit` feature, so it never ships in a
+//! release binary.
+
+pub mod services;

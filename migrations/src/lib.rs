@@ -1,0 +1,23 @@
+//! The Shardwork database schema: one set of sea-orm migrations for PostgreSQL and SQLite.
+//!
+//! Applied by the API at start (and by `shardwork up`). Tests run every migration up and down on
+//! both databases.
+
+pub use sea_orm_migration::prelude::*;
+// Re-exported so the binaries connect with the same sea-orm the migrations were built with.
+pub use sea_orm_migration::sea_orm;
+
+mod m20261122_000001_core_schema;
+mod m20261122_000002_task_queue;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![
+            Box::new(m20261122_000001_core_schema::Migration),
+            Box::new(m20261122_000002_task_queue::Migration),
+        ]
+    }
+}

@@ -1,0 +1,41 @@
+//! Command-line surface: parsing and dispatch only; each subcommand's work lives in its module.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+#[derive(Debug, Parser)]
+#[command(name = "shardwork", version, about = "An open marketplace for LoRA and federated fine-tuning")]
+pub struct Cli {
+    /// Configuration file (TOML). Without it, ./shardwork.toml is read when present.
+    #[arg(long, global = true, env = "SHARDWORK_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Log as JSON lines instead of human-readable text.
+    #[arg(long, global = true)]
+    pub json_logs: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the marketplace in one process on embedded defaults (no servers needed).
+    Up,
+    /// Print the effective configuration (secrets redacted) and exit.
+    Config,
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Up => crate::up::run(config).await,
+        Command::Config => {
+            print!("{}", config.redacted_toml());
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The one typed configuration of the `shardwork` binary.
+//!
+//! Sources, later ones winning: built-in defaults (everything embedded, no servers) < a TOML
+//! file (`--config`, or `shardwork.toml` when present) < environment variables `SHARDWORK_…`,
+//! with `__` between nested keys (`SHARDWORK_QUEUE__KIND=rabbitmq`).
+
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Folder for everything embedded: SQLite database, blockstore, chain state.
+    pub data_dir: PathBuf,
+    /// `sqlite://…` or `postgres://…`; empty means the SQLite file in `data_dir`.
+    pub database_url: String,
+    pub store: StoreConfig,
+    pub queue: QueueConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKind {
+    /// Folder blockstore in `data_dir/blocks`, Kubo-compatible CIDs.
+    Embedded,
+    /// A Kubo node's RPC API.
+    Kubo,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    pub kind: StoreKind,
+    pub kubo_url: String,
+    /// Largest single object accepted (datasets, models), in bytes.
+    pub max_put_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueKind {
+    /// A table in the application database.
+    Embedded,
+    #[serde(rename = "rabbitmq")]
+    RabbitMq,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueConfig {
+    pub kind: QueueKind,
+    pub amqp_url: String,
+    /// Deliveries before a message is dead-lettered.
+    pub max_deliveries: u32,
+    /// Seconds an unacknowledged delivery stays invisible (embedded queue).
+    pub visibility_timeout_secs: u64,
+    pub prefetch: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from(".shardwork"),
+            database_url: String::new(),
+            store: StoreConfig {
+                kind: StoreKind::Embedded,
+                kubo_url: "http://127.0.0.1:5001".into(),
+                max_put_bytes: 8 << 30,
+            },
+            queue: QueueConfig {
+                kind: QueueKind::Embedded,
+                amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+                max_deliveries: 5,
+                visibility_timeout_secs: 300,
+                prefetch: 1,
+            },
+        }
+    }
+}
+
+impl Config {
+    /// Loads defaults < `file` (or ./shardwork.toml if present) < `SHARDWORK_…` environment.
+    pub fn load(file: Option<&Path>) -> Result<Config, Box<figment::Error>> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) => figment = figment.merge(Toml::file_exact(path)),
+            None => figment = figment.merge(Toml::file("shardwork.toml")),
+        }
+        figment = figment.merge(Env::prefixed("SHARDWORK_").split("__").filter(|key| {
+            // Test-harness switches share the prefix but are not configuration.
+            !key.as_str().starts_with("test_")
+                && !matches!(key.as_str(), "require_services" | "skip_log")
+        }));
+        figment.extract().map_err(Box::new)
+    }
+
+    /// The database URL in effect: the configured one, or the SQLite file in `data_dir`.
+    pub fn effective_database_url(&self) -> String {
+        if self.database_url.is_empty() {
+            format!("sqlite://{}?mode=rwc", self.data_dir.join("shardwork.db").display())
+        } else {
+            self.database_url.clone()
+        }
+    }
+
+    /// The configuration as TOML with passwords in URLs replaced by `***`, safe to log.
+    pub fn redacted_toml(&self) -> String {
+        let mut shown = self.clone();
+        shown.database_url = redact_url(&self.effective_database_url());
+        shown.queue.amqp_url = redact_url(&self.queue.amqp_url);
+        shown.store.kubo_url = redact_url(&self.store.kubo_url);
+        toml::to_string_pretty(&shown).unwrap_or_else(|err| format!("<unprintable: {err}>"))
+    }
+}
+
+/// Replaces the password of `scheme://user:password@host` with `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_owned() };
+            format!("{scheme}://{masked}@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_the_printed_config() {
+        let mut config = Config::default();
+        config.database_url = "postgres://app:s3cret@db:5432/shardwork".into();
+        let shown = config.redacted_toml();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(!shown.contains("guest:guest"), "{shown}");
+        assert!(shown.contains("postgres://app:***@db:5432/shardwork"), "{shown}");
+    }
+
+    #[test]
+    fn redact_url_keeps_urls_without_credentials() {
+        assert_eq!(redact_url("http://127.0.0.1:5001"), "http://127.0.0.1:5001");
+        assert_eq!(redact_url("amqp://u@h/%2f"), "amqp://u@h/%2f");
+        assert_eq!(redact_url("amqp://u:p@h/v?x=@"), "amqp://u:***@h/v?x=@");
+    }
+
+    #[test]
+    fn file_then_environment_override_defaults() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("custom.toml", "data_dir = \"/srv/sw\"\n[queue]\nkind = \"rabbitmq\"\n")?;
+            jail.set_env("SHARDWORK_QUEUE__MAX_DELIVERIES", "9");
+            jail.set_env("SHARDWORK_REQUIRE_SERVICES", "1");
+            let config = Config::load(Some(Path::new("custom.toml"))).map_err(|e| e.to_string())?;
+            assert_eq!(config.data_dir, PathBuf::from("/srv/sw"));
+            assert_eq!(config.queue.kind, QueueKind::RabbitMq);
+            assert_eq!(config.queue.max_deliveries, 9);
+            assert_eq!(config.store.kind, StoreKind::Embedded);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_are_an_error_naming_the_key() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("bad.toml", "[queue]\nmax_delivery = 3\n")?;
+            let err = Config::load(Some(Path::new("bad.toml"))).unwrap_err();
+            assert!(err.to_string().contains("max_delivery"), "{err}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,34 @@
+//! `shardwork`: the one binary of the Shardwork marketplace.
+//!
+//! `shardwork up` runs everything in one process on embedded defaults; the other subcommands run
+//! one component each against real servers, or act for a requester.
+
+mod cli;
+mod config;
+mod up;
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = cli::Cli::parse();
+    init_tracing(cli.json_logs);
+    match cli::run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("SHARDWORK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
