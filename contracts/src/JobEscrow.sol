@@ -5,7 +5,7 @@ import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
-import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
 
 /// @title JobEscrow: stakes for Shardwork fine-tuning jobs, paid out by quality and reputation.
 /// @notice A requester escrows a stake (ETH or an allow-listed ERC-20) for a job. A validator
@@ -20,7 +20,7 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 /// the 22.1k-gas floor of one fresh storage slot per new contributor. Credit in a second token is
 /// moved to a per-token side mapping (`_parked`) only when an account is paid in a different
 /// token while it still has unwithdrawn credit in the first.
-contract JobEscrow is AccessControl, ReentrancyGuard, Pausable {
+contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     using SafeERC20 for IERC20;
 
     // ----------------------------------------------------------------- roles and constants
@@ -85,6 +85,16 @@ contract JobEscrow is AccessControl, ReentrancyGuard, Pausable {
         uint256 stake;
         /// keccak256 of the spec CID, so anyone can check a CID against the job.
         bytes32 specHash;
+    }
+
+    /// What every contributor's payout in one completion shares; a struct only because the
+    /// stack cannot hold these beside the calldata arrays.
+    struct Round {
+        uint256 jobId;
+        uint8 tokenIndex;
+        uint256 pool;
+        uint256 divisor;
+        bytes32 topic;
     }
 
     // ---------------------------------------------------------------------------- storage
@@ -320,7 +330,7 @@ contract JobEscrow is AccessControl, ReentrancyGuard, Pausable {
         Job storage job = _completable(jobId, JobKind.LoRA);
         (uint256 fee, uint256 pool) = _split(job);
         uint256 share = qualityScore == 0 ? 0 : pool;
-        _payContributor(jobId, contributor, job.tokenIndex, share, qualityScore);
+        _payContributor(jobId, contributor, _accounts[contributor], job.tokenIndex, share, qualityScore);
         _finish(jobId, job, adapterCid, "", share, fee, pool - share);
     }
 
@@ -355,47 +365,121 @@ contract JobEscrow is AccessControl, ReentrancyGuard, Pausable {
     ) private returns (uint256 paid, uint256 fee, uint256 dust) {
         uint256 pool;
         (fee, pool) = _split(job);
-        (uint256[] memory weights, uint256 totalWeight) = _weigh(contributors, qualityScores);
-        // job.tokenIndex goes first: the storage pointer sits deep in the stack (too deep later).
-        paid = _distribute(job.tokenIndex, jobId, contributors, qualityScores, weights, totalWeight, pool);
+        (uint256[] memory slots, uint256 totalWeight) = _weigh(contributors, qualityScores);
+        // With every quality 0 all weights are 0: dividing by 1 then pays 0 to everyone.
+        Round memory round =
+            Round({jobId: jobId, tokenIndex: job.tokenIndex, pool: pool, divisor: totalWeight == 0 ? 1 : totalWeight,
+            topic: ContributorPaid.selector
+        });
+        paid = _distribute(round, contributors, qualityScores, slots);
         dust = pool - paid;
     }
 
-    /// Pass 1: every weight needs its contributor's reputation before any is updated.
+    /// Pass 1: every weight needs its contributor's reputation before any is updated. The
+    /// account slots are kept in memory so pass 2 does not read storage again; this is sound
+    /// because contributors are distinct (sorted), so no slot changes between the two reads.
     function _weigh(address[] calldata contributors, uint16[] calldata qualityScores)
         private
         view
-        returns (uint256[] memory weights, uint256 totalWeight)
+        returns (uint256[] memory slots, uint256 totalWeight)
     {
         uint256 n = contributors.length;
-        weights = new uint256[](n);
-        address previous;
-        for (uint256 i; i < n; ++i) {
-            address contributor = contributors[i];
-            if (contributor <= previous) revert ContributorsNotSorted(i);
-            previous = contributor;
-            uint256 quality = qualityScores[i];
-            if (quality > MAX_QUALITY) revert QualityOutOfRange(i, quality);
-            uint256 weight = quality * (REP_FLOOR + (_accounts[contributor] >> REP_SHIFT));
-            weights[i] = weight;
-            totalWeight += weight;
+        slots = new uint256[](n);
+        // Assembly because this loop runs once per contributor and the checked, bounds-checked
+        // Solidity version costs about 850 gas per entry beyond the storage read; this one
+        // about a third of that. The ABI decoder has already checked that both arrays lie
+        // within calldata, and the lengths are equal (checked by the caller).
+        uint256 badIndex = type(uint256).max;
+        uint256 badQuality;
+        assembly ("memory-safe") {
+            let cs := contributors.offset
+            let qs := qualityScores.offset
+            let out := add(slots, 0x20)
+            let previous := 0
+            for { let i := 0 } lt(i, n) { i := add(i, 1) } {
+                let contributor := calldataload(add(cs, shl(5, i)))
+                // Strictly increasing also rejects duplicates and address(0); dirty high bits
+                // (not an address) are rejected the same way.
+                if or(shr(160, contributor), iszero(gt(contributor, previous))) {
+                    badIndex := i
+                    break
+                }
+                previous := contributor
+                let quality := calldataload(add(qs, shl(5, i)))
+                if gt(quality, MAX_QUALITY) {
+                    badIndex := i
+                    badQuality := quality
+                    break
+                }
+                mstore(0x00, contributor)
+                mstore(0x20, _accounts.slot)
+                let packed := sload(keccak256(0x00, 0x40))
+                mstore(add(out, shl(5, i)), packed)
+                // weight <= 10_000 x 20_000 < 2^28; n such terms cannot overflow.
+                totalWeight := add(totalWeight, mul(quality, add(REP_FLOOR, shr(REP_SHIFT, packed))))
+            }
+        }
+        if (badIndex != type(uint256).max) {
+            if (badQuality != 0) revert QualityOutOfRange(badIndex, badQuality);
+            revert ContributorsNotSorted(badIndex);
         }
     }
 
-    /// Pass 2: shares round down, so their sum never exceeds the pool.
+    /// Pass 2: shares round down, so their sum never exceeds the pool. Per contributor this
+    /// does exactly what `_payContributor` does (see there for the plain Solidity), in assembly
+    /// because it runs once per contributor: ~1.5k gas of checked Solidity bookkeeping per entry
+    /// came on top of the 22.1k of the slot write and the 2k of the event.
     function _distribute(
-        uint8 tokenIndex,
-        uint256 jobId,
+        Round memory round,
         address[] calldata contributors,
         uint16[] calldata qualityScores,
-        uint256[] memory weights,
-        uint256 totalWeight,
-        uint256 pool
+        uint256[] memory slots
     ) private returns (uint256 paid) {
-        for (uint256 i; i < weights.length; ++i) {
-            uint256 share = totalWeight == 0 ? 0 : pool * weights[i] / totalWeight;
-            paid += share;
-            _payContributor(jobId, contributors[i], tokenIndex, share, qualityScores[i]);
+        // Round fields are read from memory inside the loop: the stack has no room for them.
+        // Layout: jobId @0x00, tokenIndex @0x20, pool @0x40, divisor @0x60, topic @0x80.
+        // Inner blocks keep each variable's lifetime short for the same reason.
+        assembly ("memory-safe") {
+            for { let i := 0 } lt(i, mload(slots)) { i := add(i, 1) } {
+                let contributor := calldataload(add(contributors.offset, shl(5, i)))
+                let packed := mload(add(slots, add(0x20, shl(5, i))))
+                let share
+                let newReputation
+                {
+                    let quality := calldataload(add(qualityScores.offset, shl(5, i)))
+                    newReputation :=
+                        div(add(mul(shr(REP_SHIFT, packed), sub(REP_EMA_DIVISOR, 1)), quality), REP_EMA_DIVISOR)
+                    share := mul(quality, add(REP_FLOOR, shr(REP_SHIFT, packed))) // the weight, for now
+                }
+                // pool < 2^128 and weight < 2^28: no overflow; the divisor is never 0.
+                share := div(mul(mload(add(round, 0x40)), share), mload(add(round, 0x60)))
+                // Shares are floors of a partition of the pool: the sum stays <= pool.
+                paid := add(paid, share)
+                if share {
+                    let credit := and(packed, sub(shl(CREDIT_BITS, 1), 1))
+                    // Unwithdrawn credit in another token: park it (_parked[token][contributor]).
+                    if and(iszero(iszero(credit)), iszero(eq(and(shr(TOKEN_SHIFT, packed), 0xff), mload(add(round, 0x20))))) {
+                        mstore(0x00, _tokenByIndex.slot)
+                        mstore(0x00, sload(add(keccak256(0x00, 0x20), and(shr(TOKEN_SHIFT, packed), 0xff))))
+                        mstore(0x20, _parked.slot)
+                        mstore(0x20, keccak256(0x00, 0x40))
+                        mstore(0x00, contributor)
+                        // Parked sums are bounded by this contract's balance of the token.
+                        mstore(0x00, keccak256(0x00, 0x40))
+                        sstore(mload(0x00), add(sload(mload(0x00)), credit))
+                        credit := 0
+                    }
+                    // credit + share < 2^232: every credit stems from stakes < 2^128.
+                    packed := or(shl(TOKEN_SHIFT, mload(add(round, 0x20))), add(credit, share))
+                }
+                packed := or(and(packed, not(shl(REP_SHIFT, 0xffff))), shl(REP_SHIFT, newReputation))
+                mstore(0x00, contributor)
+                mstore(0x20, _accounts.slot)
+                sstore(keccak256(0x00, 0x40), packed)
+                // emit ContributorPaid(jobId, contributor, share, newReputation)
+                mstore(0x00, share)
+                mstore(0x20, newReputation)
+                log3(0x00, 0x40, mload(add(round, 0x80)), mload(round), contributor)
+            }
         }
     }
 
@@ -463,10 +547,14 @@ contract JobEscrow is AccessControl, ReentrancyGuard, Pausable {
         pool = stake - fee;
     }
 
-    function _payContributor(uint256 jobId, address contributor, uint8 tokenIndex, uint256 share, uint256 quality)
-        private
-    {
-        uint256 packed = _accounts[contributor];
+    function _payContributor(
+        uint256 jobId,
+        address contributor,
+        uint256 packed,
+        uint8 tokenIndex,
+        uint256 share,
+        uint256 quality
+    ) private {
         uint256 reputation = ((packed >> REP_SHIFT) * (REP_EMA_DIVISOR - 1) + quality) / REP_EMA_DIVISOR;
         packed = _withCredit(contributor, packed, tokenIndex, share);
         _accounts[contributor] = (packed & ~(uint256(type(uint16).max) << REP_SHIFT)) | (reputation << REP_SHIFT);

@@ -3,7 +3,7 @@ pragma solidity 0.8.28;
 
 import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
 import {Pausable} from "@openzeppelin/contracts/utils/Pausable.sol";
-import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/ReentrancyGuardTransient.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
 import {MockERC20} from "./mocks/MockERC20.sol";
 import {RevertingRecipient} from "./mocks/RevertingRecipient.sol";
@@ -695,7 +695,7 @@ contract JobEscrowTest is EscrowFixture {
         assertEq(attacker.received(), STAKE);
         assertEq(attacker.reentryAttempts(), 1);
         assertEq(attacker.reentrySuccesses(), 0);
-        assertEq(attacker.lastWithdrawRevert(), abi.encodeWithSelector(ReentrancyGuard.ReentrancyGuardReentrantCall.selector));
+        assertEq(attacker.lastWithdrawRevert(), abi.encodeWithSelector(ReentrancyGuardTransient.ReentrancyGuardReentrantCall.selector));
         assertEq(uint8(escrow.getJob(second).status), uint8(JobEscrow.JobStatus.Open));
         assertEq(address(escrow).balance, STAKE);
     }
