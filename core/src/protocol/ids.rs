@@ -30,7 +30,9 @@ impl FromStr for ContentId {
         if s.is_empty() {
             return Err("a CID is required".into());
         }
-        s.parse::<Cid>().map(ContentId).map_err(|err| format!("{s:?} is not a valid CID ({err})"))
+        s.parse::<Cid>()
+            .map(ContentId)
+            .map_err(|err| format!("{s:?} is not a valid CID ({err})"))
     }
 }
 
@@ -98,7 +100,9 @@ impl FromStr for WeiAmount {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("{s:?} is not an amount: use a decimal integer of wei"));
+            return Err(format!(
+                "{s:?} is not an amount: use a decimal integer of wei"
+            ));
         }
         let trimmed = s.trim_start_matches('0');
         let canonical = if trimmed.is_empty() { "0" } else { trimmed };
@@ -142,12 +146,20 @@ mod tests {
 
     #[test]
     fn address_needs_prefix_and_forty_hex_digits() {
-        assert!("0x00000000000000000000000000000000000000aB".parse::<EthAddress>().is_ok());
-        let err = "00000000000000000000000000000000000000ab".parse::<EthAddress>().unwrap_err();
+        assert!(
+            "0x00000000000000000000000000000000000000aB"
+                .parse::<EthAddress>()
+                .is_ok()
+        );
+        let err = "00000000000000000000000000000000000000ab"
+            .parse::<EthAddress>()
+            .unwrap_err();
         assert!(err.contains("0x"), "{err}");
         let err = "0x0000".parse::<EthAddress>().unwrap_err();
         assert!(err.contains("found 4"), "{err}");
-        let err = "0x000000000000000000000000000000000000000g".parse::<EthAddress>().unwrap_err();
+        let err = "0x000000000000000000000000000000000000000g"
+            .parse::<EthAddress>()
+            .unwrap_err();
         assert!(err.contains("non-hex"), "{err}");
     }
 
@@ -156,7 +168,12 @@ mod tests {
         assert!(WeiAmount::MAX.parse::<WeiAmount>().is_ok());
         let one_more =
             "115792089237316195423570985008687907853269984665640564039457584007913129639936";
-        assert!(one_more.parse::<WeiAmount>().unwrap_err().contains("largest uint256"));
+        assert!(
+            one_more
+                .parse::<WeiAmount>()
+                .unwrap_err()
+                .contains("largest uint256")
+        );
         assert_eq!("007".parse::<WeiAmount>().unwrap().as_decimal(), "7");
         assert!("-1".parse::<WeiAmount>().is_err());
         assert!("1e18".parse::<WeiAmount>().is_err());

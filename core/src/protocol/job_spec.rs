@@ -6,9 +6,9 @@
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::PROTOCOL_VERSION;
 use super::ids::{ContentId, EthAddress, WeiAmount};
 use super::validation::{SpecErrors, decode_json};
-use super::PROTOCOL_VERSION;
 
 /// LoRA rank bounds. Above 256 a LoRA stops being a small adapter.
 pub const MAX_LORA_RANK: u32 = 256;
@@ -156,27 +156,50 @@ impl JobSpec {
     pub fn validate(&self, now: DateTime<Utc>) -> Result<(), SpecErrors> {
         let mut e = SpecErrors::default();
         e.check(self.version == PROTOCOL_VERSION, "version", || {
-            format!("version {} is not supported; this server speaks {PROTOCOL_VERSION}", self.version)
+            format!(
+                "version {} is not supported; this server speaks {PROTOCOL_VERSION}",
+                self.version
+            )
         });
         self.validate_model(&mut e);
         self.validate_lora(&mut e);
         self.validate_training(&mut e);
         self.validate_topology(&mut e);
-        e.check(self.min_reputation <= MAX_REPUTATION_BPS, "min_reputation", || {
-            format!("{} is above the maximum {MAX_REPUTATION_BPS} basis points", self.min_reputation)
-        });
+        e.check(
+            self.min_reputation <= MAX_REPUTATION_BPS,
+            "min_reputation",
+            || {
+                format!(
+                    "{} is above the maximum {MAX_REPUTATION_BPS} basis points",
+                    self.min_reputation
+                )
+            },
+        );
         e.check(self.deadline > now, "deadline", || {
-            format!("{} is not in the future (now is {})", self.deadline.to_rfc3339(), now.to_rfc3339())
+            format!(
+                "{} is not in the future (now is {})",
+                self.deadline.to_rfc3339(),
+                now.to_rfc3339()
+            )
         });
-        e.check(self.deadline <= now + Duration::days(MAX_DEADLINE_DAYS), "deadline", || {
-            format!("{} is more than {MAX_DEADLINE_DAYS} days away", self.deadline.to_rfc3339())
-        });
+        e.check(
+            self.deadline <= now + Duration::days(MAX_DEADLINE_DAYS),
+            "deadline",
+            || {
+                format!(
+                    "{} is more than {MAX_DEADLINE_DAYS} days away",
+                    self.deadline.to_rfc3339()
+                )
+            },
+        );
         e.check(!self.stake.amount.is_zero(), "stake.amount", || {
             "a job needs a stake above 0 to pay its contributors".into()
         });
-        e.check(self.stake.token != Some(EthAddress::ZERO), "stake.token", || {
-            "the zero address is not a token; omit `token` to stake ETH".into()
-        });
+        e.check(
+            self.stake.token != Some(EthAddress::ZERO),
+            "stake.token",
+            || "the zero address is not a token; omit `token` to stake ETH".into(),
+        );
         e.into_result()
     }
 
@@ -188,7 +211,10 @@ impl JobSpec {
                 | (Architecture::Bert, TrainingTask::SequenceClassification)
         );
         e.check(pair_ok, "base_model.task", || {
-            format!("{:?} models are not trained for {:?}", m.architecture, m.task)
+            format!(
+                "{:?} models are not trained for {:?}",
+                m.architecture, m.task
+            )
         });
         match (m.task, m.num_labels) {
             (TrainingTask::SequenceClassification, None) => {
@@ -197,9 +223,10 @@ impl JobSpec {
             (TrainingTask::SequenceClassification, Some(n)) if !(2..=1000).contains(&n) => {
                 e.push("base_model.num_labels", format!("{n} is outside 2..=1000"))
             }
-            (TrainingTask::CausalLm, Some(_)) => {
-                e.push("base_model.num_labels", "num_labels applies to classification only")
-            }
+            (TrainingTask::CausalLm, Some(_)) => e.push(
+                "base_model.num_labels",
+                "num_labels applies to classification only",
+            ),
             _ => {}
         }
     }
@@ -209,51 +236,70 @@ impl JobSpec {
         e.check((1..=MAX_LORA_RANK).contains(&l.r), "lora.r", || {
             format!("{} is outside 1..={MAX_LORA_RANK}", l.r)
         });
-        e.check(l.alpha.is_finite() && l.alpha > 0.0 && l.alpha <= 4096.0, "lora.alpha", || {
-            format!("{} is outside (0, 4096]", l.alpha)
-        });
+        e.check(
+            l.alpha.is_finite() && l.alpha > 0.0 && l.alpha <= 4096.0,
+            "lora.alpha",
+            || format!("{} is outside (0, 4096]", l.alpha),
+        );
         e.check((0.0..1.0).contains(&l.dropout), "lora.dropout", || {
             format!("{} is outside [0, 1)", l.dropout)
         });
         e.check(!l.target_modules.is_empty(), "lora.target_modules", || {
             "name at least one module to adapt (e.g. q_proj, v_proj)".into()
         });
-        for (field, names) in [("target_modules", &l.target_modules), ("modules_to_save", &l.modules_to_save)] {
+        for (field, names) in [
+            ("target_modules", &l.target_modules),
+            ("modules_to_save", &l.modules_to_save),
+        ] {
             for (i, name) in names.iter().enumerate() {
                 let ok = !name.is_empty()
                     && name.len() <= 128
-                    && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
                 e.check(ok, &format!("lora.{field}[{i}]"), || {
                     format!("{name:?} is not a module name (letters, digits, '_' and '.')")
                 });
                 let first = names.iter().position(|n| n == name) == Some(i);
-                e.check(first, &format!("lora.{field}[{i}]"), || format!("{name:?} is listed twice"));
+                e.check(first, &format!("lora.{field}[{i}]"), || {
+                    format!("{name:?} is listed twice")
+                });
             }
         }
     }
 
     fn validate_training(&self, e: &mut SpecErrors) {
         let t = &self.training;
-        e.check((1..=MAX_EPOCHS).contains(&t.epochs), "training.epochs", || {
-            format!("{} is outside 1..={MAX_EPOCHS}", t.epochs)
-        });
+        e.check(
+            (1..=MAX_EPOCHS).contains(&t.epochs),
+            "training.epochs",
+            || format!("{} is outside 1..={MAX_EPOCHS}", t.epochs),
+        );
         e.check(
             t.learning_rate.is_finite() && t.learning_rate > 0.0 && t.learning_rate <= 1.0,
             "training.learning_rate",
             || format!("{} is outside (0, 1]", t.learning_rate),
         );
-        e.check((1..=MAX_BATCH_SIZE).contains(&t.batch_size), "training.batch_size", || {
-            format!("{} is outside 1..={MAX_BATCH_SIZE}", t.batch_size)
-        });
-        e.check((MIN_SEQ_LEN..=MAX_SEQ_LEN).contains(&t.max_seq_len), "training.max_seq_len", || {
-            format!("{} is outside {MIN_SEQ_LEN}..={MAX_SEQ_LEN}", t.max_seq_len)
-        });
-        e.check((0.0..=0.5).contains(&t.warmup_ratio), "training.warmup_ratio", || {
-            format!("{} is outside [0, 0.5]", t.warmup_ratio)
-        });
-        e.check((1..=1024).contains(&t.gradient_accumulation), "training.gradient_accumulation", || {
-            format!("{} is outside 1..=1024", t.gradient_accumulation)
-        });
+        e.check(
+            (1..=MAX_BATCH_SIZE).contains(&t.batch_size),
+            "training.batch_size",
+            || format!("{} is outside 1..={MAX_BATCH_SIZE}", t.batch_size),
+        );
+        e.check(
+            (MIN_SEQ_LEN..=MAX_SEQ_LEN).contains(&t.max_seq_len),
+            "training.max_seq_len",
+            || format!("{} is outside {MIN_SEQ_LEN}..={MAX_SEQ_LEN}", t.max_seq_len),
+        );
+        e.check(
+            (0.0..=0.5).contains(&t.warmup_ratio),
+            "training.warmup_ratio",
+            || format!("{} is outside [0, 0.5]", t.warmup_ratio),
+        );
+        e.check(
+            (1..=1024).contains(&t.gradient_accumulation),
+            "training.gradient_accumulation",
+            || format!("{} is outside 1..=1024", t.gradient_accumulation),
+        );
     }
 
     fn validate_topology(&self, e: &mut SpecErrors) {
@@ -265,16 +311,25 @@ impl JobSpec {
         });
         if self.kind == JobKind::Lora {
             e.check(self.shards == 1, "shards", || {
-                format!("a lora job has exactly 1 shard, not {}; use kind federated to split", self.shards)
+                format!(
+                    "a lora job has exactly 1 shard, not {}; use kind federated to split",
+                    self.shards
+                )
             });
             e.check(self.rounds == 1, "rounds", || {
                 format!("a lora job has exactly 1 round, not {}", self.rounds)
             });
         }
         let f = self.held_out_fraction;
-        e.check(f.is_finite() && f > 0.0 && f <= MAX_HELD_OUT_FRACTION, "held_out_fraction", || {
-            format!("{f} is outside (0, {MAX_HELD_OUT_FRACTION}]: the validator needs held-out data")
-        });
+        e.check(
+            f.is_finite() && f > 0.0 && f <= MAX_HELD_OUT_FRACTION,
+            "held_out_fraction",
+            || {
+                format!(
+                    "{f} is outside (0, {MAX_HELD_OUT_FRACTION}]: the validator needs held-out data"
+                )
+            },
+        );
     }
 
     /// Number of training records each shard receives when `records` remain after the held-out
@@ -284,7 +339,9 @@ impl JobSpec {
         if records < n {
             return Err(format!("{records} training records cannot fill {n} shards"));
         }
-        Ok((0..n).map(|i| records / n + u64::from(i < records % n)).collect())
+        Ok((0..n)
+            .map(|i| records / n + u64::from(i < records % n))
+            .collect())
     }
 }
 
@@ -349,10 +406,20 @@ pub(crate) mod tests {
         let errors = parse(v).unwrap_err();
         assert_eq!(
             paths(&errors),
-            ["lora.r", "lora.dropout", "training.learning_rate", "shards", "held_out_fraction",
-             "deadline", "stake.amount"]
+            [
+                "lora.r",
+                "lora.dropout",
+                "training.learning_rate",
+                "shards",
+                "held_out_fraction",
+                "deadline",
+                "stake.amount"
+            ]
         );
-        assert!(errors.to_string().contains("lora.r: 0 is outside 1..=256"), "{errors}");
+        assert!(
+            errors.to_string().contains("lora.r: 0 is outside 1..=256"),
+            "{errors}"
+        );
     }
 
     #[test]
@@ -379,7 +446,10 @@ pub(crate) mod tests {
         let mut v = valid_json();
         v["lora"]["target_modules"] = serde_json::json!(["query", "val ue", "query"]);
         let errors = parse(v).unwrap_err();
-        assert_eq!(paths(&errors), ["lora.target_modules[1]", "lora.target_modules[2]"]);
+        assert_eq!(
+            paths(&errors),
+            ["lora.target_modules[1]", "lora.target_modules[2]"]
+        );
     }
 
     #[test]
@@ -387,8 +457,8 @@ pub(crate) mod tests {
         let mut v = valid_json();
         v["training"]["epochz"] = 3.into();
         let errors = parse(v).unwrap_err();
-        assert_eq!(paths(&errors), ["training"]);
-        assert!(errors.to_string().contains("epochz"), "{errors}");
+        assert_eq!(paths(&errors), ["training.epochz"]);
+        assert!(errors.to_string().contains("unknown field"), "{errors}");
 
         let mut v = valid_json();
         v["base_model"]["cid"] = "not-a-cid".into();
@@ -415,6 +485,10 @@ pub(crate) mod tests {
     fn shard_sizes_spread_the_remainder() {
         let spec = parse(valid_json()).unwrap();
         assert_eq!(spec.shard_sizes(10).unwrap(), [4, 3, 3]);
-        assert!(spec.shard_sizes(2).unwrap_err().contains("cannot fill 3 shards"));
+        assert!(
+            spec.shard_sizes(2)
+                .unwrap_err()
+                .contains("cannot fill 3 shards")
+        );
     }
 }

@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::PROTOCOL_VERSION;
 use super::ids::ContentId;
 use super::validation::SpecErrors;
-use super::PROTOCOL_VERSION;
 
 /// One training shard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,11 +54,15 @@ impl ShardManifest {
         e.check(self.version == PROTOCOL_VERSION, "version", || {
             format!("version {} is not supported", self.version)
         });
-        e.check(!self.shards.is_empty(), "shards", || "a manifest lists at least one shard".into());
+        e.check(!self.shards.is_empty(), "shards", || {
+            "a manifest lists at least one shard".into()
+        });
         for (i, shard) in self.shards.iter().enumerate() {
-            e.check(shard.index as usize == i, &format!("shards[{i}].index"), || {
-                format!("expected index {i}, found {}", shard.index)
-            });
+            e.check(
+                shard.index as usize == i,
+                &format!("shards[{i}].index"),
+                || format!("expected index {i}, found {}", shard.index),
+            );
             e.check(shard.records > 0, &format!("shards[{i}].records"), || {
                 "a shard holds at least one record".into()
             });

@@ -12,7 +12,7 @@ pub mod submission;
 pub mod task;
 pub mod validation;
 
-pub use adapter::{AdapterMeta, ADAPTER_FORMAT_PEFT};
+pub use adapter::{ADAPTER_FORMAT_PEFT, AdapterMeta};
 pub use ids::{ContentId, EthAddress, WeiAmount};
 pub use job_spec::{
     Architecture, BaseModel, JobKind, JobSpec, LoraSpec, ModelFormat, Stake, TrainingArgs,

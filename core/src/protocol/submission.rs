@@ -3,9 +3,9 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::PROTOCOL_VERSION;
 use super::ids::ContentId;
 use super::validation::SpecErrors;
-use super::PROTOCOL_VERSION;
 
 /// Training metrics a worker reports; stored as metrics.json beside the adapter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,7 +36,9 @@ impl Submission {
         e.check(self.version == PROTOCOL_VERSION, "version", || {
             format!("version {} is not supported", self.version)
         });
-        e.check(self.samples > 0, "samples", || "an adapter is trained on at least one sample".into());
+        e.check(self.samples > 0, "samples", || {
+            "an adapter is trained on at least one sample".into()
+        });
         e.check(self.adapter_cid != self.metrics_cid, "metrics_cid", || {
             "metrics and adapter must be different documents".into()
         });

@@ -4,9 +4,9 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::PROTOCOL_VERSION;
 use super::ids::ContentId;
 use super::validation::{SpecErrors, decode_json};
-use super::PROTOCOL_VERSION;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,7 +29,10 @@ impl TaskMessage {
     /// The queue's idempotency key: one logical task per job, round and shard, however often
     /// it is published.
     pub fn idempotency_key(&self) -> String {
-        format!("job/{}/round/{}/shard/{}", self.job_id, self.round, self.shard_index)
+        format!(
+            "job/{}/round/{}/shard/{}",
+            self.job_id, self.round, self.shard_index
+        )
     }
 
     /// Decodes a task from a queue payload and checks it.
@@ -54,8 +57,9 @@ mod tests {
     use super::*;
 
     fn task(round: u32, previous: Option<&str>) -> TaskMessage {
-        let cid: ContentId =
-            "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku".parse().unwrap();
+        let cid: ContentId = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku"
+            .parse()
+            .unwrap();
         TaskMessage {
             version: PROTOCOL_VERSION,
             task_id: Uuid::nil(),

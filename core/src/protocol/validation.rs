@@ -15,7 +15,10 @@ pub struct SpecErrors(pub Vec<FieldError>);
 
 impl SpecErrors {
     pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(FieldError { path: path.into(), message: message.into() });
+        self.0.push(FieldError {
+            path: path.into(),
+            message: message.into(),
+        });
     }
 
     /// Records `message` at `path` unless `ok`.
