@@ -367,8 +367,11 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         (fee, pool) = _split(job);
         (uint256[] memory slots, uint256 totalWeight) = _weigh(contributors, qualityScores);
         // With every quality 0 all weights are 0: dividing by 1 then pays 0 to everyone.
-        Round memory round =
-            Round({jobId: jobId, tokenIndex: job.tokenIndex, pool: pool, divisor: totalWeight == 0 ? 1 : totalWeight,
+        Round memory round = Round({
+            jobId: jobId,
+            tokenIndex: job.tokenIndex,
+            pool: pool,
+            divisor: totalWeight == 0 ? 1 : totalWeight,
             topic: ContributorPaid.selector
         });
         paid = _distribute(round, contributors, qualityScores, slots);
@@ -446,8 +449,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
                 let newReputation
                 {
                     let quality := calldataload(add(qualityScores.offset, shl(5, i)))
-                    newReputation :=
-                        div(add(mul(shr(REP_SHIFT, packed), sub(REP_EMA_DIVISOR, 1)), quality), REP_EMA_DIVISOR)
+                    newReputation := div(
+                        add(mul(shr(REP_SHIFT, packed), sub(REP_EMA_DIVISOR, 1)), quality),
+                        REP_EMA_DIVISOR
+                    )
                     share := mul(quality, add(REP_FLOOR, shr(REP_SHIFT, packed))) // the weight, for now
                 }
                 // pool < 2^128 and weight < 2^28: no overflow; the divisor is never 0.
@@ -457,7 +462,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
                 if share {
                     let credit := and(packed, sub(shl(CREDIT_BITS, 1), 1))
                     // Unwithdrawn credit in another token: park it (_parked[token][contributor]).
-                    if and(iszero(iszero(credit)), iszero(eq(and(shr(TOKEN_SHIFT, packed), 0xff), mload(add(round, 0x20))))) {
+                    if and(
+                        iszero(iszero(credit)),
+                        iszero(eq(and(shr(TOKEN_SHIFT, packed), 0xff), mload(add(round, 0x20))))
+                    ) {
                         mstore(0x00, _tokenByIndex.slot)
                         mstore(0x00, sload(add(keccak256(0x00, 0x20), and(shr(TOKEN_SHIFT, packed), 0xff))))
                         mstore(0x20, _parked.slot)
@@ -584,10 +592,7 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// Adds `amount` in token `tokenIndex` to a packed account slot. If the slot holds credit in
     /// another token, that credit is parked first (the rare path). Overflow of the 232-bit field
     /// is impossible: every credit stems from a stake <= 2^128, and 2^104 jobs will not happen.
-    function _withCredit(address account, uint256 packed, uint8 tokenIndex, uint256 amount)
-        private
-        returns (uint256)
-    {
+    function _withCredit(address account, uint256 packed, uint8 tokenIndex, uint256 amount) private returns (uint256) {
         if (amount == 0) return packed;
         uint256 credit = packed & CREDIT_MASK;
         // forge-lint: disable-next-line(unsafe-typecast) truncation extracts the 8-bit index field

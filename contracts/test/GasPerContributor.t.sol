@@ -41,8 +41,9 @@ contract GasPerContributorTest is EscrowFixture {
     function _txGas(address[] memory contributors) internal returns (uint256) {
         uint16[] memory scores = _uniformQuality(contributors.length, 7_500);
         uint256 jobId = _createEth(JobEscrow.JobKind.Federated, STAKE);
-        bytes memory data =
-            abi.encodeCall(JobEscrow.completeFederatedJob, (jobId, "bafy-adapter", "bafy-manifest", contributors, scores));
+        bytes memory data = abi.encodeCall(
+            JobEscrow.completeFederatedJob, (jobId, "bafy-adapter", "bafy-manifest", contributors, scores)
+        );
         uint256 snapshot = vm.snapshotState();
         vm.prank(validator);
         (bool ok,) = address(escrow).call(data);

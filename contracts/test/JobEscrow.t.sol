@@ -209,7 +209,9 @@ contract JobEscrowTest is EscrowFixture {
     function test_create_eth_job_stores_it_and_emits_everything_the_api_needs() public {
         uint64 deadline = _deadline();
         vm.expectEmit(address(escrow));
-        emit JobEscrow.JobCreated(1, requester, ETH, STAKE, deadline, FED, FEE_BPS, keccak256(bytes(SPEC_CID)), SPEC_CID);
+        emit JobEscrow.JobCreated(
+            1, requester, ETH, STAKE, deadline, FED, FEE_BPS, keccak256(bytes(SPEC_CID)), SPEC_CID
+        );
         vm.prank(requester);
         uint256 jobId = escrow.createJob{value: STAKE}(ETH, STAKE, SPEC_CID, deadline, FED);
 
@@ -245,7 +247,9 @@ contract JobEscrowTest is EscrowFixture {
 
     function test_create_rejects_deadlines_now_or_beyond_a_year() public {
         vm.startPrank(requester);
-        vm.expectRevert(abi.encodeWithSelector(JobEscrow.DeadlineNotInFuture.selector, block.timestamp, block.timestamp));
+        vm.expectRevert(
+            abi.encodeWithSelector(JobEscrow.DeadlineNotInFuture.selector, block.timestamp, block.timestamp)
+        );
         escrow.createJob{value: 1}(ETH, 1, SPEC_CID, uint64(block.timestamp), LORA);
         uint256 latest = block.timestamp + 365 days;
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.DeadlineTooFar.selector, latest + 1, latest));
@@ -695,7 +699,10 @@ contract JobEscrowTest is EscrowFixture {
         assertEq(attacker.received(), STAKE);
         assertEq(attacker.reentryAttempts(), 1);
         assertEq(attacker.reentrySuccesses(), 0);
-        assertEq(attacker.lastWithdrawRevert(), abi.encodeWithSelector(ReentrancyGuardTransient.ReentrancyGuardReentrantCall.selector));
+        assertEq(
+            attacker.lastWithdrawRevert(),
+            abi.encodeWithSelector(ReentrancyGuardTransient.ReentrancyGuardReentrantCall.selector)
+        );
         assertEq(uint8(escrow.getJob(second).status), uint8(JobEscrow.JobStatus.Open));
         assertEq(address(escrow).balance, STAKE);
     }

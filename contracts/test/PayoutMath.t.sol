@@ -31,7 +31,9 @@ contract PayoutMathTest is EscrowFixture {
     function _warmUp(address[] memory contributors, uint256 seed, uint256 rounds) internal {
         for (uint256 r; r < rounds; ++r) {
             uint256 jobId = _createEth(JobEscrow.JobKind.Federated, 1 ether);
-            _completeFederated(jobId, contributors, _scores(contributors.length, uint256(keccak256(abi.encode(seed, r)))));
+            _completeFederated(
+                jobId, contributors, _scores(contributors.length, uint256(keccak256(abi.encode(seed, r))))
+            );
         }
     }
 
@@ -44,8 +46,7 @@ contract PayoutMathTest is EscrowFixture {
         out.weights = new uint256[](n);
         uint256[] memory before = new uint256[](n);
         for (uint256 i; i < n; ++i) {
-            out.weights[i] =
-                uint256(scores[i]) * (escrow.REP_FLOOR() + escrow.reputationOf(contributors[i]));
+            out.weights[i] = uint256(scores[i]) * (escrow.REP_FLOOR() + escrow.reputationOf(contributors[i]));
             out.totalWeight += out.weights[i];
             before[i] = escrow.withdrawable(contributors[i], token);
         }
@@ -148,9 +149,8 @@ contract PayoutMathTest is EscrowFixture {
         for (uint256 k; k < 4; ++k) {
             bool eth = ((order >> k) & 1) == 1;
             uint256 stake = eth ? ethStake : tokenStake;
-            uint256 jobId = eth
-                ? _createEth(JobEscrow.JobKind.Federated, stake)
-                : _createUsdc(JobEscrow.JobKind.Federated, stake);
+            uint256 jobId =
+                eth ? _createEth(JobEscrow.JobKind.Federated, stake) : _createUsdc(JobEscrow.JobKind.Federated, stake);
             _completeFederated(jobId, one, q);
             uint256 pool = stake - stake * FEE_BPS / 10_000;
             if (eth) expectedEth += pool;

@@ -118,9 +118,7 @@ contract EscrowHandler is CommonBase, StdCheats, StdUtils {
 
     // ------------------------------------------------------------------ actions
 
-    function createJob(uint256 actorSeed, uint256 tokenSeed, uint256 stake, uint256 duration, bool federated)
-        external
-    {
+    function createJob(uint256 actorSeed, uint256 tokenSeed, uint256 stake, uint256 duration, bool federated) external {
         address actor = actors[actorSeed % actors.length];
         address token = tokens[tokenSeed % tokens.length];
         stake = bound(stake, 1, 1e24);
@@ -137,7 +135,9 @@ contract EscrowHandler is CommonBase, StdCheats, StdUtils {
         vm.prank(actor);
         try escrow.createJob{value: token == address(0) ? stake : 0}(
             token, stake, "bafy-spec", uint64(block.timestamp + duration), kind
-        ) returns (uint256 jobId) {
+        ) returns (
+            uint256 jobId
+        ) {
             jobIds.push(jobId);
             // The attacker re-enters cancel/refund on its own latest job when paid.
             if (actor == address(attacker)) attacker.setTargetJob(jobId);
