@@ -603,6 +603,40 @@ contract JobEscrowTest is EscrowFixture {
         escrow.completeFederatedJob(late, "a", "m", _pair(alice, bob), _scores(1, 1));
     }
 
+    function test_federated_rejects_words_that_are_not_addresses_or_uint16() public {
+        uint256 jobId = _createEth(FED, STAKE);
+        // Same ABI layout as (address[], uint16[]), but with the high bits the assembly loop
+        // must not ignore: a "contributor" above 2^160 and a "quality" above 2^16.
+        uint256[] memory words = new uint256[](2);
+        words[0] = uint256(uint160(alice));
+        words[1] = (uint256(1) << 160) | uint256(uint160(bob));
+        uint256[] memory scores = new uint256[](2);
+        scores[0] = 1;
+        scores[1] = 1;
+        bytes memory dirtyAddress =
+            abi.encodeWithSelector(JobEscrow.completeFederatedJob.selector, jobId, "a", "m", words, scores);
+        words[1] = uint256(uint160(bob));
+        scores[0] = (uint256(1) << 16) | 5;
+        bytes memory dirtyQuality =
+            abi.encodeWithSelector(JobEscrow.completeFederatedJob.selector, jobId, "a", "m", words, scores);
+
+        vm.startPrank(validator);
+        (bool ok, bytes memory reason) = address(escrow).call(dirtyAddress);
+        assertFalse(ok);
+        assertEq(reason, abi.encodeWithSelector(JobEscrow.ContributorsNotSorted.selector, 1));
+        (ok, reason) = address(escrow).call(dirtyQuality);
+        assertFalse(ok);
+        assertEq(reason, abi.encodeWithSelector(JobEscrow.QualityOutOfRange.selector, 0, (uint256(1) << 16) | 5));
+        vm.stopPrank();
+        assertEq(uint8(escrow.getJob(jobId).status), uint8(JobEscrow.JobStatus.Open));
+    }
+
+    function test_unpause_when_not_paused_reverts() public {
+        vm.prank(admin);
+        vm.expectRevert(Pausable.ExpectedPause.selector);
+        escrow.unpause();
+    }
+
     // ------------------------------------------------------------------ withdraw
 
     function test_withdraw_pays_tokens_once() public {
@@ -621,6 +655,18 @@ contract JobEscrowTest is EscrowFixture {
         escrow.withdraw(address(usdc));
         assertEq(usdc.balanceOf(treasury), 25e6);
         assertEq(usdc.balanceOf(address(escrow)), 0);
+    }
+
+    function test_withdraw_to_sends_tokens_elsewhere() public {
+        uint256 jobId = _createUsdc(LORA, 1_000e6);
+        vm.prank(validator);
+        escrow.completeJob(jobId, "a", alice, 10_000);
+        vm.expectEmit(address(escrow));
+        emit JobEscrow.Withdrawn(alice, address(usdc), bob, 975e6);
+        vm.prank(alice);
+        escrow.withdrawTo(address(usdc), payable(bob));
+        assertEq(usdc.balanceOf(bob), 975e6);
+        assertEq(escrow.withdrawable(alice, address(usdc)), 0);
     }
 
     function test_withdraw_of_another_token_finds_nothing() public {
