@@ -1,7 +1,21 @@
 //! shardwork-worker: the trainer. LoRA on candle models, training loops, evaluation,
 //! Hugging Face PEFT adapter files and federated merging.
 
+pub mod baseline;
+pub mod bert;
+pub mod data;
 pub mod error;
+pub mod eval;
+pub mod experiment;
+pub mod fixtures;
+pub mod linalg;
 pub mod lora;
+pub mod merge;
+pub mod nn;
+pub mod optim;
+pub mod peft;
+pub mod safetensors_file;
+pub mod text;
+pub mod train;
 
 pub use error::{Error, Result};

@@ -1,0 +1,446 @@
+//! BERT-family encoder (BERT, MiniLM) with a sequence-classification head, laid out as
+//! Hugging Face's `BertForSequenceClassification` so LoRA and `modules_to_save` names are the
+//! ones PEFT uses: `bert.encoder.layer.N.attention.self.query`, `classifier`.
+//!
+//! Weights come from a `model.safetensors` written for `BertModel` (keys `encoder.…`, as in
+//! all-MiniLM-L6-v2) or for `BertForSequenceClassification` (keys `bert.encoder.…`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::lora::{DropoutRng, LoraBuilder, LoraConfig, LoraLinear, Trainables};
+use crate::nn;
+
+/// The fields of a BERT `config.json` the forward pass needs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "gelu")]
+    pub hidden_act: String,
+    #[serde(default)]
+    pub hidden_dropout_prob: f32,
+    #[serde(default)]
+    pub attention_probs_dropout_prob: f32,
+    pub max_position_embeddings: usize,
+    #[serde(default = "two")]
+    pub type_vocab_size: usize,
+    #[serde(default = "ln_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default)]
+    pub pad_token_id: u32,
+}
+
+fn gelu() -> String {
+    "gelu".into()
+}
+fn two() -> usize {
+    2
+}
+fn ln_eps() -> f64 {
+    1e-12
+}
+
+impl BertConfig {
+    /// Parses `config.json`; a syntax error or missing field names the file, line and column.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let cfg: Self = serde_json::from_str(&text).map_err(|e| Error::Config {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+        let bad = |detail: String| Error::Config {
+            path: path.to_path_buf(),
+            detail,
+        };
+        if cfg.num_attention_heads == 0 || cfg.hidden_size % cfg.num_attention_heads != 0 {
+            return Err(bad(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                cfg.hidden_size, cfg.num_attention_heads
+            )));
+        }
+        if !matches!(cfg.hidden_act.as_str(), "gelu" | "gelu_new" | "relu") {
+            return Err(bad(format!(
+                "hidden_act {:?} is not supported (gelu, gelu_new, relu)",
+                cfg.hidden_act
+            )));
+        }
+        Ok(cfg)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_attention_heads
+    }
+}
+
+/// How the sequence becomes one vector for the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pooling {
+    /// `tanh(pooler.dense(h[CLS]))`, as `BertForSequenceClassification` does; an adapter trained
+    /// with it gives the same logits in transformers + PEFT.
+    Pooler,
+    /// Mean over non-padding tokens, as sentence-transformers trained all-MiniLM-L6-v2. Its
+    /// adapter loads in PEFT, but transformers' head pools with the pooler instead.
+    Mean,
+}
+
+/// The base weights, read once and shared by every model built from them (the federated
+/// experiment builds several adapters over one base).
+pub struct BertWeights {
+    pub config: BertConfig,
+    tensors: HashMap<String, Tensor>,
+    path: PathBuf,
+    /// `"bert."` when the checkpoint was saved from a model with a head, `""` for `BertModel`.
+    key_prefix: &'static str,
+}
+
+impl BertWeights {
+    /// Reads `config.json` and `model.safetensors` from `dir`.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let config = BertConfig::load(&dir.join("config.json"))?;
+        let path = dir.join("model.safetensors");
+        let tensors = crate::safetensors_file::load(&path, device)?;
+        let key_prefix = if tensors.contains_key("bert.embeddings.word_embeddings.weight") {
+            "bert."
+        } else {
+            ""
+        };
+        Ok(Self {
+            config,
+            tensors,
+            path,
+            key_prefix,
+        })
+    }
+
+    /// The checkpoint tensor for module path `bert.<rest>` (or `<rest>`), as F32, checked
+    /// against the shape the config implies.
+    fn get(&self, rest: &str, shape: &[usize]) -> Result<Tensor> {
+        let key = format!("{}{rest}", self.key_prefix);
+        let t = self.tensors.get(&key).ok_or_else(|| Error::Safetensors {
+            path: self.path.clone(),
+            detail: format!("tensor {key} is missing"),
+        })?;
+        if t.dims() != shape {
+            return Err(Error::Safetensors {
+                path: self.path.clone(),
+                detail: format!(
+                    "tensor {key} has shape {:?}, config.json implies {shape:?}",
+                    t.dims()
+                ),
+            });
+        }
+        Ok(t.to_dtype(DType::F32)?)
+    }
+
+    /// Every base tensor by checkpoint name, for checking that training left them untouched.
+    pub fn tensors(&self) -> &HashMap<String, Tensor> {
+        &self.tensors
+    }
+}
+
+struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    fn load(w: &BertWeights, prefix: &str) -> Result<Self> {
+        let h = w.config.hidden_size;
+        Ok(Self {
+            weight: w.get(&format!("{prefix}.weight"), &[h])?,
+            bias: w.get(&format!("{prefix}.bias"), &[h])?,
+            eps: w.config.layer_norm_eps,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        nn::layer_norm(x, &self.weight, &self.bias, self.eps)
+    }
+}
+
+struct Layer {
+    query: LoraLinear,
+    key: LoraLinear,
+    value: LoraLinear,
+    attn_out: LoraLinear,
+    attn_norm: LayerNorm,
+    intermediate: LoraLinear,
+    output: LoraLinear,
+    out_norm: LayerNorm,
+}
+
+/// Builds linear `bert.<rest>` through the LoRA builder, which decides frozen/LoRA/trainable.
+fn linear(
+    w: &BertWeights,
+    lb: &mut LoraBuilder,
+    rest: &str,
+    out_dim: usize,
+    in_dim: usize,
+) -> Result<LoraLinear> {
+    let weight = w.get(&format!("{rest}.weight"), &[out_dim, in_dim])?;
+    let bias = w.get(&format!("{rest}.bias"), &[out_dim])?;
+    lb.linear(&format!("bert.{rest}"), weight, Some(bias))
+}
+
+/// Settings for building a classifier over base weights.
+#[derive(Debug, Clone)]
+pub struct ClassifierSpec {
+    pub num_labels: usize,
+    pub lora: LoraConfig,
+    pub pooling: Pooling,
+    /// Dropout inside the frozen encoder during training (HF's `hidden_dropout_prob` /
+    /// `attention_probs_dropout_prob`); `None` uses the values in config.json.
+    pub encoder_dropout: Option<f32>,
+    /// Seeds `A`, the head initialisation and every dropout mask.
+    pub seed: u64,
+}
+
+pub struct BertClassifier {
+    cfg: BertConfig,
+    word: Tensor,
+    position: Tensor,
+    token_type: Tensor,
+    emb_norm: LayerNorm,
+    layers: Vec<Layer>,
+    pooler: Option<LoraLinear>,
+    classifier: LoraLinear,
+    pooling: Pooling,
+    hidden_dropout: f32,
+    attn_dropout: f32,
+    rng: DropoutRng,
+    num_labels: usize,
+}
+
+impl BertClassifier {
+    /// Builds the classifier; returns it with the registry of its trainable tensors (LoRA
+    /// factors and the head). `classifier` is always a module to save, as PEFT makes it for
+    /// `SEQ_CLS`.
+    pub fn new(w: &BertWeights, spec: &ClassifierSpec) -> Result<(Self, Trainables)> {
+        if spec.num_labels < 2 {
+            return Err(Error::Invalid(format!(
+                "num_labels: {} is below the minimum 2",
+                spec.num_labels
+            )));
+        }
+        let mut lora = spec.lora.clone();
+        if !lora.modules_to_save.iter().any(|m| m == "classifier") {
+            lora.modules_to_save.push("classifier".into());
+        }
+        let mut lb = LoraBuilder::new(lora, spec.seed)?;
+        let c = &w.config;
+        let h = c.hidden_size;
+        let word = w.get("embeddings.word_embeddings.weight", &[c.vocab_size, h])?;
+        let position = w.get(
+            "embeddings.position_embeddings.weight",
+            &[c.max_position_embeddings, h],
+        )?;
+        let token_type = w.get(
+            "embeddings.token_type_embeddings.weight",
+            &[c.type_vocab_size, h],
+        )?;
+        let emb_norm = LayerNorm::load(w, "embeddings.LayerNorm")?;
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for i in 0..c.num_hidden_layers {
+            let p = format!("encoder.layer.{i}");
+            layers.push(Layer {
+                query: linear(w, &mut lb, &format!("{p}.attention.self.query"), h, h)?,
+                key: linear(w, &mut lb, &format!("{p}.attention.self.key"), h, h)?,
+                value: linear(w, &mut lb, &format!("{p}.attention.self.value"), h, h)?,
+                attn_out: linear(w, &mut lb, &format!("{p}.attention.output.dense"), h, h)?,
+                attn_norm: LayerNorm::load(w, &format!("{p}.attention.output.LayerNorm"))?,
+                intermediate: linear(
+                    w,
+                    &mut lb,
+                    &format!("{p}.intermediate.dense"),
+                    c.intermediate_size,
+                    h,
+                )?,
+                output: linear(
+                    w,
+                    &mut lb,
+                    &format!("{p}.output.dense"),
+                    h,
+                    c.intermediate_size,
+                )?,
+                out_norm: LayerNorm::load(w, &format!("{p}.output.LayerNorm"))?,
+            });
+        }
+        let pooler = match spec.pooling {
+            Pooling::Pooler => Some(linear(w, &mut lb, "pooler.dense", h, h)?),
+            Pooling::Mean => None,
+        };
+        let classifier = lb.new_head("classifier", spec.num_labels, h, word.device())?;
+        let (hidden_dropout, attn_dropout) = match spec.encoder_dropout {
+            Some(p) => (p, p),
+            None => (c.hidden_dropout_prob, c.attention_probs_dropout_prob),
+        };
+        let rng = DropoutRng::new(spec.seed.wrapping_add(0x5eed));
+        let model = Self {
+            cfg: c.clone(),
+            word,
+            position,
+            token_type,
+            emb_norm,
+            layers,
+            pooler,
+            classifier,
+            pooling: spec.pooling,
+            hidden_dropout,
+            attn_dropout,
+            rng,
+            num_labels: spec.num_labels,
+        };
+        Ok((model, lb.finish()))
+    }
+
+    pub fn config(&self) -> &BertConfig {
+        &self.cfg
+    }
+
+    pub fn num_labels(&self) -> usize {
+        self.num_labels
+    }
+
+    /// Every frozen tensor the forward pass reads, by checkpoint module path (for checking
+    /// that training leaves the base untouched).
+    pub fn frozen_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![
+            ("embeddings.word_embeddings.weight".to_string(), self.word.clone()),
+            ("embeddings.position_embeddings.weight".into(), self.position.clone()),
+            ("embeddings.token_type_embeddings.weight".into(), self.token_type.clone()),
+            ("embeddings.LayerNorm.weight".into(), self.emb_norm.weight.clone()),
+            ("embeddings.LayerNorm.bias".into(), self.emb_norm.bias.clone()),
+        ];
+        let mut push_linear = |l: &LoraLinear| {
+            let name = l.name().trim_start_matches("bert.").to_string();
+            out.push((format!("{name}.weight"), l.weight().clone()));
+            if let Some(b) = l.bias() {
+                out.push((format!("{name}.bias"), b.clone()));
+            }
+        };
+        for l in &self.layers {
+            for lin in [&l.query, &l.key, &l.value, &l.attn_out, &l.intermediate, &l.output] {
+                push_linear(lin);
+            }
+        }
+        if let Some(p) = &self.pooler {
+            push_linear(p);
+        }
+        for (i, l) in self.layers.iter().enumerate() {
+            for (part, norm) in [("attention.output.LayerNorm", &l.attn_norm), ("output.LayerNorm", &l.out_norm)] {
+                out.push((format!("encoder.layer.{i}.{part}.weight"), norm.weight.clone()));
+                out.push((format!("encoder.layer.{i}.{part}.bias"), norm.bias.clone()));
+            }
+        }
+        out
+    }
+
+    fn dropout(&self, x: &Tensor, p: f32, train: bool) -> Result<Tensor> {
+        if train && p > 0.0 {
+            self.rng.apply(x, p)
+        } else {
+            Ok(x.clone())
+        }
+    }
+
+    /// `input_ids: (b, t)` u32, `attention_mask: (b, t)` f32 with 1 for tokens and 0 for padding.
+    /// Returns logits `(b, num_labels)`.
+    pub fn forward(&self, input_ids: &Tensor, attention_mask: &Tensor, train: bool) -> Result<Tensor> {
+        let (b, t) = input_ids.dims2()?;
+        if t > self.cfg.max_position_embeddings {
+            return Err(Error::Invalid(format!(
+                "sequence length {t} exceeds max_position_embeddings {}",
+                self.cfg.max_position_embeddings
+            )));
+        }
+        if attention_mask.dims() != [b, t] {
+            return Err(Error::Invalid(format!(
+                "attention_mask shape {:?} differs from input_ids {:?}",
+                attention_mask.dims(),
+                [b, t]
+            )));
+        }
+        let h = self.cfg.hidden_size;
+        let ids = input_ids.flatten_all()?;
+        let words = self.word.index_select(&ids, 0)?.reshape((b, t, h))?;
+        let pos = self.position.narrow(0, 0, t)?;
+        // Single-sequence classification: every token has type 0.
+        let typ = self.token_type.narrow(0, 0, 1)?;
+        let x = words.broadcast_add(&pos)?.broadcast_add(&typ)?;
+        let mut x = self.dropout(&self.emb_norm.forward(&x)?, self.hidden_dropout, train)?;
+        // HF's extended mask: 0 where attended, a large negative where padded.
+        let mask = ((attention_mask.to_dtype(DType::F32)? - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
+        for layer in &self.layers {
+            x = self.layer_forward(layer, &x, &mask, train)?;
+        }
+        let pooled = match self.pooling {
+            Pooling::Pooler => {
+                let cls = x.narrow(1, 0, 1)?.squeeze(1)?;
+                let pooler = self.pooler.as_ref().ok_or_else(|| {
+                    Error::Invalid("pooler pooling without pooler weights".into())
+                })?;
+                pooler.forward(&cls, train)?.tanh()?
+            }
+            Pooling::Mean => {
+                let m = attention_mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+                let summed = x.broadcast_mul(&m)?.sum(1)?;
+                let counts = m.sum(1)?.clamp(1e-9, f64::MAX)?;
+                summed.broadcast_div(&counts)?
+            }
+        };
+        let pooled = self.dropout(&pooled, self.hidden_dropout, train)?;
+        self.classifier.forward(&pooled, train)
+    }
+
+    fn layer_forward(&self, l: &Layer, x: &Tensor, mask: &Tensor, train: bool) -> Result<Tensor> {
+        let (b, t, h) = x.dims3()?;
+        let nh = self.cfg.num_attention_heads;
+        let hd = self.cfg.head_dim();
+        let heads = |y: Tensor| -> Result<Tensor> {
+            Ok(y.reshape((b, t, nh, hd))?.transpose(1, 2)?.contiguous()?)
+        };
+        let q = heads(l.query.forward(x, train)?)?;
+        let k = heads(l.key.forward(x, train)?)?;
+        let v = heads(l.value.forward(x, train)?)?;
+        let scores = (q.matmul(&k.t()?.contiguous()?)? / (hd as f64).sqrt())?;
+        let scores = scores.broadcast_add(mask)?;
+        let probs = nn::softmax_last(&scores)?;
+        let probs = self.dropout(&probs, self.attn_dropout, train)?;
+        let ctx = probs
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b, t, h))?;
+        let attn = self.dropout(&l.attn_out.forward(&ctx, train)?, self.hidden_dropout, train)?;
+        let x = l.attn_norm.forward(&(attn + x)?)?;
+        let inter = l.intermediate.forward(&x, train)?;
+        let inter = match self.cfg.hidden_act.as_str() {
+            "relu" => inter.relu()?,
+            "gelu_new" => inter.gelu()?,
+            _ => inter.gelu_erf()?,
+        };
+        let out = self.dropout(&l.output.forward(&inter, train)?, self.hidden_dropout, train)?;
+        l.out_norm.forward(&(out + x)?)
+    }
+
+    /// Multiply-accumulates of one forward pass over `tokens` tokens at sequence length `t`,
+    /// for MFU: the linear layers plus attention's two batched matmuls.
+    pub fn forward_flops_per_token(&self, t: usize) -> f64 {
+        let c = &self.cfg;
+        let h = c.hidden_size as f64;
+        let i = c.intermediate_size as f64;
+        let per_layer = 4.0 * h * h + 2.0 * h * i + 2.0 * t as f64 * h;
+        2.0 * c.num_hidden_layers as f64 * per_layer
+    }
+}
+

@@ -1,0 +1,8 @@
+//! Datasets: JSONL files with one record per line, and the Rotten Tomatoes fixture.
+
+pub mod classify;
+pub mod jsonl;
+pub mod rotten;
+pub mod split;
+
+pub use classify::{ClassificationSet, ClassifyRecord};

@@ -1,0 +1,204 @@
+//! The fixed classification experiments the tests and benches run: MiniLM + LoRA on Rotten
+//! Tomatoes against Naive Bayes on the same split, and the federated comparison (K shards
+//! trained apart, merged exactly or naively, against one run on the union).
+
+use std::path::Path;
+
+use candle_core::Device;
+use serde::Serialize;
+
+use crate::baseline::NaiveBayes;
+use crate::bert::{BertClassifier, BertWeights, ClassifierSpec, Pooling};
+use crate::data::{ClassificationSet, rotten, split};
+use crate::error::Result;
+use crate::eval::{self, ClassificationMetrics};
+use crate::lora::{LoraConfig, Trainables};
+use crate::merge::{self, MergeMode, MergeOptions, MergeReport};
+use crate::optim::OptimConfig;
+use crate::peft::{Adapter, AdapterConfig};
+use crate::text::TextTokenizer;
+use crate::train::Progress;
+use crate::train::classify::{self, ClassifyConfig, TrainReport};
+
+/// Seed of the Rotten Tomatoes held-out split; fixed so every run is judged on the same set.
+pub const SPLIT_SEED: u64 = 20_261_122;
+pub const HELD_OUT_FRACTION: f64 = 0.2;
+
+/// Reviews only (plot rows dropped), split 80/20 with [`SPLIT_SEED`].
+pub fn rotten_tomatoes_split(path: &Path) -> Result<(ClassificationSet, ClassificationSet)> {
+    let all = rotten::load(path)?;
+    split::train_test(&all, HELD_OUT_FRACTION, SPLIT_SEED)
+}
+
+/// One classification fine-tuning configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClassifyRun {
+    pub lora: LoraConfig,
+    pub pooling: Pooling,
+    pub max_seq_len: usize,
+    pub encoder_dropout: f32,
+    pub train: ClassifyConfig,
+    pub eval_batch: usize,
+    /// Seeds the LoRA/head initialisation and dropout (the data order uses `train.seed`).
+    pub model_seed: u64,
+}
+
+impl ClassifyRun {
+    /// Small enough for CI on two shared cores: LoRA r=8 on query/value, head trained.
+    pub fn ci() -> Self {
+        Self {
+            lora: LoraConfig::new(8, 16.0, 0.1, &["query", "value"], &["classifier"])
+                .expect("valid constant config"),
+            pooling: Pooling::Mean,
+            max_seq_len: 48,
+            encoder_dropout: 0.0,
+            train: ClassifyConfig {
+                batch_size: 16,
+                optim: OptimConfig {
+                    lr: 2e-3,
+                    weight_decay: 0.01,
+                    warmup_steps: 15,
+                    total_steps: 150,
+                    max_grad_norm: Some(1.0),
+                    ..Default::default()
+                },
+                seed: 1,
+            },
+            eval_batch: 64,
+            model_seed: 7,
+        }
+    }
+
+    pub fn with_steps(mut self, steps: usize) -> Self {
+        self.train.optim.total_steps = steps;
+        self.train.optim.warmup_steps = (steps / 10).max(1);
+        self
+    }
+
+    fn spec(&self, num_labels: usize) -> ClassifierSpec {
+        ClassifierSpec {
+            num_labels,
+            lora: self.lora.clone(),
+            pooling: self.pooling,
+            encoder_dropout: Some(self.encoder_dropout),
+            seed: self.model_seed,
+        }
+    }
+
+    pub fn tokenizer(&self, model_dir: &Path) -> Result<TextTokenizer> {
+        TextTokenizer::from_file(&model_dir.join("tokenizer.json"), self.max_seq_len)
+    }
+
+    /// A fresh (untrained) model for `num_labels` classes.
+    pub fn build(&self, weights: &BertWeights, num_labels: usize) -> Result<(BertClassifier, Trainables)> {
+        BertClassifier::new(weights, &self.spec(num_labels))
+    }
+
+    pub fn adapter_config(&self) -> AdapterConfig {
+        let mut lora = self.lora.clone();
+        if !lora.modules_to_save.iter().any(|m| m == "classifier") {
+            lora.modules_to_save.push("classifier".into());
+        }
+        AdapterConfig::from_lora(&lora, "SEQ_CLS", Some("sentence-transformers/all-MiniLM-L6-v2"))
+    }
+}
+
+/// A trained model with what it cost and how well it does.
+pub struct Trained {
+    pub model: BertClassifier,
+    pub trainables: Trainables,
+    pub report: TrainReport,
+    pub metrics: ClassificationMetrics,
+}
+
+pub fn train_and_evaluate(
+    weights: &BertWeights,
+    tokenizer: &TextTokenizer,
+    train: &ClassificationSet,
+    held_out: &ClassificationSet,
+    run: &ClassifyRun,
+    device: &Device,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Trained> {
+    let (model, trainables) = run.build(weights, train.num_labels())?;
+    let report = classify::train(&model, &trainables, tokenizer, train, &run.train, device, progress)?;
+    let metrics = classify::evaluate(&model, tokenizer, held_out, run.eval_batch, device)?;
+    Ok(Trained {
+        model,
+        trainables,
+        report,
+        metrics,
+    })
+}
+
+/// Naive Bayes (Laplace) trained on `train`, scored on `held_out`.
+pub fn naive_bayes(train: &ClassificationSet, held_out: &ClassificationSet) -> Result<ClassificationMetrics> {
+    let nb = NaiveBayes::fit(train, 1.0);
+    eval::classification(&nb.predict_all(held_out), &held_out.labels, held_out.num_labels())
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FederatedReport {
+    pub shards: usize,
+    pub steps_per_run: usize,
+    pub union: ClassificationMetrics,
+    pub shard_metrics: Vec<ClassificationMetrics>,
+    pub exact: ClassificationMetrics,
+    pub naive: ClassificationMetrics,
+    pub exact_merge: MergeReport,
+    pub naive_merge: MergeReport,
+}
+
+/// Trains one adapter on the union and one per shard (same steps, same initialisation), merges
+/// the shard adapters exactly and naively with weights proportional to shard size, and scores
+/// everything on `held_out`.
+pub fn federated(
+    weights: &BertWeights,
+    tokenizer: &TextTokenizer,
+    train: &ClassificationSet,
+    held_out: &ClassificationSet,
+    run: &ClassifyRun,
+    shards: usize,
+    device: &Device,
+    progress: &mut dyn FnMut(&str, &Progress),
+) -> Result<FederatedReport> {
+    let union = train_and_evaluate(weights, tokenizer, train, held_out, run, device, &mut |p| {
+        progress("union", p)
+    })?;
+    let parts = split::shards(train, shards, run.train.seed ^ 0xfeed)?;
+    let mut adapters = Vec::new();
+    let mut shard_metrics = Vec::new();
+    let mut sizes = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        let label = format!("shard {i}");
+        let t = train_and_evaluate(weights, tokenizer, part, held_out, run, device, &mut |p| {
+            progress(&label, p)
+        })?;
+        adapters.push(Adapter::from_trainables(run.adapter_config(), &t.trainables)?);
+        shard_metrics.push(t.metrics);
+        sizes.push(part.len() as f64);
+    }
+    let score = |mode: MergeMode| -> Result<(ClassificationMetrics, MergeReport)> {
+        let opts = MergeOptions {
+            mode,
+            ..Default::default()
+        };
+        let (merged, report) = merge::merge(&adapters, &sizes, &opts)?;
+        let (model, trainables) = run.build(weights, train.num_labels())?;
+        trainables.load(&merged.tensors)?;
+        let m = classify::evaluate(&model, tokenizer, held_out, run.eval_batch, device)?;
+        Ok((m, report))
+    };
+    let (exact, exact_merge) = score(MergeMode::Exact)?;
+    let (naive, naive_merge) = score(MergeMode::Naive)?;
+    Ok(FederatedReport {
+        shards,
+        steps_per_run: run.train.optim.total_steps,
+        union: union.metrics,
+        shard_metrics,
+        exact,
+        naive,
+        exact_merge,
+        naive_merge,
+    })
+}

@@ -1,0 +1,369 @@
+//! AdamW (Loshchilov & Hutter) with PyTorch's update rule, a linear-warmup + cosine learning-rate
+//! schedule, clipping by global gradient norm and gradient accumulation — the combination the
+//! Hugging Face Trainer uses for LoRA, so hyper-parameters carry over.
+//!
+//! candle's own `AdamW` has no schedule, clipping or accumulation, so the step is written here
+//! over the [`GradStore`] that `Tensor::backward` returns.
+
+use candle_core::backprop::GradStore;
+use candle_core::{Tensor, Var};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::lora::Trainables;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OptimConfig {
+    /// Peak learning rate, reached at the end of warmup.
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// Optimiser steps of linear warmup from 0 to `lr`.
+    pub warmup_steps: usize,
+    /// Optimiser steps in the run; the cosine reaches `min_lr_ratio · lr` here.
+    pub total_steps: usize,
+    pub min_lr_ratio: f64,
+    /// Clip the global gradient norm to this value; `None` disables clipping.
+    pub max_grad_norm: Option<f64>,
+    /// Micro-batches whose gradients are averaged into one optimiser step.
+    pub grad_accum: usize,
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        Self {
+            lr: 1e-4,
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            warmup_steps: 0,
+            total_steps: 1,
+            min_lr_ratio: 0.0,
+            max_grad_norm: Some(1.0),
+            grad_accum: 1,
+        }
+    }
+}
+
+impl OptimConfig {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::Invalid(what));
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!("lr: {} must be a positive number", self.lr));
+        }
+        if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
+            return bad(format!(
+                "betas: ({}, {}) must lie in [0, 1)",
+                self.beta1, self.beta2
+            ));
+        }
+        if self.weight_decay < 0.0 || !self.weight_decay.is_finite() {
+            return bad(format!("weight_decay: {} is negative", self.weight_decay));
+        }
+        if self.total_steps == 0 {
+            return bad("total_steps: 0 is below the minimum 1".into());
+        }
+        if self.grad_accum == 0 {
+            return bad("grad_accum: 0 is below the minimum 1".into());
+        }
+        if let Some(c) = self.max_grad_norm {
+            if !(c.is_finite() && c > 0.0) {
+                return bad(format!("max_grad_norm: {c} must be a positive number"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Learning rate for optimiser step `step` (0-based): linear warmup, then cosine decay.
+    pub fn lr_at(&self, step: usize) -> f64 {
+        if step < self.warmup_steps {
+            return self.lr * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        let decay_steps = self.total_steps.saturating_sub(self.warmup_steps).max(1);
+        let progress = ((step - self.warmup_steps) as f64 / decay_steps as f64).min(1.0);
+        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
+        self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)
+    }
+}
+
+/// What one optimiser step did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepInfo {
+    /// 0-based index of the step just taken.
+    pub step: usize,
+    pub lr: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+}
+
+struct Slot {
+    name: String,
+    var: Var,
+    m: Tensor,
+    v: Tensor,
+    acc: Option<Tensor>,
+    decay: bool,
+}
+
+pub struct AdamW {
+    cfg: OptimConfig,
+    slots: Vec<Slot>,
+    step: usize,
+    micro: usize,
+}
+
+impl AdamW {
+    pub fn new(trainables: &Trainables, cfg: OptimConfig) -> Result<Self> {
+        cfg.validate()?;
+        let slots = trainables
+            .iter()
+            .map(|(name, var)| {
+                Ok(Slot {
+                    name: name.clone(),
+                    var: var.clone(),
+                    m: var.zeros_like()?,
+                    v: var.zeros_like()?,
+                    acc: None,
+                    // Like the HF Trainer: no weight decay on biases.
+                    decay: !name.ends_with(".bias"),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            cfg,
+            slots,
+            step: 0,
+            micro: 0,
+        })
+    }
+
+    pub fn config(&self) -> &OptimConfig {
+        &self.cfg
+    }
+
+    /// Optimiser steps taken so far.
+    pub fn steps_taken(&self) -> usize {
+        self.step
+    }
+
+    /// Adds one micro-batch's gradients. Every `grad_accum`-th call averages what was
+    /// accumulated and takes an optimiser step, returning what it did.
+    pub fn accumulate(&mut self, grads: &GradStore) -> Result<Option<StepInfo>> {
+        for slot in &mut self.slots {
+            // A trainable the loss does not reach (e.g. a frozen branch) gets a zero gradient.
+            let Some(g) = grads.get(slot.var.as_tensor()) else {
+                continue;
+            };
+            slot.acc = Some(match slot.acc.take() {
+                Some(acc) => (acc + g)?,
+                None => g.copy()?,
+            });
+        }
+        self.micro += 1;
+        if self.micro < self.cfg.grad_accum {
+            return Ok(None);
+        }
+        self.micro = 0;
+        self.apply().map(Some)
+    }
+
+    fn apply(&mut self) -> Result<StepInfo> {
+        let inv_accum = 1.0 / self.cfg.grad_accum as f64;
+        let mut grads = Vec::with_capacity(self.slots.len());
+        let mut sq_sum = 0f64;
+        for slot in &mut self.slots {
+            let g = match slot.acc.take() {
+                Some(g) => g.affine(inv_accum, 0.0)?,
+                None => slot.var.zeros_like()?,
+            };
+            let sq: f32 = g
+                .to_dtype(candle_core::DType::F32)?
+                .sqr()?
+                .sum_all()?
+                .to_scalar()?;
+            sq_sum += sq as f64;
+            grads.push(g);
+        }
+        let grad_norm = sq_sum.sqrt();
+        if !grad_norm.is_finite() {
+            let culprit = self
+                .slots
+                .iter()
+                .zip(&grads)
+                .find(|(_, g)| {
+                    g.sqr()
+                        .and_then(|s| s.sum_all())
+                        .and_then(|s| s.to_dtype(candle_core::DType::F32))
+                        .and_then(|s| s.to_scalar::<f32>())
+                        .map(|v| !v.is_finite())
+                        .unwrap_or(true)
+                })
+                .map(|(s, _)| s.name.clone())
+                .unwrap_or_default();
+            return Err(Error::Invalid(format!(
+                "gradient of {culprit} is not finite at step {}",
+                self.step
+            )));
+        }
+        let clip = match self.cfg.max_grad_norm {
+            // Same epsilon as torch.nn.utils.clip_grad_norm_.
+            Some(max) if grad_norm > max => max / (grad_norm + 1e-6),
+            _ => 1.0,
+        };
+        let lr = self.cfg.lr_at(self.step);
+        let t = (self.step + 1) as i32;
+        let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
+        let bc1 = 1.0 - b1.powi(t);
+        let bc2 = 1.0 - b2.powi(t);
+        for (slot, g) in self.slots.iter_mut().zip(grads) {
+            let g = if clip < 1.0 { g.affine(clip, 0.0)? } else { g };
+            slot.m = ((&slot.m * b1)? + (&g * (1.0 - b1))?)?;
+            slot.v = ((&slot.v * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+            let m_hat = (&slot.m / bc1)?;
+            let v_hat = (&slot.v / bc2)?;
+            let update = (m_hat / (v_hat.sqrt()? + self.cfg.eps)?)?;
+            let mut p = slot.var.as_tensor().detach();
+            if slot.decay && self.cfg.weight_decay > 0.0 {
+                p = (&p * (1.0 - lr * self.cfg.weight_decay))?;
+            }
+            let p = (p - (update * lr)?)?;
+            slot.var.set(&p)?;
+        }
+        let info = StepInfo {
+            step: self.step,
+            lr,
+            grad_norm,
+        };
+        self.step += 1;
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device};
+
+    #[test]
+    fn schedule_warms_up_linearly_then_decays_by_cosine_to_the_floor() {
+        let cfg = OptimConfig {
+            lr: 1.0,
+            warmup_steps: 4,
+            total_steps: 14,
+            min_lr_ratio: 0.1,
+            ..Default::default()
+        };
+        assert!((cfg.lr_at(0) - 0.25).abs() < 1e-12);
+        assert!((cfg.lr_at(3) - 1.0).abs() < 1e-12);
+        assert!((cfg.lr_at(4) - 1.0).abs() < 1e-12);
+        // Halfway through the decay the cosine is at its midpoint.
+        assert!((cfg.lr_at(9) - 0.55).abs() < 1e-12);
+        assert!((cfg.lr_at(14) - 0.1).abs() < 1e-12);
+        assert!((cfg.lr_at(100) - 0.1).abs() < 1e-12);
+    }
+
+    /// One step on f(x) = sum(x²)/2 with known gradient x, against the AdamW formula by hand.
+    #[test]
+    fn first_step_matches_pytorch_adamw_by_hand() {
+        let dev = Device::Cpu;
+        let x = Var::from_vec(vec![1.0f32, -2.0, 3.0], 3, &dev).unwrap();
+        let mut t = Trainables::new();
+        t.insert("w", x.clone()).unwrap();
+        let cfg = OptimConfig {
+            lr: 0.1,
+            weight_decay: 0.5,
+            max_grad_norm: None,
+            total_steps: 10,
+            ..Default::default()
+        };
+        let mut opt = AdamW::new(&t, cfg).unwrap();
+        let loss = (x.as_tensor().sqr().unwrap().sum_all().unwrap() * 0.5).unwrap();
+        let info = opt.accumulate(&loss.backward().unwrap()).unwrap().unwrap();
+        assert!((info.grad_norm - 14f64.sqrt()).abs() < 1e-5);
+        let got = x.as_tensor().to_vec1::<f32>().unwrap();
+        // Step 1: m̂ = g, v̂ = g², update = g/(|g|+eps) = sign(g); p ← p(1 - lr·wd) - lr·sign(g).
+        for (p0, p1) in [1.0f32, -2.0, 3.0].iter().zip(got) {
+            let want = p0 * (1.0 - 0.1 * 0.5) - 0.1 * p0.signum();
+            assert!((p1 - want).abs() < 1e-6, "{p1} vs {want}");
+        }
+    }
+
+    fn run_linear(cfg: OptimConfig, targets: &[[f32; 2]]) -> (Vec<Option<StepInfo>>, Vec<f32>) {
+        let dev = Device::Cpu;
+        let x = Var::zeros(2, DType::F32, &dev).unwrap();
+        let mut t = Trainables::new();
+        t.insert("w", x.clone()).unwrap();
+        let mut opt = AdamW::new(&t, cfg).unwrap();
+        let mut infos = vec![];
+        for target in targets {
+            let target = Tensor::new(target, &dev).unwrap();
+            // The gradient of -x·target is -target.
+            let loss = (x.as_tensor() * &target)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .neg()
+                .unwrap();
+            infos.push(opt.accumulate(&loss.backward().unwrap()).unwrap());
+        }
+        (infos, x.as_tensor().to_vec1::<f32>().unwrap())
+    }
+
+    fn plain(lr: f64) -> OptimConfig {
+        OptimConfig {
+            lr,
+            weight_decay: 0.0,
+            max_grad_norm: None,
+            total_steps: 10,
+            beta1: 0.0,
+            beta2: 0.0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn accumulation_averages_micro_batches_into_one_step() {
+        let cfg = OptimConfig {
+            grad_accum: 2,
+            ..plain(0.1)
+        };
+        let (infos, _) = run_linear(cfg, &[[1.0, 2.0], [3.0, 6.0]]);
+        assert!(infos[0].is_none());
+        let info = infos[1].unwrap();
+        // Mean gradient is -(2, 4): norm √20.
+        assert!((info.grad_norm - 20f64.sqrt()).abs() < 1e-5);
+        assert_eq!(info.step, 0);
+    }
+
+    #[test]
+    fn clipping_scales_the_gradient_to_the_max_global_norm() {
+        // A huge eps makes Adam's update proportional to the (clipped) gradient: g / eps.
+        let cfg = OptimConfig {
+            eps: 1e3,
+            max_grad_norm: Some(0.5),
+            ..plain(1.0)
+        };
+        let (infos, p) = run_linear(cfg, &[[3.0, 4.0]]);
+        assert!((infos[0].unwrap().grad_norm - 5.0).abs() < 1e-5);
+        let step_norm = ((p[0] as f64).powi(2) + (p[1] as f64).powi(2)).sqrt();
+        // |clipped g| = 0.5, update = g / (|g| + eps) per coordinate.
+        let want = 0.5 / (1e3 + 0.3);
+        assert!((step_norm - want).abs() / want < 1e-3, "{step_norm} vs {want}");
+        assert!((p[1] / p[0] - 4.0 / 3.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn non_finite_gradient_is_reported_with_the_tensor_name() {
+        let dev = Device::Cpu;
+        let x = Var::from_vec(vec![0.0f32], 1, &dev).unwrap();
+        let mut t = Trainables::new();
+        t.insert("head.weight", x.clone()).unwrap();
+        let mut opt = AdamW::new(&t, OptimConfig::default()).unwrap();
+        let loss = x.as_tensor().sqrt().unwrap().sum_all().unwrap();
+        let err = opt.accumulate(&loss.backward().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("head.weight"), "{err}");
+    }
+}

@@ -1,0 +1,19 @@
+//! Training loops.
+
+pub mod classify;
+
+use serde::Serialize;
+
+/// One heartbeat of a training run, emitted after every optimiser step.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Progress {
+    /// Optimiser steps done (1-based).
+    pub step: usize,
+    pub total_steps: usize,
+    /// Mean loss of this step's micro-batches.
+    pub loss: f32,
+    pub lr: f64,
+    pub grad_norm: f64,
+    /// Real (non-padding) tokens per second since the run started.
+    pub tokens_per_sec: f64,
+}
