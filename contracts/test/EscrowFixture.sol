@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {Test} from "forge-std/Test.sol";
+import {TestBase} from "./utils/TestBase.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
 import {MockERC20} from "./mocks/MockERC20.sol";
 import {FeeOnTransferToken} from "./mocks/FeeOnTransferToken.sol";
 
 /// Deployment and helpers shared by the unit, fuzz and gas tests.
-abstract contract EscrowFixture is Test {
+abstract contract EscrowFixture is TestBase {
     JobEscrow internal escrow;
     MockERC20 internal usdc;
     FeeOnTransferToken internal fot;

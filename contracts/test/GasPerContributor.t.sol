@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {console2} from "forge-std/console2.sol";
+import {Console} from "./utils/Console.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
 import {EscrowFixture} from "./EscrowFixture.sol";
 
@@ -76,13 +76,13 @@ contract GasPerContributorTest is EscrowFixture {
 
     function test_gas_per_contributor_report() public {
         uint256[3] memory sizes = [uint256(1), 10, 100];
-        console2.log(isolated ? "isolated: one transaction per call" : "not isolated: returning figures too low");
-        console2.log("n, tx gas (new contributors), per contributor, tx gas (returning), per contributor");
+        Console.log(isolated ? "isolated: one transaction per call" : "not isolated: returning figures too low");
+        Console.log("n, tx gas (new contributors), per contributor, tx gas (returning), per contributor");
         for (uint256 k; k < sizes.length; ++k) {
             uint256 n = sizes[k];
             uint256 fresh = _txGas(_fresh(n));
             uint256 returning = _txGas(_returning(n));
-            console2.log(
+            Console.log(
                 string.concat(
                     vm.toString(n),
                     ", ",
@@ -110,8 +110,8 @@ contract GasPerContributorTest is EscrowFixture {
             n += 1;
         }
         uint256 gMax = _txGas(_fresh(n));
-        console2.log(string.concat("marginal gas per new contributor: ", vm.toString(marginal)));
-        console2.log(
+        Console.log(string.concat("marginal gas per new contributor: ", vm.toString(marginal)));
+        Console.log(
             string.concat(
                 "largest n within 30M gas (new contributors): ",
                 vm.toString(n),

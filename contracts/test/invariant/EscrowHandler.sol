@@ -1,9 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {CommonBase} from "forge-std/Base.sol";
-import {StdCheats} from "forge-std/StdCheats.sol";
-import {StdUtils} from "forge-std/StdUtils.sol";
+import {Cheats} from "../utils/Cheats.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {JobEscrow} from "../../src/JobEscrow.sol";
 import {MockERC20} from "../mocks/MockERC20.sol";
@@ -15,7 +13,7 @@ import {ReentrantAttacker} from "../mocks/ReentrantAttacker.sol";
 /// actors (plain accounts, a contract that refuses ETH, a reentrant attacker) in ETH, a plain
 /// ERC-20 and a fee-on-transfer token. Reverts are expected (wrong caller, wrong state, past the
 /// deadline) and swallowed; what succeeds is recorded in ghost variables the invariants check.
-contract EscrowHandler is CommonBase, StdCheats, StdUtils {
+contract EscrowHandler is Cheats {
     JobEscrow public immutable escrow;
     MockERC20 public immutable usdc;
     FeeOnTransferToken public immutable fot;

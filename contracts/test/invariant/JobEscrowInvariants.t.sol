@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
-import {Test} from "forge-std/Test.sol";
+import {TestBase} from "../utils/TestBase.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {JobEscrow} from "../../src/JobEscrow.sol";
 import {MockERC20} from "../mocks/MockERC20.sol";
@@ -10,7 +10,7 @@ import {EscrowHandler} from "./EscrowHandler.sol";
 
 /// Money is conserved under any sequence of calls: for every token, the escrow holds exactly
 /// the stakes of unfinished jobs plus every credit not yet withdrawn.
-contract JobEscrowInvariants is Test {
+contract JobEscrowInvariants is TestBase {
     JobEscrow internal escrow;
     MockERC20 internal usdc;
     FeeOnTransferToken internal fot;
