@@ -11,10 +11,12 @@ pub fn search_dirs() -> Vec<PathBuf> {
     if let Some(list) = std::env::var_os("SHARDWORK_PYTHON_FIXTURES") {
         dirs.extend(std::env::split_paths(&list));
     }
-    // The repo checkout this crate was built from, then the current directory.
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    dirs.push(repo.join(".tools/python"));
-    dirs.push(PathBuf::from(".tools/python"));
+    // The current directory and its ancestors (tests run in worker/, the CLI in the repo root),
+    // then the checkout this crate was compiled in.
+    if let Ok(cwd) = std::env::current_dir() {
+        dirs.extend(cwd.ancestors().map(|d| d.join(".tools/python")));
+    }
+    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/python"));
     dirs.extend(site_packages());
     dirs
 }
