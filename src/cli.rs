@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use crate::config::Config;
 
 #[derive(Debug, Parser)]
-#[command(name = "shardwork", version, about = "An open marketplace for LoRA and federated fine-tuning")]
+#[command(
+    name = "shardwork",
+    version,
+    about = "An open marketplace for LoRA and federated fine-tuning"
+)]
 pub struct Cli {
     /// Configuration file (TOML). Without it, ./shardwork.toml is read when present.
     #[arg(long, global = true, env = "SHARDWORK_CONFIG")]
@@ -27,12 +31,16 @@ pub enum Command {
     Up,
     /// Print the effective configuration (secrets redacted) and exit.
     Config,
+    /// Run a benchmark; each prints its baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(crate::bench::BenchCommand),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Up => crate::up::run(config).await,
+        Command::Bench(command) => crate::bench::run(command).await,
         Command::Config => {
             print!("{}", config.redacted_toml());
             Ok(())

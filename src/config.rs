@@ -100,7 +100,10 @@ impl Config {
     /// The database URL in effect: the configured one, or the SQLite file in `data_dir`.
     pub fn effective_database_url(&self) -> String {
         if self.database_url.is_empty() {
-            format!("sqlite://{}?mode=rwc", self.data_dir.join("shardwork.db").display())
+            format!(
+                "sqlite://{}?mode=rwc",
+                self.data_dir.join("shardwork.db").display()
+            )
         } else {
             self.database_url.clone()
         }
@@ -126,7 +129,11 @@ pub fn redact_url(url: &str) -> String {
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            let masked = if userinfo.contains(':') { format!("{user}:***") } else { user.to_owned() };
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
             format!("{scheme}://{masked}@{host}{path}")
         }
         None => url.to_owned(),
@@ -144,7 +151,10 @@ mod tests {
         let shown = config.redacted_toml();
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(!shown.contains("guest:guest"), "{shown}");
-        assert!(shown.contains("postgres://app:***@db:5432/shardwork"), "{shown}");
+        assert!(
+            shown.contains("postgres://app:***@db:5432/shardwork"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -157,7 +167,10 @@ mod tests {
     #[test]
     fn file_then_environment_override_defaults() {
         figment::Jail::expect_with(|jail| {
-            jail.create_file("custom.toml", "data_dir = \"/srv/sw\"\n[queue]\nkind = \"rabbitmq\"\n")?;
+            jail.create_file(
+                "custom.toml",
+                "data_dir = \"/srv/sw\"\n[queue]\nkind = \"rabbitmq\"\n",
+            )?;
             jail.set_env("SHARDWORK_QUEUE__MAX_DELIVERIES", "9");
             jail.set_env("SHARDWORK_REQUIRE_SERVICES", "1");
             let config = Config::load(Some(Path::new("custom.toml"))).map_err(|e| e.to_string())?;

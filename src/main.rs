@@ -3,8 +3,10 @@
 //! `shardwork up` runs everything in one process on embedded defaults; the other subcommands run
 //! one component each against real servers, or act for a requester.
 
+mod bench;
 mod cli;
 mod config;
+mod infra;
 mod up;
 
 use clap::Parser;
@@ -24,8 +26,11 @@ async fn main() -> std::process::ExitCode {
 
 fn init_tracing(json: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("SHARDWORK_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = EnvFilter::try_from_env("SHARDWORK_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
         builder.json().init();
     } else {

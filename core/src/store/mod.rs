@@ -10,6 +10,13 @@
 //!
 //! Every read is verified against its CID; see [`StoreError::Corrupt`].
 
+pub mod dag_pb;
+pub mod embedded;
+pub mod kubo;
+pub mod seal;
+pub mod unixfs;
+pub mod verify;
+
 use std::pin::Pin;
 
 use async_trait::async_trait;

@@ -5,3 +5,4 @@
 //! release binary.
 
 pub mod services;
+pub mod store_suite;

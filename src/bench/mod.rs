@@ -1,0 +1,105 @@
+//! `shardwork bench …`: benchmarks that print their figure beside a baseline measured in the same
+//! run. They are not tests; `scripts/test` does not run them.
+
+pub mod queue;
+pub mod store;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Subcommand, ValueEnum};
+use shardwork_core::queue::TaskQueue;
+use shardwork_core::queue::rabbitmq::{RabbitQueue, RabbitSettings};
+use shardwork_core::queue::table::TableQueue;
+
+use crate::infra;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Content addressing (Kubo-compatible CIDs) in MB/s beside `sha256sum` on the same file.
+    Store {
+        /// File to hash; by default a generated file of --size-mib in the temp folder.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        #[arg(long, default_value_t = 256)]
+        size_mib: u64,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// Task queue throughput (publish + consume + ack) of each adapter.
+    Queue {
+        #[arg(long, value_enum, default_value_t = QueueAdapter::All)]
+        adapter: QueueAdapter,
+        #[arg(long, default_value_t = 10_000)]
+        messages: usize,
+        #[arg(long, default_value_t = 4)]
+        consumers: usize,
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+        postgres_url: String,
+        #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+        amqp_url: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QueueAdapter {
+    All,
+    TableSqlite,
+    TablePostgres,
+    Rabbitmq,
+}
+
+pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Store {
+            file,
+            size_mib,
+            runs,
+        } => {
+            let report =
+                store::bench_content_addressing(file.as_deref(), size_mib << 20, runs).await?;
+            println!("{report}");
+        }
+        BenchCommand::Queue {
+            adapter,
+            messages,
+            consumers,
+            postgres_url,
+            amqp_url,
+        } => {
+            let run_id = uuid::Uuid::new_v4().simple().to_string();
+            let wanted = |a: QueueAdapter| adapter == QueueAdapter::All || adapter == a;
+            let mut targets: Vec<(String, Arc<dyn TaskQueue>)> = Vec::new();
+            let _sqlite_dir;
+            if wanted(QueueAdapter::TableSqlite) {
+                let dir = tempfile::tempdir()?;
+                let url = format!(
+                    "sqlite://{}?mode=rwc",
+                    dir.path().join("bench.db").display()
+                );
+                let db = infra::connect_database(&url).await?;
+                targets.push(("table (SQLite)".into(), Arc::new(TableQueue::new(db))));
+                _sqlite_dir = dir;
+            }
+            if wanted(QueueAdapter::TablePostgres) {
+                let db = infra::connect_database(&postgres_url).await?;
+                targets.push(("table (PostgreSQL)".into(), Arc::new(TableQueue::new(db))));
+            }
+            if wanted(QueueAdapter::Rabbitmq) {
+                let rabbit = RabbitQueue::connect(&amqp_url, RabbitSettings::default())
+                    .await
+                    .context("connecting to RabbitMQ")?;
+                targets.push(("RabbitMQ".into(), Arc::new(rabbit)));
+            }
+            for (label, queue) in targets {
+                let mut config = queue::QueueBenchConfig::new(&label, &format!("bench.{run_id}"));
+                config.messages = messages;
+                config.consumers = consumers;
+                let report = queue::bench_queue(queue, &config).await?;
+                println!("{report}");
+            }
+        }
+    }
+    Ok(())
+}
