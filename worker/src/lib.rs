@@ -2,6 +2,7 @@
 //! Hugging Face PEFT adapter files and federated merging.
 
 pub mod baseline;
+pub mod bench;
 pub mod bert;
 pub mod data;
 pub mod error;

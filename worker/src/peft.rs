@@ -122,6 +122,8 @@ impl AdapterConfig {
         if self.lora_alpha.fract() == 0.0 && self.lora_alpha.abs() < 1e15 {
             v["lora_alpha"] = serde_json::json!(self.lora_alpha as i64);
         }
+        // f32 → JSON would print 0.1 as 0.10000000149011612.
+        v["lora_dropout"] = serde_json::json!((self.lora_dropout as f64 * 1e6).round() / 1e6);
         serde_json::to_string_pretty(&v).map_err(|e| Error::Invalid(e.to_string()))
     }
 }
@@ -169,7 +171,10 @@ impl Adapter {
                     },
                 );
             } else if let Some(module) = name.strip_suffix(".lora_B.weight") {
-                if !self.tensors.contains_key(&format!("{module}.lora_A.weight")) {
+                if !self
+                    .tensors
+                    .contains_key(&format!("{module}.lora_A.weight"))
+                {
                     return Err(Error::Mismatch(format!("{name} has no lora_A")));
                 }
             }
@@ -211,8 +216,7 @@ impl Adapter {
     /// Reads a PEFT adapter directory. Errors name the file and what is wrong in it.
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
         let config_path = dir.join(CONFIG_FILE);
-        let text =
-            std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
+        let text = std::fs::read_to_string(&config_path).map_err(|e| Error::io(&config_path, e))?;
         let config: AdapterConfig = serde_json::from_str(&text).map_err(|e| Error::Config {
             path: config_path.clone(),
             detail: e.to_string(),
@@ -240,9 +244,7 @@ impl Adapter {
             if ar != r || br != r {
                 return Err(Error::Safetensors {
                     path: weights_path.clone(),
-                    detail: format!(
-                        "{module}: lora_A rank {ar}, lora_B rank {br}, config r {r}"
-                    ),
+                    detail: format!("{module}: lora_A rank {ar}, lora_B rank {br}, config r {r}"),
                 });
             }
         }
