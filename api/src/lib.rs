@@ -1,1 +1,22 @@
+//! The Shardwork HTTP API: Sign-In with Ethereum, job quotes, worker registration; problem+json
+//! errors, request tracing, Prometheus metrics and per-caller rate limits.
+//!
+//! The CLI builds [`startup::Ports`] and an [`configuration::ApiConfig`] and calls
+//! [`startup::serve`]; tests use [`startup::app`] or [`startup::Application`].
 
+pub mod auth;
+pub mod configuration;
+pub mod entities;
+pub mod extract;
+pub mod lifecycle;
+pub mod metrics;
+pub mod pipeline;
+pub mod problem;
+pub mod routes;
+pub mod sealing;
+pub mod sizing;
+pub mod startup;
+pub mod telemetry;
+
+pub use configuration::ApiConfig;
+pub use startup::{Application, Ports, StartupError, serve};

@@ -1,0 +1,228 @@
+//! The API's typed settings. The CLI loads them (defaults < file < `SHARDWORK_…` environment)
+//! and hands them to [`crate::startup::build`]; this module only defines them, their defaults
+//! and the checks that must pass before the server binds.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::EthAddress;
+
+/// A secret string: deserializes from plain text, never prints or serializes its value.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "<unset>"
+        } else {
+            "<redacted>"
+        })
+    }
+}
+
+/// Serializes redacted so that printing the effective configuration never leaks the value.
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.0.is_empty() {
+            "<unset>"
+        } else {
+            "<redacted>"
+        })
+    }
+}
+
+/// Settings of the HTTP API.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Where the server listens.
+    pub bind: SocketAddr,
+    /// The authority Sign-In with Ethereum messages must name (EIP-4361 `domain`), as the
+    /// wallet shows it to the user: the host (and port) the portal is served from.
+    pub siwe_domain: String,
+    /// The chain sign-in messages must name (EIP-4361 `Chain ID`); 31337 is anvil's.
+    pub chain_id: u64,
+    /// HMAC key of the access and refresh tokens (HS256). At least 32 bytes.
+    pub jwt_secret: Secret,
+    /// Master secret from which each job's held-out sealing key is derived, so that no key is
+    /// ever written to the database or the content store. At least 32 bytes.
+    pub sealing_secret: Secret,
+    pub access_token_ttl_secs: u64,
+    pub refresh_token_ttl_secs: u64,
+    /// How long a sign-in nonce stays spendable.
+    pub nonce_ttl_secs: u64,
+    /// Largest JSON request body.
+    pub json_limit_bytes: usize,
+    /// Largest dataset upload.
+    pub upload_limit_bytes: usize,
+    /// Requests per minute per caller (token subject, or peer IP when unauthenticated);
+    /// 0 turns rate limiting off.
+    pub rate_limit_per_minute: u32,
+    /// Addresses granted the admin role at sign-in.
+    pub admin_addresses: Vec<EthAddress>,
+    /// Addresses granted the validator role at sign-in: the only holders of held-out keys.
+    pub validator_addresses: Vec<EthAddress>,
+    /// Price quoted per trainable adapter parameter per training record and epoch, in wei.
+    pub price_wei_per_param_record: u64,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            siwe_domain: "localhost:8080".into(),
+            chain_id: 31337,
+            jwt_secret: Secret::default(),
+            sealing_secret: Secret::default(),
+            access_token_ttl_secs: 15 * 60,
+            refresh_token_ttl_secs: 7 * 24 * 3600,
+            nonce_ttl_secs: 5 * 60,
+            json_limit_bytes: 1 << 20,
+            upload_limit_bytes: 256 << 20,
+            rate_limit_per_minute: 600,
+            admin_addresses: Vec::new(),
+            validator_addresses: Vec::new(),
+            price_wei_per_param_record: 1_000,
+        }
+    }
+}
+
+/// A setting that keeps the server from starting, named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("api.{field}: {message}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+/// HS256 keys shorter than the hash output weaken the MAC (RFC 7518 §3.2).
+pub const MIN_SECRET_BYTES: usize = 32;
+
+impl ApiConfig {
+    /// Every problem that must be fixed before the server can start.
+    pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut check = |ok: bool, field: &'static str, message: String| {
+            if !ok {
+                errors.push(ConfigError { field, message });
+            }
+        };
+        for (field, secret) in [
+            ("jwt_secret", &self.jwt_secret),
+            ("sealing_secret", &self.sealing_secret),
+        ] {
+            check(
+                secret.expose().len() >= MIN_SECRET_BYTES,
+                field,
+                format!(
+                    "must be at least {MIN_SECRET_BYTES} bytes, found {}",
+                    secret.expose().len()
+                ),
+            );
+        }
+        check(
+            !self.siwe_domain.is_empty() && !self.siwe_domain.contains(char::is_whitespace),
+            "siwe_domain",
+            format!("{:?} is not a host[:port]", self.siwe_domain),
+        );
+        check(
+            self.access_token_ttl_secs > 0,
+            "access_token_ttl_secs",
+            "must be above 0".into(),
+        );
+        check(
+            self.refresh_token_ttl_secs >= self.access_token_ttl_secs,
+            "refresh_token_ttl_secs",
+            format!(
+                "{} is shorter than access_token_ttl_secs {}",
+                self.refresh_token_ttl_secs, self.access_token_ttl_secs
+            ),
+        );
+        check(
+            self.nonce_ttl_secs > 0,
+            "nonce_ttl_secs",
+            "must be above 0".into(),
+        );
+        check(
+            self.json_limit_bytes >= 1024,
+            "json_limit_bytes",
+            "must be at least 1024".into(),
+        );
+        check(
+            self.upload_limit_bytes >= self.json_limit_bytes,
+            "upload_limit_bytes",
+            "must be at least json_limit_bytes".into(),
+        );
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> ApiConfig {
+        ApiConfig {
+            jwt_secret: Secret::new("j".repeat(32)),
+            sealing_secret: Secret::new("s".repeat(32)),
+            ..ApiConfig::default()
+        }
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let config = valid();
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("jjjj"), "{debug}");
+        let json = serde_json::to_string(&config).unwrap();
+        assert!(
+            !json.contains("jjjj") && json.contains("<redacted>"),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn short_secrets_are_refused_by_name() {
+        let config = ApiConfig {
+            jwt_secret: Secret::new("j".repeat(31)),
+            ..valid()
+        };
+        let errors = config.validate().unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(
+            errors[0].to_string(),
+            "api.jwt_secret: must be at least 32 bytes, found 31"
+        );
+        assert!(valid().validate().is_ok());
+    }
+
+    #[test]
+    fn defaults_need_only_secrets() {
+        let errors = ApiConfig::default().validate().unwrap_err();
+        let fields: Vec<_> = errors.iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["jwt_secret", "sealing_secret"]);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = serde_json::from_str::<ApiConfig>(r#"{"jwt_secrte": "x"}"#).unwrap_err();
+        assert!(err.to_string().contains("jwt_secrte"), "{err}");
+    }
+}

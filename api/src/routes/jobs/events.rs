@@ -1,0 +1,177 @@
+//! A job's event feed: a paginated list, and the same events as Server-Sent Events.
+
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use futures::stream;
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::find_job;
+use crate::auth::{AnyRole, Authenticated};
+use crate::entities::job_event;
+use crate::lifecycle::JobStatus;
+use crate::problem::ApiError;
+use crate::startup::AppState;
+
+pub const DEFAULT_PAGE: u64 = 50;
+pub const MAX_PAGE: u64 = 500;
+/// How often an open stream looks for new events.
+const POLL: Duration = Duration::from_millis(250);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventView {
+    /// Increasing per server; pass the last one seen as `after`.
+    pub id: i64,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<job_event::Model> for EventView {
+    fn from(m: job_event::Model) -> Self {
+        EventView {
+            id: m.id,
+            kind: m.kind,
+            payload: m.payload,
+            created_at: m.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventQuery {
+    /// Only events with a larger id.
+    pub after: Option<i64>,
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EventPage {
+    pub events: Vec<EventView>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next_after: Option<i64>,
+}
+
+async fn page(
+    db: &DatabaseConnection,
+    job_id: Uuid,
+    after: i64,
+    limit: u64,
+) -> Result<Vec<job_event::Model>, ApiError> {
+    Ok(job_event::Entity::find()
+        .filter(job_event::Column::JobId.eq(job_id))
+        .filter(job_event::Column::Id.gt(after))
+        .order_by_asc(job_event::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?)
+}
+
+pub async fn list(
+    state: web::Data<AppState>,
+    _caller: Authenticated<AnyRole>,
+    id: web::Path<Uuid>,
+    query: web::Query<EventQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let job = find_job(&state.db, id.into_inner()).await?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::invalid(
+            "query.limit",
+            format!("{limit} is outside 1..={MAX_PAGE}"),
+        ));
+    }
+    let mut rows = page(&state.db, job.id, query.after.unwrap_or(0), limit + 1).await?;
+    let next_after = if rows.len() as u64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|e| e.id)
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(EventPage {
+        events: rows.into_iter().map(EventView::from).collect(),
+        next_after,
+    }))
+}
+
+/// One SSE frame; the event id lets a reconnecting client resume with `Last-Event-ID`.
+fn frame(event: &EventView) -> String {
+    let data = serde_json::to_string(event).unwrap_or_default();
+    format!("id: {}\nevent: {}\ndata: {data}\n\n", event.id, event.kind)
+}
+
+/// Streams the job's events from `after` (or `Last-Event-ID`) on. The stream ends once the job
+/// is in a terminal status and every event has been sent.
+pub async fn stream(
+    state: web::Data<AppState>,
+    _caller: Authenticated<AnyRole>,
+    id: web::Path<Uuid>,
+    query: web::Query<EventQuery>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let job = find_job(&state.db, id.into_inner()).await?;
+    let resume = match req.headers().get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .ok_or_else(|| ApiError::malformed("Last-Event-ID", "must be an event id"))?,
+        ),
+        None => None,
+    };
+    let after = resume.or(query.after).unwrap_or(0);
+    let db = state.db.clone();
+    let job_id = job.id;
+    let events = stream::unfold(
+        (db, after, false, true),
+        move |(db, after, done, first)| async move {
+            if done {
+                return None;
+            }
+            let mut after = after;
+            let mut first = first;
+            loop {
+                if !first {
+                    tokio::time::sleep(POLL).await;
+                }
+                first = false;
+                // Status before events: a terminal status is committed with its event, so the
+                // events read next include everything the job will ever have.
+                let terminal = match find_job(&db, job_id).await {
+                    Ok(job) => JobStatus::parse(&job.status).is_some_and(JobStatus::is_terminal),
+                    Err(err) => return Some((Err(err), (db, after, true, false))),
+                };
+                let rows = match page(&db, job_id, after, MAX_PAGE).await {
+                    Ok(rows) => rows,
+                    Err(err) => return Some((Err(err), (db, after, true, false))),
+                };
+                let full = rows.len() as u64 == MAX_PAGE;
+                if let Some(last) = rows.last() {
+                    after = last.id;
+                }
+                let text: String = rows
+                    .into_iter()
+                    .map(|e| frame(&EventView::from(e)))
+                    .collect();
+                if !text.is_empty() {
+                    // A full page may have more behind it: fetch again at once, and finish only
+                    // after a short page of a terminal job.
+                    let done = terminal && !full;
+                    return Some((Ok(web::Bytes::from(text)), (db, after, done, full)));
+                }
+                if terminal {
+                    return None;
+                }
+            }
+        },
+    );
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("cache-control", "no-cache"))
+        .streaming(events))
+}

@@ -1,0 +1,241 @@
+//! Adapter size and split arithmetic for quotes (and, later, the dataset pipeline).
+//!
+//! A LoRA on a linear layer `in → out` trains `r·(in + out)` parameters (A is r×in, B is
+//! out×r). The layer shapes come from the model's `config.json` dimensions; the quote takes them
+//! from the request when given and otherwise assumes one reference model per architecture
+//! (named in the answer), since the spec names the architecture but not the size.
+
+use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::{Architecture, JobSpec};
+
+/// The `config.json` dimensions that decide layer shapes (Hugging Face names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelShape {
+    pub hidden_size: u64,
+    pub intermediate_size: u64,
+    pub num_hidden_layers: u64,
+    pub num_attention_heads: u64,
+    /// Grouped-query attention (Llama); equal to `num_attention_heads` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_key_value_heads: Option<u64>,
+}
+
+impl ModelShape {
+    /// The reference model assumed when a quote names no shape.
+    pub fn reference(architecture: Architecture) -> (&'static str, ModelShape) {
+        match architecture {
+            Architecture::Bert => (
+                "bert-base-uncased",
+                ModelShape {
+                    hidden_size: 768,
+                    intermediate_size: 3072,
+                    num_hidden_layers: 12,
+                    num_attention_heads: 12,
+                    num_key_value_heads: None,
+                },
+            ),
+            Architecture::Llama => (
+                "SmolLM2-135M",
+                ModelShape {
+                    hidden_size: 576,
+                    intermediate_size: 1536,
+                    num_hidden_layers: 30,
+                    num_attention_heads: 9,
+                    num_key_value_heads: Some(3),
+                },
+            ),
+        }
+    }
+
+    /// Checks the dimensions are positive, bounded and consistent.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let fields = [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads.unwrap_or(1)),
+        ];
+        for (name, value) in fields {
+            // 2^20 is beyond any published model dimension; it keeps the products in u128 range.
+            if !(1..=1 << 20).contains(&value) {
+                return Err((name.into(), format!("{value} is outside 1..=1048576")));
+            }
+        }
+        if self.hidden_size % self.num_attention_heads != 0 {
+            return Err((
+                "num_attention_heads".into(),
+                format!(
+                    "{} does not divide hidden_size {}",
+                    self.num_attention_heads, self.hidden_size
+                ),
+            ));
+        }
+        if let Some(kv) = self.num_key_value_heads
+            && self.num_attention_heads % kv != 0
+        {
+            return Err((
+                "num_key_value_heads".into(),
+                format!(
+                    "{kv} does not divide num_attention_heads {}",
+                    self.num_attention_heads
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `(in, out)` of each linear layer a module name matches, per transformer layer, plus the
+    /// layers matched once per model; `None` for a name this architecture does not have.
+    fn linears(
+        &self,
+        architecture: Architecture,
+        module: &str,
+    ) -> Option<(Vec<(u64, u64)>, Vec<(u64, u64)>)> {
+        let h = self.hidden_size;
+        let i = self.intermediate_size;
+        let head_dim = h / self.num_attention_heads;
+        let kv = self.num_key_value_heads.unwrap_or(self.num_attention_heads) * head_dim;
+        let per_layer = match (architecture, module) {
+            (Architecture::Llama, "q_proj") => vec![(h, h)],
+            (Architecture::Llama, "k_proj" | "v_proj") => vec![(h, kv)],
+            (Architecture::Llama, "o_proj") => vec![(h, h)],
+            (Architecture::Llama, "gate_proj" | "up_proj") => vec![(h, i)],
+            (Architecture::Llama, "down_proj") => vec![(i, h)],
+            (Architecture::Bert, "query" | "key" | "value") => vec![(h, h)],
+            // PEFT matches `dense` by suffix: attention output, intermediate and output, plus
+            // the pooler once.
+            (Architecture::Bert, "dense") => {
+                return Some((vec![(h, h), (h, i), (i, h)], vec![(h, h)]));
+            }
+            _ => return None,
+        };
+        Some((per_layer, Vec::new()))
+    }
+}
+
+pub fn known_modules(architecture: Architecture) -> &'static [&'static str] {
+    match architecture {
+        Architecture::Llama => &[
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ],
+        Architecture::Bert => &["query", "key", "value", "dense"],
+    }
+}
+
+/// Trainable parameters of the adapter `spec` asks for on a model of `shape`, or the path and
+/// reason of the first target module the architecture lacks.
+pub fn adapter_params(spec: &JobSpec, shape: &ModelShape) -> Result<u128, (String, String)> {
+    let arch = spec.base_model.architecture;
+    let r = u128::from(spec.lora.r);
+    let layers = u128::from(shape.num_hidden_layers);
+    let mut total: u128 = 0;
+    for (index, module) in spec.lora.target_modules.iter().enumerate() {
+        let (per_layer, once) = shape.linears(arch, module).ok_or_else(|| {
+            (
+                format!("lora.target_modules[{index}]"),
+                format!(
+                    "{module:?} is not a {arch:?} module; known: {}",
+                    known_modules(arch).join(", ")
+                ),
+            )
+        })?;
+        let lora = |(i, o): &(u64, u64)| r * (u128::from(*i) + u128::from(*o));
+        total += layers * per_layer.iter().map(lora).sum::<u128>();
+        total += once.iter().map(lora).sum::<u128>();
+    }
+    // A saved classification head is trained in full: weight and bias.
+    if spec.lora.modules_to_save.iter().any(|m| m == "classifier") {
+        let labels = u128::from(spec.base_model.num_labels.unwrap_or(2));
+        total += labels * u128::from(shape.hidden_size) + labels;
+    }
+    Ok(total)
+}
+
+/// How `records` split into held-out and training: the held-out set gets `ceil(f·n)` records
+/// (at least one, so the validator always has data), training the rest.
+pub fn held_out_count(records: u64, fraction: f64) -> u64 {
+    let held = (records as f64 * fraction).ceil() as u64;
+    held.clamp(1, records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bert_query_value_rank_8_matches_peft() {
+        // PEFT reports 294,912 trainable LoRA parameters for bert-base with r=8 on query,value:
+        // 12 layers × 2 modules × 8 × (768 + 768).
+        let (_, shape) = ModelShape::reference(Architecture::Bert);
+        let per = 8u128 * (768 + 768);
+        assert_eq!(12 * 2 * per, 294_912);
+        let spec = spec_with(Architecture::Bert, &["query", "value"], 8);
+        assert_eq!(adapter_params(&spec, &shape).unwrap(), 294_912);
+    }
+
+    #[test]
+    fn llama_grouped_query_attention_shrinks_k_and_v() {
+        let (_, shape) = ModelShape::reference(Architecture::Llama);
+        let spec = spec_with(Architecture::Llama, &["q_proj", "v_proj"], 8);
+        // head_dim 64, 3 kv heads → v_proj is 576 → 192.
+        assert_eq!(
+            adapter_params(&spec, &shape).unwrap(),
+            30 * 8 * ((576 + 576) + (576 + 192))
+        );
+    }
+
+    #[test]
+    fn unknown_module_is_named_by_index() {
+        let (_, shape) = ModelShape::reference(Architecture::Bert);
+        let spec = spec_with(Architecture::Bert, &["query", "q_proj"], 8);
+        let (path, message) = adapter_params(&spec, &shape).unwrap_err();
+        assert_eq!(path, "lora.target_modules[1]");
+        assert!(message.contains("known: query"), "{message}");
+    }
+
+    #[test]
+    fn held_out_is_at_least_one_and_never_all() {
+        assert_eq!(held_out_count(100, 0.1), 10);
+        assert_eq!(held_out_count(101, 0.1), 11);
+        assert_eq!(held_out_count(3, 0.01), 1);
+        assert_eq!(held_out_count(1, 0.5), 1);
+    }
+
+    #[test]
+    fn inconsistent_shapes_are_refused() {
+        let (_, mut shape) = ModelShape::reference(Architecture::Llama);
+        shape.num_key_value_heads = Some(4);
+        assert_eq!(shape.validate().unwrap_err().0, "num_key_value_heads");
+        shape.num_key_value_heads = Some(3);
+        shape.hidden_size = 0;
+        assert_eq!(shape.validate().unwrap_err().0, "hidden_size");
+    }
+
+    fn spec_with(arch: Architecture, modules: &[&str], r: u32) -> JobSpec {
+        let (model, task, labels) = match arch {
+            Architecture::Bert => ("bert", "sequence_classification", Some(2)),
+            Architecture::Llama => ("llama", "causal_lm", None),
+        };
+        let mut v = serde_json::json!({
+            "version": 1, "kind": "lora",
+            "base_model": { "cid": "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku",
+                "format": "safetensors", "architecture": model, "task": task },
+            "lora": { "r": r, "alpha": 16, "target_modules": modules },
+            "training": { "epochs": 1, "learning_rate": 0.001, "batch_size": 8, "max_seq_len": 64, "seed": 1 },
+            "shards": 1, "rounds": 1, "held_out_fraction": 0.1,
+            "deadline": "2099-01-01T00:00:00Z", "stake": { "amount": "1" }
+        });
+        if let Some(n) = labels {
+            v["base_model"]["num_labels"] = n.into();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+}

@@ -1,0 +1,113 @@
+use actix_web::test::TestRequest;
+
+use crate::helpers::{Backend, TestApp, config, send};
+use crate::on_both_databases;
+
+async fn healthz_and_readyz_answer_when_the_database_does(backend: Backend) {
+    let Some(app) = TestApp::start(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let reply = send(&service, TestRequest::get().uri("/healthz")).await;
+    assert_eq!(
+        (reply.status, reply.body["status"].as_str()),
+        (200, Some("ok"))
+    );
+    let reply = send(&service, TestRequest::get().uri("/readyz")).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert!(reply.headers.contains_key("x-request-id"));
+}
+
+async fn readyz_is_503_problem_when_the_database_is_gone(backend: Backend) {
+    let Some(app) = TestApp::start(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    app.db.clone().close().await.expect("close pool");
+    let reply = send(&service, TestRequest::get().uri("/readyz")).await;
+    reply.problem(503, "unavailable");
+    // Liveness does not depend on the database.
+    assert_eq!(
+        send(&service, TestRequest::get().uri("/healthz"))
+            .await
+            .status,
+        200
+    );
+}
+
+async fn metrics_count_requests_by_route_pattern(backend: Backend) {
+    let Some(app) = TestApp::start(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    send(&service, TestRequest::get().uri("/healthz")).await;
+    send(&service, TestRequest::get().uri("/healthz")).await;
+    send(&service, TestRequest::get().uri("/no/such/thing")).await;
+    let reply = send(&service, TestRequest::get().uri("/metrics")).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.content_type.starts_with("text/plain; version=0.0.4"));
+    assert!(
+        reply.text.contains(
+            "shardwork_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} 2"
+        ),
+        "{}",
+        reply.text
+    );
+    // Unrouted paths share one label value, so scanners cannot blow up cardinality.
+    assert!(
+        reply.text.contains("route=\"unmatched\",status=\"404\"} 1"),
+        "{}",
+        reply.text
+    );
+    assert!(!reply.text.contains("/no/such/thing"));
+}
+
+async fn unknown_route_is_a_problem_json_404(backend: Backend) {
+    let Some(app) = TestApp::start(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let reply = send(&service, TestRequest::get().uri("/v1/nope")).await;
+    reply.problem(404, "not-found");
+}
+
+async fn rate_limit_answers_429_with_retry_after_but_spares_probes(backend: Backend) {
+    let config = shardwork_api::ApiConfig {
+        rate_limit_per_minute: 3,
+        ..config()
+    };
+    let Some(app) = TestApp::with_config(backend, config).await else {
+        return;
+    };
+    let service = app.service().await;
+    // Three are admitted; the fourth is refused, or (if a minute boundary passed meanwhile)
+    // one of the next three is.
+    let mut statuses = Vec::new();
+    let limited = loop {
+        let reply = send(&service, TestRequest::get().uri("/v1/auth/me")).await;
+        statuses.push(reply.status);
+        if reply.status == 429 || statuses.len() == 7 {
+            break reply;
+        }
+    };
+    assert!(statuses[..3].iter().all(|s| *s == 401), "{statuses:?}");
+    limited.problem(429, "rate-limited");
+    let retry: i64 = limited.header("retry-after").parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    for _ in 0..5 {
+        assert_eq!(
+            send(&service, TestRequest::get().uri("/healthz"))
+                .await
+                .status,
+            200
+        );
+    }
+}
+
+on_both_databases!(
+    healthz_and_readyz_answer_when_the_database_does,
+    readyz_is_503_problem_when_the_database_is_gone,
+    metrics_count_requests_by_route_pattern,
+    unknown_route_is_a_problem_json_404,
+    rate_limit_answers_429_with_retry_after_but_spares_probes,
+);
