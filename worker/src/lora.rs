@@ -286,7 +286,11 @@ impl LoraLinear {
         }
         let rows: usize = lead.iter().product();
         let x2 = x.reshape((rows, in_dim))?;
-        let mut y = x2.matmul(&self.weight.t()?)?;
+        let mut y = match self.kind {
+            // The head trains: its weight needs the ordinary matmul's gradient.
+            Kind::Full => x2.matmul(&self.weight.t()?)?,
+            Kind::Frozen | Kind::Lora { .. } => crate::nn::frozen_matmul_t(&x2, &self.weight)?,
+        };
         if let Some(b) = &self.bias {
             y = y.broadcast_add(b)?;
         }
@@ -298,11 +302,7 @@ impl LoraLinear {
             rng,
         } = &self.kind
         {
-            let xd = if train {
-                rng.apply(&x2, *dropout)?
-            } else {
-                x2
-            };
+            let xd = if train { rng.apply(&x2, *dropout)? } else { x2 };
             let delta = xd
                 .matmul(&a.as_tensor().t()?)?
                 .matmul(&b.as_tensor().t()?)?
@@ -317,8 +317,9 @@ impl LoraLinear {
     /// `W + scale·B·A`: the weight a merged (adapter-free) model uses for this layer.
     pub fn merged_weight(&self) -> Result<Tensor> {
         match &self.kind {
-            Kind::Lora { a, b, scale, .. } => Ok((&self.weight
-                + b.as_tensor().matmul(a.as_tensor())?.affine(*scale, 0.0)?)?),
+            Kind::Lora { a, b, scale, .. } => {
+                Ok((&self.weight + b.as_tensor().matmul(a.as_tensor())?.affine(*scale, 0.0)?)?)
+            }
             Kind::Frozen | Kind::Full => Ok(self.weight.clone()),
         }
     }
@@ -565,7 +566,11 @@ mod tests {
         let dev = Device::Cpu;
         let mut lb = LoraBuilder::new(cfg(), 0).unwrap();
         let l = lb
-            .linear("query", Tensor::zeros((3, 4), DType::F32, &dev).unwrap(), None)
+            .linear(
+                "query",
+                Tensor::zeros((3, 4), DType::F32, &dev).unwrap(),
+                None,
+            )
             .unwrap();
         let e = l
             .forward(&Tensor::zeros((2, 5), DType::F32, &dev).unwrap(), false)
