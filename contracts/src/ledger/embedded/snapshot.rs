@@ -1,0 +1,170 @@
+//! The embedded chain's state file: serde of accounts, storage, logs and clock, written
+//! atomically (temp file, fsync, rename) so a crash mid-write leaves the previous state intact.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use alloy::primitives::{Address, Bytes, U256};
+use revm::bytecode::Bytecode;
+use revm::database::{AccountState, CacheDB, EmptyDB};
+use revm::state::AccountInfo;
+use serde::{Deserialize, Serialize};
+
+use super::{Chain, EMBEDDED_CHAIN_ID};
+use crate::ledger::{LedgerError, RawLog, Result};
+
+/// Bumped when the file's layout changes incompatibly.
+const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub format_version: u32,
+    pub chain_id: u64,
+    pub block_number: u64,
+    pub timestamp: u64,
+    pub time_offset: u64,
+    pub accounts: BTreeMap<Address, AccountSnapshot>,
+    pub logs: Vec<LogSnapshot>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountSnapshot {
+    pub balance: U256,
+    pub nonce: u64,
+    #[serde(default, skip_serializing_if = "is_empty_code")]
+    pub code: Bytes,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage: BTreeMap<U256, U256>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogSnapshot {
+    pub block_number: u64,
+    pub tx_hash: alloy::primitives::B256,
+    pub log_index: u64,
+    pub log: alloy::primitives::Log,
+}
+
+impl Chain {
+    pub(super) fn snapshot(&self) -> Snapshot {
+        let accounts = self
+            .db
+            .cache
+            .accounts
+            .iter()
+            .filter(|(_, account)| account.account_state != AccountState::NotExisting)
+            .map(|(address, account)| {
+                let code = account
+                    .info
+                    .code
+                    .clone()
+                    .or_else(|| {
+                        self.db
+                            .cache
+                            .contracts
+                            .get(&account.info.code_hash)
+                            .cloned()
+                    })
+                    .map(|code| code.original_bytes())
+                    .unwrap_or_default();
+                let storage = account
+                    .storage
+                    .iter()
+                    .filter(|(_, value)| !value.is_zero())
+                    .map(|(k, v)| (*k, *v))
+                    .collect();
+                (
+                    *address,
+                    AccountSnapshot {
+                        balance: account.info.balance,
+                        nonce: account.info.nonce,
+                        code,
+                        storage,
+                    },
+                )
+            })
+            .collect();
+        let logs = self
+            .logs
+            .iter()
+            .map(|l| LogSnapshot {
+                block_number: l.block_number,
+                tx_hash: l.tx_hash,
+                log_index: l.log_index,
+                log: l.log.clone(),
+            })
+            .collect();
+        Snapshot {
+            format_version: FORMAT_VERSION,
+            chain_id: EMBEDDED_CHAIN_ID,
+            block_number: self.block_number,
+            timestamp: self.timestamp,
+            time_offset: self.time_offset,
+            accounts,
+            logs,
+        }
+    }
+
+    pub(super) fn restore(snapshot: Snapshot) -> Self {
+        let mut db = CacheDB::new(EmptyDB::default());
+        for (address, account) in snapshot.accounts {
+            let code = Bytecode::new_raw(account.code);
+            let info = AccountInfo::new(account.balance, account.nonce, code.hash_slow(), code);
+            db.insert_account_info(address, info);
+            for (slot, value) in account.storage {
+                // EmptyDB never fails: the storage is entirely ours.
+                let _ = db.insert_account_storage(address, slot, value);
+            }
+        }
+        let logs = snapshot
+            .logs
+            .into_iter()
+            .map(|l| RawLog {
+                block_number: l.block_number,
+                tx_hash: l.tx_hash,
+                log_index: l.log_index,
+                log: l.log,
+            })
+            .collect();
+        Chain {
+            db,
+            block_number: snapshot.block_number,
+            timestamp: snapshot.timestamp,
+            time_offset: snapshot.time_offset,
+            logs,
+        }
+    }
+}
+
+pub(super) fn write_atomically(path: &Path, snapshot: &Snapshot) -> Result<()> {
+    let io = |source| LedgerError::StateIo {
+        path: path.to_owned(),
+        source,
+    };
+    let json = serde_json::to_vec(snapshot).map_err(|source| LedgerError::StateCorrupt {
+        path: path.to_owned(),
+        source,
+    })?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut file = std::fs::File::create(&tmp).map_err(io)?;
+    file.write_all(&json).map_err(io)?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)?;
+    // The rename is durable only once the directory entry is.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(dir) = std::fs::File::open(dir) {
+            let _ = dir.sync_all();
+        }
+    }
+    Ok(())
+}
+
+fn is_empty_code(code: &Bytes) -> bool {
+    code.is_empty()
+}

@@ -1,0 +1,194 @@
+//! The shared Ledger suite on the JSON-RPC adapter against an anvil each test starts, and what
+//! only it does: re-sending dropped transactions and giving up on ones never mined.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy::primitives::U256;
+use alloy::providers::Provider;
+use serde_json::Value;
+use shardwork_contracts::dev_keys::dev_signers;
+use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
+use shardwork_contracts::ledger::{DeployParams, ETH, JobKind, Ledger, LedgerError, NewJob};
+use shardwork_contracts::testkit::anvil::Anvil;
+use shardwork_contracts::testkit::ledger_suite as suite;
+
+const SUITE: &str = "contracts ledger (JSON-RPC, anvil)";
+
+async fn start(config: impl FnOnce(RpcConfig) -> RpcConfig) -> Option<(Anvil, Arc<RpcLedger>)> {
+    let anvil = Anvil::start(SUITE)?;
+    let base = RpcConfig {
+        poll_interval: Duration::from_millis(20),
+        ..RpcConfig::new(anvil.url())
+    };
+    let ledger = RpcLedger::connect(config(base), dev_signers())
+        .await
+        .expect("connect to anvil");
+    Some((anvil, Arc::new(ledger)))
+}
+
+#[tokio::test]
+async fn eth_lora_job_pays_contributor_and_treasury() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    suite::eth_lora_job_pays_contributor_and_treasury(&*ledger).await;
+}
+
+#[tokio::test]
+async fn erc20_federated_job_splits_stake_by_quality() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    suite::erc20_federated_job_splits_stake_by_quality(&*ledger).await;
+}
+
+#[tokio::test]
+async fn reverts_are_decoded_into_contract_errors() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    suite::reverts_are_decoded_into_contract_errors(&*ledger).await;
+}
+
+#[tokio::test]
+async fn cancel_and_refund_return_the_stake_to_the_requester() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    suite::cancel_and_refund_return_the_stake_to_the_requester(&*ledger).await;
+}
+
+#[tokio::test]
+async fn events_from_a_block_on_are_typed_and_ordered() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    suite::events_from_a_block_on_are_typed_and_ordered(ledger).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_signer_sending_concurrently_never_reuses_a_nonce() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    suite::one_signer_sending_concurrently_never_reuses_a_nonce(ledger).await;
+}
+
+async fn anvil_rpc(ledger: &RpcLedger, method: &'static str, params: Value) -> Value {
+    ledger
+        .provider()
+        .raw_request(method.into(), params)
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e}"))
+}
+
+async fn pending_in_pool(ledger: &RpcLedger) -> u64 {
+    let status = anvil_rpc(ledger, "txpool_status", Value::Array(vec![])).await;
+    let pending = status["pending"].as_str().expect("txpool_status.pending");
+    u64::from_str_radix(pending.trim_start_matches("0x"), 16).unwrap()
+}
+
+async fn wait_for_pool(ledger: &RpcLedger, expected: u64) {
+    for _ in 0..500 {
+        if pending_in_pool(ledger).await == expected {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the pool never held {expected} transaction(s)");
+}
+
+async fn deploy(ledger: &RpcLedger) -> alloy::primitives::Address {
+    let admin = ledger.accounts()[0];
+    let params = DeployParams {
+        admin,
+        validator: admin,
+        fee_manager: admin,
+        treasury: admin,
+        fee_bps: 0,
+    };
+    ledger.deploy_escrow(admin, &params).await.unwrap()
+}
+
+async fn eth_job(ledger: &RpcLedger) -> NewJob {
+    NewJob {
+        token: ETH,
+        stake: U256::from(1_000u64),
+        spec_cid: "bafyspec".into(),
+        deadline: ledger.block_timestamp().await.unwrap() + 3_600,
+        kind: JobKind::Lora,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_transaction_is_re_sent_until_mined() {
+    let Some((_anvil, ledger)) = start(|c| RpcConfig {
+        resend_after: Duration::from_millis(400),
+        ..c
+    })
+    .await
+    else {
+        return;
+    };
+    let escrow = deploy(&ledger).await;
+    let requester = ledger.accounts()[3];
+    let job = eth_job(&ledger).await;
+    anvil_rpc(&ledger, "evm_setAutomine", Value::Array(vec![false.into()])).await;
+
+    let sender = ledger.clone();
+    let create = tokio::spawn(async move { sender.create_job(escrow, requester, &job).await });
+    wait_for_pool(&ledger, 1).await;
+    // What a node restart or pool eviction does: the transaction is gone.
+    anvil_rpc(&ledger, "anvil_dropAllTransactions", Value::Array(vec![])).await;
+    assert_eq!(pending_in_pool(&ledger).await, 0);
+    wait_for_pool(&ledger, 1).await;
+    anvil_rpc(&ledger, "evm_mine", Value::Array(vec![])).await;
+
+    let (job_id, outcome) = tokio::time::timeout(Duration::from_secs(30), create)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(job_id, U256::from(1));
+    assert_eq!(
+        ledger.job(escrow, job_id).await.unwrap().requester,
+        requester
+    );
+    assert_eq!(outcome.block_number, ledger.block_number().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_never_mined_times_out_and_the_signer_recovers() {
+    let Some((_anvil, ledger)) = start(|c| RpcConfig {
+        resend_after: Duration::from_millis(200),
+        receipt_timeout: Duration::from_secs(1),
+        ..c
+    })
+    .await
+    else {
+        return;
+    };
+    let escrow = deploy(&ledger).await;
+    let requester = ledger.accounts()[3];
+    let job = eth_job(&ledger).await;
+    anvil_rpc(&ledger, "evm_setAutomine", Value::Array(vec![false.into()])).await;
+
+    let error = ledger
+        .create_job(escrow, requester, &job)
+        .await
+        .unwrap_err();
+    match &error {
+        LedgerError::ReceiptTimeout { resends, .. } => {
+            assert!(*resends >= 1, "never re-sent: {error}")
+        }
+        other => panic!("expected a receipt timeout, got {other:?}"),
+    }
+    assert!(error.to_string().contains("not mined within"), "{error}");
+
+    // Mining resumes: the stuck transaction lands, and the next one takes the following nonce.
+    anvil_rpc(&ledger, "evm_setAutomine", Value::Array(vec![true.into()])).await;
+    anvil_rpc(&ledger, "evm_mine", Value::Array(vec![])).await;
+    let (second, _) = ledger.create_job(escrow, requester, &job).await.unwrap();
+    assert_eq!(second, U256::from(2), "the timed-out transaction was job 1");
+}
