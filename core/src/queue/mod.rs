@@ -13,6 +13,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub mod rabbitmq;
+pub mod table;
+
+/// Largest payload either adapter accepts. Task messages carry CIDs and small specs, never data;
+/// anything near this size is a bug upstream, and RabbitMQ's own limit is far larger.
+pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
+
 /// A message to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutgoingMessage {
@@ -55,6 +62,14 @@ pub enum QueueError {
     MalformedPayload { key: String, reason: String },
     #[error("payload of {size} bytes exceeds the queue's limit of {limit} bytes")]
     PayloadTooLarge { size: usize, limit: usize },
+    #[error("idempotency key {0:?} is invalid: use 1-255 bytes")]
+    InvalidIdempotencyKey(String),
+    #[error("queue options are invalid: {0}")]
+    InvalidOptions(String),
+    #[error("queue {0:?} was not declared on this handle: call declare first")]
+    NotDeclared(String),
+    #[error("delivery of message {key:?} is no longer held ({reason}); it will be redelivered")]
+    StaleDelivery { key: String, reason: String },
     #[error("queue connection lost: {0}")]
     Disconnected(String),
     #[error("queue backend: {0}")]
@@ -96,7 +111,12 @@ impl Delivery {
         delivery_count: u32,
         settle: Box<dyn Settle>,
     ) -> Self {
-        Delivery { idempotency_key, payload, delivery_count, settle }
+        Delivery {
+            idempotency_key,
+            payload,
+            delivery_count,
+            settle,
+        }
     }
 
     /// Decodes the JSON payload, naming the message when it is malformed.
@@ -139,6 +159,21 @@ pub trait TaskQueue: Send + Sync {
     /// Publishes durably: when this returns Ok the message survives a broker or process crash.
     async fn publish(&self, queue: &str, message: OutgoingMessage) -> Result<(), QueueError>;
 
+    /// Publishes several messages durably; when this returns Ok every one of them is stored.
+    /// Adapters override it to pipeline (RabbitMQ: many confirms in flight) or to batch (one
+    /// database transaction). On error some of them may have been stored: publishing again is
+    /// safe because every message carries its idempotency key.
+    async fn publish_batch(
+        &self,
+        queue: &str,
+        messages: Vec<OutgoingMessage>,
+    ) -> Result<(), QueueError> {
+        for message in messages {
+            self.publish(queue, message).await?;
+        }
+        Ok(())
+    }
+
     /// Starts consuming `queue`.
     async fn consume(&self, queue: &str) -> Result<Box<dyn Consumer>, QueueError>;
 
@@ -149,10 +184,54 @@ pub trait TaskQueue: Send + Sync {
     async fn ready_count(&self, queue: &str) -> Result<u64, QueueError>;
 }
 
+impl QueueOptions {
+    /// Rejects options no adapter can honour.
+    pub fn validate(&self) -> Result<(), QueueError> {
+        if self.max_deliveries == 0 {
+            return Err(QueueError::InvalidOptions(
+                "max_deliveries: 0 is below the minimum 1".into(),
+            ));
+        }
+        if self.prefetch == 0 {
+            return Err(QueueError::InvalidOptions(
+                "prefetch: 0 is below the minimum 1".into(),
+            ));
+        }
+        if self.visibility_timeout < Duration::from_millis(1) {
+            return Err(QueueError::InvalidOptions(
+                "visibility_timeout: must be at least 1 ms".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a message before it is published: the key must fit an AMQP short string (RabbitMQ
+/// carries it as `message_id`) and the payload must fit [`MAX_PAYLOAD_BYTES`].
+pub fn check_message(message: &OutgoingMessage) -> Result<(), QueueError> {
+    let key = &message.idempotency_key;
+    if key.is_empty() || key.len() > 255 {
+        return Err(QueueError::InvalidIdempotencyKey(key.clone()));
+    }
+    if message.payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(QueueError::PayloadTooLarge {
+            size: message.payload.len(),
+            limit: MAX_PAYLOAD_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Checks a queue name against the characters both RabbitMQ and SQL accept without quoting.
 pub fn validate_queue_name(name: &str) -> Result<(), QueueError> {
     let ok = !name.is_empty()
         && name.len() <= 200
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok { Ok(()) } else { Err(QueueError::InvalidQueueName(name.to_owned())) }
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(QueueError::InvalidQueueName(name.to_owned()))
+    }
 }

@@ -4,5 +4,6 @@
 //! Compiled only for tests (`cfg(test)`) or with the `testkit` feature, so it never ships in a
 //! release binary.
 
+pub mod queue_suite;
 pub mod services;
 pub mod store_suite;

@@ -1,0 +1,91 @@
+//! Runs the `shardwork bench` queue measurement (src/bench/queue.rs) on every adapter that can
+//! run here. Ignored by default (it is a measurement, and slow on a shared machine):
+//! `cargo nextest run -p shardwork-core --test queue_bench --run-ignored only --no-capture`.
+//! Set SHARDWORK_BENCH_MESSAGES to change the message count (default 10,000).
+
+#[path = "../../src/bench/queue.rs"]
+mod queue_bench;
+
+use std::sync::Arc;
+
+use queue_bench::{QueueBenchConfig, bench_queue};
+use sea_orm::{ConnectionTrait, Database};
+use shardwork_core::queue::rabbitmq::{RabbitQueue, RabbitSettings};
+use shardwork_core::queue::table::TableQueue;
+use shardwork_core::testkit::services::{Service, service_url};
+use shardwork_migrations::{Migrator, MigratorTrait};
+
+fn config(adapter: &str) -> QueueBenchConfig {
+    let mut config =
+        QueueBenchConfig::new(adapter, &format!("bench.{}", uuid::Uuid::new_v4().simple()));
+    if let Some(n) = std::env::var("SHARDWORK_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.messages = n;
+    }
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "benchmark: run with --run-ignored only"]
+async fn bench_rabbitmq() {
+    let Some(url) = service_url(Service::RabbitMq, "queue bench (RabbitMQ)") else {
+        return;
+    };
+    let queue = RabbitQueue::connect(&url, RabbitSettings::default())
+        .await
+        .expect("connect");
+    let config = config("RabbitMQ");
+    let report = bench_queue(Arc::new(queue.clone()), &config)
+        .await
+        .expect("bench");
+    println!("{report}");
+    queue.delete(&config.queue).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "benchmark: run with --run-ignored only"]
+async fn bench_table_sqlite() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("bench.db").display()
+    );
+    let db = Database::connect(&url).await.expect("sqlite");
+    Migrator::up(&db, None).await.expect("migrate");
+    let report = bench_queue(Arc::new(TableQueue::new(db)), &config("table (SQLite)"))
+        .await
+        .expect("bench");
+    println!("{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "benchmark: run with --run-ignored only"]
+async fn bench_table_postgres() {
+    let Some(url) = service_url(Service::Postgres, "queue bench (PostgreSQL)") else {
+        return;
+    };
+    let admin = Database::connect(&url).await.expect("connect");
+    let name = format!("shardwork_bench_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .execute_unprepared(&format!("CREATE DATABASE {name}"))
+        .await
+        .expect("create db");
+    let slash = url.rfind('/').expect("URL names a database");
+    let db = Database::connect(&format!("{}/{name}", &url[..slash]))
+        .await
+        .expect("connect");
+    Migrator::up(&db, None).await.expect("migrate");
+    let outcome = bench_queue(
+        Arc::new(TableQueue::new(db.clone())),
+        &config("table (PostgreSQL)"),
+    )
+    .await;
+    db.close().await.expect("close");
+    admin
+        .execute_unprepared(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .await
+        .expect("drop");
+    println!("{}", outcome.expect("bench"));
+}
