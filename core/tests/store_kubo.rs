@@ -32,14 +32,29 @@ struct Emulator {
     blocks: EmbeddedStore,
 }
 
-/// Kubo's error body (go-ipfs-cmds): HTTP 500 with `{"Message", "Code": 0, "Type": "error"}`.
-fn kubo_error(status: StatusCode, message: &str) -> Response<Body> {
-    let body = serde_json::json!({ "Message": message, "Code": 0, "Type": "error" });
-    Response::builder()
-        .status(status)
-        .header("Content-Type", "application/json")
-        .body(Body::from(body.to_string()))
-        .expect("static response parts")
+/// A failed RPC call, answered with Kubo's error body (go-ipfs-cmds): the status (500 for
+/// command errors) and `{"Message", "Code": 0, "Type": "error"}`.
+struct RpcError {
+    status: StatusCode,
+    message: String,
+}
+
+fn kubo_error(status: StatusCode, message: &str) -> RpcError {
+    RpcError {
+        status,
+        message: message.to_owned(),
+    }
+}
+
+impl RpcError {
+    fn into_response(self) -> Response<Body> {
+        let body = serde_json::json!({ "Message": self.message, "Code": 0, "Type": "error" });
+        Response::builder()
+            .status(self.status)
+            .header("Content-Type", "application/json")
+            .body(Body::from(body.to_string()))
+            .expect("static response parts")
+    }
 }
 
 fn json_line(value: serde_json::Value) -> Response<Body> {
@@ -90,10 +105,8 @@ impl Emulator {
     async fn handle(self, req: Request<Body>) -> Result<Response<Body>, Infallible> {
         // Kubo's RPC refuses anything but POST (since 0.5, as a CSRF defence).
         if req.method() != Method::POST {
-            return Ok(kubo_error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "405 - Method Not Allowed",
-            ));
+            let refusal = kubo_error(StatusCode::METHOD_NOT_ALLOWED, "405 - Method Not Allowed");
+            return Ok(refusal.into_response());
         }
         let params = query(&req);
         let options: HashMap<&str, &str> = params
@@ -118,14 +131,14 @@ impl Emulator {
                 &format!("404 page not found: {other}"),
             )),
         };
-        Ok(response.unwrap_or_else(|error| error))
+        Ok(response.unwrap_or_else(RpcError::into_response))
     }
 
     /// Refuses options the emulator does not implement, so adapter drift fails loudly here.
     fn expect_options(
         options: &HashMap<&str, &str>,
         allowed: &[(&str, &str)],
-    ) -> Result<(), Response<Body>> {
+    ) -> Result<(), RpcError> {
         for (key, value) in options {
             if GLOBAL_OPTIONS.contains(key) {
                 continue;
@@ -143,7 +156,7 @@ impl Emulator {
         Ok(())
     }
 
-    fn one_cid(args: &[&str]) -> Result<cid::Cid, Response<Body>> {
+    fn one_cid(args: &[&str]) -> Result<cid::Cid, RpcError> {
         match args {
             [arg] => parse_cid(arg).map_err(|err| {
                 kubo_error(
@@ -162,7 +175,7 @@ impl Emulator {
         &self,
         options: &HashMap<&str, &str>,
         req: Request<Body>,
-    ) -> Result<Response<Body>, Response<Body>> {
+    ) -> Result<Response<Body>, RpcError> {
         Self::expect_options(
             options,
             &[
@@ -213,7 +226,7 @@ impl Emulator {
         ))
     }
 
-    fn not_found(cid: &cid::Cid) -> Response<Body> {
+    fn not_found(cid: &cid::Cid) -> RpcError {
         kubo_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             &format!("block was not found locally (offline): ipld: could not find {cid}"),
@@ -224,7 +237,7 @@ impl Emulator {
         &self,
         options: &HashMap<&str, &str>,
         args: &[&str],
-    ) -> Result<Response<Body>, Response<Body>> {
+    ) -> Result<Response<Body>, RpcError> {
         Self::expect_options(options, &[])?;
         let cid = Self::one_cid(args)?;
         // Served as stored, unverified: verification is the adapter's job, and the suite damages
@@ -247,7 +260,7 @@ impl Emulator {
         &self,
         options: &HashMap<&str, &str>,
         args: &[&str],
-    ) -> Result<Response<Body>, Response<Body>> {
+    ) -> Result<Response<Body>, RpcError> {
         Self::expect_options(options, &[])?;
         let cid = Self::one_cid(args)?;
         match self.blocks.block(&cid).await {
@@ -266,7 +279,7 @@ impl Emulator {
         &self,
         options: &HashMap<&str, &str>,
         args: &[&str],
-    ) -> Result<Response<Body>, Response<Body>> {
+    ) -> Result<Response<Body>, RpcError> {
         Self::expect_options(options, &[("recursive", "true"), ("progress", "false")])?;
         let cid = Self::one_cid(args)?;
         match self.blocks.pin(&cid).await {
@@ -285,7 +298,7 @@ impl Emulator {
         &self,
         options: &HashMap<&str, &str>,
         args: &[&str],
-    ) -> Result<Response<Body>, Response<Body>> {
+    ) -> Result<Response<Body>, RpcError> {
         Self::expect_options(options, &[("type", "recursive")])?;
         let cid = Self::one_cid(args)?;
         let stat = self
