@@ -94,7 +94,7 @@ pub fn next(from: JobStatus, transition: Transition) -> Result<JobStatus, String
         (AwaitingFunding, Transition::Fund) => Ok(Open),
         (Open, Transition::Complete) => Ok(Completed),
         (AwaitingFunding | Open, Transition::Refund) => Ok(Refunded),
-        (from, Transition::Cancel) if from == Open => Err(
+        (Open, Transition::Cancel) => Err(
             "a funded job cannot be cancelled; it is refunded at its deadline if unfinished".into(),
         ),
         (from, t) => Err(format!(

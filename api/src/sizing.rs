@@ -8,6 +8,9 @@
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{Architecture, JobSpec};
 
+/// A linear layer's `(in_features, out_features)`.
+type Linear = (u64, u64);
+
 /// The `config.json` dimensions that decide layer shapes (Hugging Face names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,7 +66,7 @@ impl ModelShape {
                 return Err((name.into(), format!("{value} is outside 1..=1048576")));
             }
         }
-        if self.hidden_size % self.num_attention_heads != 0 {
+        if !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err((
                 "num_attention_heads".into(),
                 format!(
@@ -73,7 +76,7 @@ impl ModelShape {
             ));
         }
         if let Some(kv) = self.num_key_value_heads
-            && self.num_attention_heads % kv != 0
+            && !self.num_attention_heads.is_multiple_of(kv)
         {
             return Err((
                 "num_key_value_heads".into(),
@@ -92,7 +95,7 @@ impl ModelShape {
         &self,
         architecture: Architecture,
         module: &str,
-    ) -> Option<(Vec<(u64, u64)>, Vec<(u64, u64)>)> {
+    ) -> Option<(Vec<Linear>, Vec<Linear>)> {
         let h = self.hidden_size;
         let i = self.intermediate_size;
         let head_dim = h / self.num_attention_heads;

@@ -233,7 +233,7 @@ fn field<'a>(
 ) -> Result<Option<String>, SiweError> {
     let prefix = format!("{tag}: ");
     match lines.peek().and_then(|l| l.strip_prefix(prefix.as_str())) {
-        Some(value) if value.is_empty() => Err(err(name, "is empty")),
+        Some("") => Err(err(name, "is empty")),
         Some(value) => {
             let value = value.to_owned();
             lines.next();

@@ -111,3 +111,60 @@ on_both_databases!(
     unknown_route_is_a_problem_json_404,
     rate_limit_answers_429_with_retry_after_but_spares_probes,
 );
+
+/// The real server (not the test service): bound on a random port, answering raw HTTP/1.1.
+#[actix_web::test]
+async fn application_serves_http_on_the_port_it_bound() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(app) = TestApp::start(Backend::Sqlite).await else {
+        return;
+    };
+    let ports = shardwork_api::Ports {
+        db: app.db.clone(),
+        store: app.state.store.clone(),
+        queue: app.state.queue.clone(),
+    };
+    let config = shardwork_api::ApiConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        ..config()
+    };
+    let server = shardwork_api::Application::build(config, ports).expect("bind");
+    let port = server.port;
+    let running = actix_web::rt::spawn(server.run_until_stopped());
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    assert!(response.ends_with(r#"{"status":"ok"}"#), "{response}");
+    running.abort();
+}
+
+#[actix_web::test]
+async fn server_refuses_to_start_with_a_short_jwt_secret() {
+    let Some(app) = TestApp::start(Backend::Sqlite).await else {
+        return;
+    };
+    let ports = shardwork_api::Ports {
+        db: app.db.clone(),
+        store: app.state.store.clone(),
+        queue: app.state.queue.clone(),
+    };
+    let config = shardwork_api::ApiConfig {
+        jwt_secret: shardwork_api::configuration::Secret::new("short"),
+        ..config()
+    };
+    let err = shardwork_api::Application::build(config, ports)
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string()
+            .contains("api.jwt_secret: must be at least 32 bytes"),
+        "{err}"
+    );
+}
