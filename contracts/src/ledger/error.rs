@@ -75,7 +75,7 @@ impl LedgerError {
             LedgerError::Reverted {
                 reason: Revert::Escrow(e),
                 ..
-            } => Some(e),
+            } => Some(e.as_ref()),
             _ => None,
         }
     }
@@ -84,10 +84,11 @@ impl LedgerError {
 /// A decoded revert.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Revert {
-    /// One of JobEscrow's custom errors, with its arguments.
-    Escrow(JobEscrowErrors),
+    /// One of JobEscrow's custom errors, with its arguments. Boxed, as is `Token`: the largest
+    /// error is ~100 bytes, and every `Result` of the ledger would otherwise carry that size.
+    Escrow(Box<JobEscrowErrors>),
     /// An ERC-20 error (OpenZeppelin's IERC20Errors), bubbled up through SafeERC20.
-    Token(MockERC20Errors),
+    Token(Box<MockERC20Errors>),
     /// `Error(string)`, a `Panic(uint256)`, or another standard reason, already readable.
     Message(String),
     /// No revert data: out of gas, an invalid opcode, or a call to an address without code.
@@ -102,10 +103,10 @@ impl Revert {
             return Revert::Empty;
         }
         if let Ok(e) = JobEscrowErrors::abi_decode(data) {
-            return Revert::Escrow(e);
+            return Revert::Escrow(Box::new(e));
         }
         if let Ok(e) = MockERC20Errors::abi_decode(data) {
-            return Revert::Token(e);
+            return Revert::Token(Box::new(e));
         }
         match alloy::sol_types::decode_revert_reason(data) {
             Some(message) => Revert::Message(message),

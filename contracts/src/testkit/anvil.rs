@@ -45,11 +45,9 @@ impl Anvil {
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if !sent {
-                    if let Some(address) = line.strip_prefix("Listening on ") {
-                        let _ = tx.send(address.trim().to_owned());
-                        sent = true;
-                    }
+                if !sent && let Some(address) = line.strip_prefix("Listening on ") {
+                    let _ = tx.send(address.trim().to_owned());
+                    sent = true;
                 }
             }
         });

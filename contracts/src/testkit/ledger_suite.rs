@@ -83,7 +83,7 @@ fn revert_of(result: Result<impl std::fmt::Debug, LedgerError>) -> JobEscrowErro
         Err(LedgerError::Reverted {
             reason: Revert::Escrow(e),
             ..
-        }) => e,
+        }) => *e,
         other => panic!("expected a JobEscrow revert, got {other:?}"),
     }
 }

@@ -157,10 +157,10 @@ pub(super) fn write_atomically(path: &Path, snapshot: &Snapshot) -> Result<()> {
     file.sync_all().map_err(io)?;
     std::fs::rename(&tmp, path).map_err(io)?;
     // The rename is durable only once the directory entry is.
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if let Ok(dir) = std::fs::File::open(dir) {
-            let _ = dir.sync_all();
-        }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && let Ok(dir) = std::fs::File::open(dir)
+    {
+        let _ = dir.sync_all();
     }
     Ok(())
 }
