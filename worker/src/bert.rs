@@ -315,11 +315,26 @@ impl BertClassifier {
     /// that training leaves the base untouched).
     pub fn frozen_tensors(&self) -> Vec<(String, Tensor)> {
         let mut out = vec![
-            ("embeddings.word_embeddings.weight".to_string(), self.word.clone()),
-            ("embeddings.position_embeddings.weight".into(), self.position.clone()),
-            ("embeddings.token_type_embeddings.weight".into(), self.token_type.clone()),
-            ("embeddings.LayerNorm.weight".into(), self.emb_norm.weight.clone()),
-            ("embeddings.LayerNorm.bias".into(), self.emb_norm.bias.clone()),
+            (
+                "embeddings.word_embeddings.weight".to_string(),
+                self.word.clone(),
+            ),
+            (
+                "embeddings.position_embeddings.weight".into(),
+                self.position.clone(),
+            ),
+            (
+                "embeddings.token_type_embeddings.weight".into(),
+                self.token_type.clone(),
+            ),
+            (
+                "embeddings.LayerNorm.weight".into(),
+                self.emb_norm.weight.clone(),
+            ),
+            (
+                "embeddings.LayerNorm.bias".into(),
+                self.emb_norm.bias.clone(),
+            ),
         ];
         let mut push_linear = |l: &LoraLinear| {
             let name = l.name().trim_start_matches("bert.").to_string();
@@ -329,7 +344,14 @@ impl BertClassifier {
             }
         };
         for l in &self.layers {
-            for lin in [&l.query, &l.key, &l.value, &l.attn_out, &l.intermediate, &l.output] {
+            for lin in [
+                &l.query,
+                &l.key,
+                &l.value,
+                &l.attn_out,
+                &l.intermediate,
+                &l.output,
+            ] {
                 push_linear(lin);
             }
         }
@@ -337,8 +359,14 @@ impl BertClassifier {
             push_linear(p);
         }
         for (i, l) in self.layers.iter().enumerate() {
-            for (part, norm) in [("attention.output.LayerNorm", &l.attn_norm), ("output.LayerNorm", &l.out_norm)] {
-                out.push((format!("encoder.layer.{i}.{part}.weight"), norm.weight.clone()));
+            for (part, norm) in [
+                ("attention.output.LayerNorm", &l.attn_norm),
+                ("output.LayerNorm", &l.out_norm),
+            ] {
+                out.push((
+                    format!("encoder.layer.{i}.{part}.weight"),
+                    norm.weight.clone(),
+                ));
                 out.push((format!("encoder.layer.{i}.{part}.bias"), norm.bias.clone()));
             }
         }
@@ -355,7 +383,12 @@ impl BertClassifier {
 
     /// `input_ids: (b, t)` u32, `attention_mask: (b, t)` f32 with 1 for tokens and 0 for padding.
     /// Returns logits `(b, num_labels)`.
-    pub fn forward(&self, input_ids: &Tensor, attention_mask: &Tensor, train: bool) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        train: bool,
+    ) -> Result<Tensor> {
         let (b, t) = input_ids.dims2()?;
         if t > self.cfg.max_position_embeddings {
             return Err(Error::Invalid(format!(
@@ -421,7 +454,11 @@ impl BertClassifier {
             .transpose(1, 2)?
             .contiguous()?
             .reshape((b, t, h))?;
-        let attn = self.dropout(&l.attn_out.forward(&ctx, train)?, self.hidden_dropout, train)?;
+        let attn = self.dropout(
+            &l.attn_out.forward(&ctx, train)?,
+            self.hidden_dropout,
+            train,
+        )?;
         let x = l.attn_norm.forward(&(attn + x)?)?;
         let inter = l.intermediate.forward(&x, train)?;
         let inter = match self.cfg.hidden_act.as_str() {
@@ -429,7 +466,11 @@ impl BertClassifier {
             "gelu_new" => inter.gelu()?,
             _ => inter.gelu_erf()?,
         };
-        let out = self.dropout(&l.output.forward(&inter, train)?, self.hidden_dropout, train)?;
+        let out = self.dropout(
+            &l.output.forward(&inter, train)?,
+            self.hidden_dropout,
+            train,
+        )?;
         l.out_norm.forward(&(out + x)?)
     }
 
@@ -443,4 +484,3 @@ impl BertClassifier {
         2.0 * c.num_hidden_layers as f64 * per_layer
     }
 }
-

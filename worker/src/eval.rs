@@ -15,7 +15,11 @@ pub struct ClassificationMetrics {
 }
 
 /// Compares predictions with gold labels over `num_labels` classes.
-pub fn classification(predicted: &[u32], gold: &[u32], num_labels: usize) -> Result<ClassificationMetrics> {
+pub fn classification(
+    predicted: &[u32],
+    gold: &[u32],
+    num_labels: usize,
+) -> Result<ClassificationMetrics> {
     if predicted.len() != gold.len() {
         return Err(Error::Invalid(format!(
             "{} predictions for {} labels",

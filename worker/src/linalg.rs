@@ -3,9 +3,9 @@
 //! candle has no SVD; the matrices here are at most a few thousand wide and rank ≤ a few
 //! dozen, where these simple methods are accurate to round-off and fast enough.
 
+use normal::standard_normal;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use normal::standard_normal;
 
 /// Row-major `rows × cols` matrix.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +77,11 @@ impl Mat {
     }
 
     pub fn scale(&self, s: f64) -> Mat {
-        Mat::from_vec(self.rows, self.cols, self.data.iter().map(|x| x * s).collect())
+        Mat::from_vec(
+            self.rows,
+            self.cols,
+            self.data.iter().map(|x| x * s).collect(),
+        )
     }
 
     pub fn add_assign_scaled(&mut self, other: &Mat, s: f64) {
@@ -305,7 +309,9 @@ mod tests {
         Mat::from_vec(
             rows,
             cols,
-            (0..rows * cols).map(|_| standard_normal(&mut rng)).collect(),
+            (0..rows * cols)
+                .map(|_| standard_normal(&mut rng))
+                .collect(),
         )
     }
 

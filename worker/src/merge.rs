@@ -96,7 +96,11 @@ fn product_norm(b: &Mat, a: &Mat) -> f64 {
     let btb = b.t().matmul(b);
     let aat = a.matmul(&a.t());
     let tr: f64 = (0..btb.rows)
-        .map(|i| (0..btb.cols).map(|j| btb.at(i, j) * aat.at(j, i)).sum::<f64>())
+        .map(|i| {
+            (0..btb.cols)
+                .map(|j| btb.at(i, j) * aat.at(j, i))
+                .sum::<f64>()
+        })
         .sum();
     tr.max(0.0).sqrt()
 }
@@ -154,13 +158,19 @@ fn normalise(weights: &[f64], k: usize) -> Result<Vec<f64>> {
 
 /// Merges `adapters` with `weights` (normalised to sum 1). Returns the merged adapter (same
 /// config, rank `opts.rank` or r) and a report of what the merge lost.
-pub fn merge(adapters: &[Adapter], weights: &[f64], opts: &MergeOptions) -> Result<(Adapter, MergeReport)> {
+pub fn merge(
+    adapters: &[Adapter],
+    weights: &[f64],
+    opts: &MergeOptions,
+) -> Result<(Adapter, MergeReport)> {
     check_compatible(adapters)?;
     let weights = normalise(weights, adapters.len())?;
     let base_cfg = &adapters[0].config;
     let rank = opts.rank.unwrap_or(base_cfg.r);
     if rank == 0 {
-        return Err(Error::Invalid("merge: rank 0 is below the minimum 1".into()));
+        return Err(Error::Invalid(
+            "merge: rank 0 is below the minimum 1".into(),
+        ));
     }
     if let MergeMode::TrimmedMean { trim } = opts.mode {
         if 2 * trim >= adapters.len() {
@@ -225,8 +235,14 @@ pub fn merge(adapters: &[Adapter], weights: &[f64], opts: &MergeOptions) -> Resu
                 coordinatewise(module, &factors, scale, rank, new_scale, opts)
             }
         };
-        out.insert(format!("{module}.lora_B.weight"), to_tensor(&b_new, &device)?);
-        out.insert(format!("{module}.lora_A.weight"), to_tensor(&a_new, &device)?);
+        out.insert(
+            format!("{module}.lora_B.weight"),
+            to_tensor(&b_new, &device)?,
+        );
+        out.insert(
+            format!("{module}.lora_A.weight"),
+            to_tensor(&a_new, &device)?,
+        );
         modules.push(report);
     }
     for name in adapters[0].saved_modules().keys() {
@@ -235,10 +251,7 @@ pub fn merge(adapters: &[Adapter], weights: &[f64], opts: &MergeOptions) -> Resu
     }
     let mut config = base_cfg.clone();
     config.r = rank;
-    let max_relative_error = modules
-        .iter()
-        .map(|m| m.relative_error)
-        .fold(0.0, f64::max);
+    let max_relative_error = modules.iter().map(|m| m.relative_error).fold(0.0, f64::max);
     Ok((
         Adapter {
             config,
@@ -340,7 +353,11 @@ fn naive(
     let norm = exact_dw.frobenius();
     let report = ModuleReport {
         module: module.to_string(),
-        relative_error: if norm > 0.0 { err.frobenius() / norm } else { 0.0 },
+        relative_error: if norm > 0.0 {
+            err.frobenius() / norm
+        } else {
+            0.0
+        },
         rank_before: rank,
     };
     Ok((b, a, report))
@@ -354,7 +371,10 @@ fn coordinatewise(
     new_scale: f64,
     opts: &MergeOptions,
 ) -> (Mat, Mat, ModuleReport) {
-    let dws: Vec<Mat> = factors.iter().map(|(b, a)| b.matmul(a).scale(scale)).collect();
+    let dws: Vec<Mat> = factors
+        .iter()
+        .map(|(b, a)| b.matmul(a).scale(scale))
+        .collect();
     let (rows, cols) = (dws[0].rows, dws[0].cols);
     let mut agg = Mat::zeros(rows, cols);
     let mut column = vec![0.0; dws.len()];
@@ -386,7 +406,11 @@ fn coordinatewise(
     let norm = agg.frobenius();
     let report = ModuleReport {
         module: module.to_string(),
-        relative_error: if norm > 0.0 { resid.frobenius() / norm } else { 0.0 },
+        relative_error: if norm > 0.0 {
+            resid.frobenius() / norm
+        } else {
+            0.0
+        },
         rank_before: numerical_rank(&linalg::svd(&agg.t().matmul(&agg)).s),
     };
     (b, a, report)
@@ -440,7 +464,9 @@ impl SortAlong0 for Tensor {
             r.sort_by(f32::total_cmp);
         }
         let data: Vec<f32> = rows.into_iter().flatten().collect();
-        let sorted = Tensor::from_vec(data, (n, k), self.device())?.t()?.contiguous()?;
+        let sorted = Tensor::from_vec(data, (n, k), self.device())?
+            .t()?
+            .contiguous()?;
         let mut shape = vec![k];
         shape.extend(rest);
         Ok(sorted.reshape(shape)?)

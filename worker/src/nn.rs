@@ -87,12 +87,29 @@ mod tests {
         let w = Tensor::randn(0f32, 1.0, (4, 3), &dev).unwrap();
         let y = frozen_matmul_t(x.as_tensor(), &w).unwrap();
         let want = x.as_tensor().matmul(&w.t().unwrap()).unwrap();
-        let d: f32 = (&y - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+        let d: f32 = (&y - &want)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
         assert!(d < 1e-6);
         let g = y.sum_all().unwrap().backward().unwrap();
         let g2 = want.sum_all().unwrap().backward().unwrap();
-        let (gx, gx2) = (g.get(x.as_tensor()).unwrap(), g2.get(x.as_tensor()).unwrap());
-        let d: f32 = (gx - gx2).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+        let (gx, gx2) = (
+            g.get(x.as_tensor()).unwrap(),
+            g2.get(x.as_tensor()).unwrap(),
+        );
+        let d: f32 = (gx - gx2)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
         assert!(d < 1e-6);
         assert!(g.get(&w).is_none());
     }

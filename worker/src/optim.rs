@@ -351,7 +351,10 @@ mod tests {
         let step_norm = ((p[0] as f64).powi(2) + (p[1] as f64).powi(2)).sqrt();
         // |clipped g| = 0.5, update = g / (|g| + eps) per coordinate.
         let want = 0.5 / (1e3 + 0.3);
-        assert!((step_norm - want).abs() / want < 1e-3, "{step_norm} vs {want}");
+        assert!(
+            (step_norm - want).abs() / want < 1e-3,
+            "{step_norm} vs {want}"
+        );
         assert!((p[1] / p[0] - 4.0 / 3.0).abs() < 1e-3);
     }
 

@@ -44,7 +44,11 @@ fn candle_lora_forward_matches_numpy_from_saved_peft_adapter() {
     let dir = tempfile::tempdir().unwrap();
     let adapter_dir = dir.path().join("adapter");
     let adapter = Adapter::from_trainables(
-        AdapterConfig::from_lora(&cfg, "SEQ_CLS", Some("sentence-transformers/all-MiniLM-L6-v2")),
+        AdapterConfig::from_lora(
+            &cfg,
+            "SEQ_CLS",
+            Some("sentence-transformers/all-MiniLM-L6-v2"),
+        ),
         &trainables,
     )
     .unwrap();
@@ -62,7 +66,8 @@ fn candle_lora_forward_matches_numpy_from_saved_peft_adapter() {
         )
         .unwrap();
     }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/lora_forward.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference/lora_forward.py");
     let out = Command::new("python3")
         .arg(&script)
         .arg(&model_path)

@@ -45,11 +45,22 @@ fn delta(a: &Adapter, module: &str) -> Tensor {
     let s = a.config.lora_alpha / a.config.r as f64;
     let b = &a.tensors[&format!("{module}.lora_B.weight")];
     let aa = &a.tensors[&format!("{module}.lora_A.weight")];
-    (b.to_dtype(DType::F64).unwrap().matmul(&aa.to_dtype(DType::F64).unwrap()).unwrap() * s).unwrap()
+    (b.to_dtype(DType::F64)
+        .unwrap()
+        .matmul(&aa.to_dtype(DType::F64).unwrap())
+        .unwrap()
+        * s)
+        .unwrap()
 }
 
 fn fro(t: &Tensor) -> f64 {
-    t.sqr().unwrap().sum_all().unwrap().to_scalar::<f64>().unwrap().sqrt()
+    t.sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap()
+        .sqrt()
 }
 
 fn weighted_delta(adapters: &[Adapter], w: &[f64], module: &str) -> Tensor {
@@ -75,7 +86,10 @@ fn exact_merge_reproduces_the_weighted_delta_within_the_reported_truncation_erro
         // Three rank-4 updates: rank 12 truncated to 4 loses something, and exactly what's reported.
         assert_eq!(report.modules[i].rank_before, 12);
         assert!(reported > 0.01, "{reported}");
-        assert!((err - reported).abs() < 1e-5, "actual {err} vs reported {reported}");
+        assert!(
+            (err - reported).abs() < 1e-5,
+            "actual {err} vs reported {reported}"
+        );
     }
     // With enough rank the merge is exact.
     let opts = MergeOptions {
@@ -126,14 +140,20 @@ fn naive_factor_averaging_differs_from_the_exact_weighted_delta() {
 #[test]
 fn median_and_clipping_resist_one_poisoned_adapter() {
     // Honest workers agree up to small differences in scale; one sends a 1000× update.
-    let mut adapters: Vec<Adapter> = [1.0, 1.1, 0.9, 1.05].iter().map(|&s| adapter(0, s)).collect();
+    let mut adapters: Vec<Adapter> = [1.0, 1.1, 0.9, 1.05]
+        .iter()
+        .map(|&s| adapter(0, s))
+        .collect();
     adapters.push(adapter(9, 1000.0)); // a poisoned update, 1000× larger
     let w = [1.0; 5];
     let honest = weighted_delta(&adapters[..4], &[1.0; 4], MODULES[0]);
     // (The merged rank 2r covers the rank-r honest update, so truncation adds nothing.)
     let err_of = |opts: MergeOptions| {
         let (m, report) = merge(&adapters, &w, &opts).unwrap();
-        (fro(&(delta(&m, MODULES[0]) - &honest).unwrap()) / fro(&honest), report)
+        (
+            fro(&(delta(&m, MODULES[0]) - &honest).unwrap()) / fro(&honest),
+            report,
+        )
     };
     let full = |mode| MergeOptions {
         mode,
@@ -147,11 +167,18 @@ fn median_and_clipping_resist_one_poisoned_adapter() {
         clip_norm: Some(2.0 * report_norm(&adapters[0])),
         ..full(MergeMode::Exact)
     });
-    assert!(mean_err > 10.0, "poison should wreck the plain mean: {mean_err}");
+    assert!(
+        mean_err > 10.0,
+        "poison should wreck the plain mean: {mean_err}"
+    );
     assert!(median_err < 0.1, "median {median_err}");
     assert!(trimmed_err < 0.1, "trimmed mean {trimmed_err}");
     assert!(clipped_err < 1.0, "clipped mean {clipped_err}");
-    assert!(report.clip_factors[4] < 0.01 && report.clip_factors[0] == 1.0, "{:?}", report.clip_factors);
+    assert!(
+        report.clip_factors[4] < 0.01 && report.clip_factors[0] == 1.0,
+        "{:?}",
+        report.clip_factors
+    );
 }
 
 fn report_norm(a: &Adapter) -> f64 {
@@ -169,8 +196,22 @@ fn incompatible_adapters_and_bad_weights_are_errors() {
     b.tensors.remove("head.weight");
     assert!(merge(&[a.clone(), b], &[1.0, 1.0], &MergeOptions::default()).is_err());
     assert!(merge(&[a.clone(), a.clone()], &[1.0], &MergeOptions::default()).is_err());
-    assert!(merge(&[a.clone(), a.clone()], &[-1.0, 2.0], &MergeOptions::default()).is_err());
-    assert!(merge(&[a.clone(), a.clone()], &[0.0, 0.0], &MergeOptions::default()).is_err());
+    assert!(
+        merge(
+            &[a.clone(), a.clone()],
+            &[-1.0, 2.0],
+            &MergeOptions::default()
+        )
+        .is_err()
+    );
+    assert!(
+        merge(
+            &[a.clone(), a.clone()],
+            &[0.0, 0.0],
+            &MergeOptions::default()
+        )
+        .is_err()
+    );
     let trim = MergeOptions {
         mode: MergeMode::TrimmedMean { trim: 1 },
         ..Default::default()

@@ -98,11 +98,14 @@ impl ClassificationSet {
         let mut labels = Vec::with_capacity(raw.len());
         for (label, line) in raw.iter().zip(lines) {
             let name = label.name();
-            let id = names.iter().position(|n| *n == name).ok_or_else(|| Error::Dataset {
-                path: path.to_path_buf(),
-                line,
-                detail: format!("label {name:?} is not one of {names:?}"),
-            })?;
+            let id = names
+                .iter()
+                .position(|n| *n == name)
+                .ok_or_else(|| Error::Dataset {
+                    path: path.to_path_buf(),
+                    line,
+                    detail: format!("label {name:?} is not one of {names:?}"),
+                })?;
             labels.push(id as u32);
         }
         Ok(Self {

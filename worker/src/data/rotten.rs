@@ -20,10 +20,7 @@ pub fn load(path: &Path) -> Result<ClassificationSet> {
 /// Parses the decompressed CSV (`category,text,movie_name,has_plot_and_reviews`).
 pub fn parse(reader: impl std::io::Read, path: &Path) -> Result<ClassificationSet> {
     let mut csv = csv::Reader::from_reader(reader);
-    let headers = csv
-        .headers()
-        .map_err(|e| csv_error(path, &e))?
-        .clone();
+    let headers = csv.headers().map_err(|e| csv_error(path, &e))?.clone();
     let column = |name: &str| {
         headers
             .iter()

@@ -79,7 +79,10 @@ mod tests {
     fn shards_partition_the_set() {
         let s = set(10);
         let sh = shards(&s, 4, 1).unwrap();
-        assert_eq!(sh.iter().map(|x| x.len()).collect::<Vec<_>>(), vec![3, 3, 2, 2]);
+        assert_eq!(
+            sh.iter().map(|x| x.len()).collect::<Vec<_>>(),
+            vec![3, 3, 2, 2]
+        );
         assert!(shards(&s, 0, 1).is_err());
         assert!(shards(&s, 11, 1).is_err());
     }

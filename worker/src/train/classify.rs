@@ -49,7 +49,9 @@ pub fn train(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<TrainReport> {
     if cfg.batch_size == 0 {
-        return Err(Error::Invalid("batch_size: 0 is below the minimum 1".into()));
+        return Err(Error::Invalid(
+            "batch_size: 0 is below the minimum 1".into(),
+        ));
     }
     if data.is_empty() {
         return Err(Error::Invalid("training set is empty".into()));
