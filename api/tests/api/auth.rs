@@ -62,6 +62,23 @@ async fn nonce_is_spent_by_the_first_sign_in(backend: Backend) {
     assert!(replay.headers.contains_key("www-authenticate"));
 }
 
+async fn racing_sign_ins_with_one_nonce_admit_exactly_one(backend: Backend) {
+    let Some(app) = TestApp::start(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let key = requester_key();
+    let nonce = fresh_nonce(&service).await;
+    let message = siwe_message(&key, &nonce).render();
+    let signature = sign(&key, &message);
+    let replies =
+        futures::future::join_all((0..4).map(|_| send(&service, verify(&message, &signature))))
+            .await;
+    let mut statuses: Vec<u16> = replies.iter().map(|r| r.status).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 401, 401, 401]);
+}
+
 async fn unknown_and_expired_nonces_are_refused(backend: Backend) {
     let Some(app) = TestApp::start(backend).await else {
         return;
@@ -321,6 +338,7 @@ async fn missing_garbage_and_expired_tokens_are_401(backend: Backend) {
 on_both_databases!(
     sign_in_grants_requester_tokens_that_open_me,
     nonce_is_spent_by_the_first_sign_in,
+    racing_sign_ins_with_one_nonce_admit_exactly_one,
     unknown_and_expired_nonces_are_refused,
     message_for_another_domain_chain_or_signer_is_refused,
     malformed_sign_in_requests_name_the_field,

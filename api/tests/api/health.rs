@@ -62,13 +62,17 @@ async fn metrics_count_requests_by_route_pattern(backend: Backend) {
     assert!(!reply.text.contains("/no/such/thing"));
 }
 
-async fn unknown_route_is_a_problem_json_404(backend: Backend) {
+async fn unknown_route_and_method_are_problem_json(backend: Backend) {
     let Some(app) = TestApp::start(backend).await else {
         return;
     };
     let service = app.service().await;
     let reply = send(&service, TestRequest::get().uri("/v1/nope")).await;
     reply.problem(404, "not-found");
+    let reply = send(&service, TestRequest::delete().uri("/v1/jobs")).await;
+    reply.problem(405, "method-not-allowed");
+    let reply = send(&service, TestRequest::get().uri("/v1/auth/verify")).await;
+    reply.problem(405, "method-not-allowed");
 }
 
 async fn rate_limit_answers_429_with_retry_after_but_spares_probes(backend: Backend) {
@@ -108,7 +112,7 @@ on_both_databases!(
     healthz_and_readyz_answer_when_the_database_does,
     readyz_is_503_problem_when_the_database_is_gone,
     metrics_count_requests_by_route_pattern,
-    unknown_route_is_a_problem_json_404,
+    unknown_route_and_method_are_problem_json,
     rate_limit_answers_429_with_retry_after_but_spares_probes,
 );
 
