@@ -192,3 +192,30 @@ async fn a_transaction_never_mined_times_out_and_the_signer_recovers() {
     let (second, _) = ledger.create_job(escrow, requester, &job).await.unwrap();
     assert_eq!(second, U256::from(2), "the timed-out transaction was job 1");
 }
+
+#[tokio::test]
+async fn an_https_node_url_gets_a_tls_client_and_a_clear_error_when_unreachable() {
+    // reqwest is built without its own crypto provider (see the workspace Cargo.toml): this
+    // fails with a panic, not an error, if the ledger did not install ring's before connecting.
+    let error = RpcLedger::connect(RpcConfig::new("https://127.0.0.1:9"), dev_signers())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LedgerError::Rpc {
+                method: "eth_chainId",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+
+    let error = RpcLedger::connect(RpcConfig::new("not a url"), vec![])
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().starts_with("rpc url: not a url"),
+        "{error}"
+    );
+}
