@@ -1,6 +1,8 @@
 //! Training loops.
 
 pub mod classify;
+pub mod sft;
+pub mod sft_data;
 
 use serde::Serialize;
 

@@ -1,0 +1,901 @@
+//! Llama-family decoder (Llama, Qwen2, SmolLM): grouped-query attention, rotary position
+//! embeddings in the Hugging Face `rotate_half` layout, RMSNorm, SwiGLU MLP, optionally tied
+//! input/output embeddings.
+//!
+//! Weights are named exactly as in a Hugging Face checkpoint (`model.layers.3.self_attn.q_proj.weight`),
+//! so the same `load` serves safetensors files and GGUF files renamed by [`crate::gguf`].
+//!
+//! Every operation on the training path is built from differentiable tensor ops: candle's fused
+//! `rms_norm`, `rope` and `softmax_last_dim` kernels have no backward pass and would silently cut
+//! the gradient to the LoRA factors.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{D, DType, Device, Module, Tensor};
+use candle_nn::{Embedding, Linear, VarBuilder};
+
+use crate::lora::{LoraBuilder, LoraLinear};
+use serde::Deserialize;
+
+/// Why a model could not be configured or run.
+#[derive(Debug, thiserror::Error)]
+pub enum LlamaError {
+    #[error("{path}: cannot read: {source}")]
+    ReadConfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: line {line}, column {column}: {message}")]
+    ParseConfig {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("model config: {0}")]
+    InvalidConfig(String),
+    #[error("model weights: {0}")]
+    Weights(#[source] candle_core::Error),
+    #[error("model forward: {0}")]
+    Forward(#[from] candle_core::Error),
+    #[error("lora: {0}")]
+    Lora(#[source] crate::error::Error),
+}
+
+fn default_rope_theta() -> f64 {
+    10_000.0
+}
+
+fn default_rms_norm_eps() -> f64 {
+    1e-6
+}
+
+fn default_max_positions() -> usize {
+    2048
+}
+
+fn default_hidden_act() -> String {
+    "silu".to_owned()
+}
+
+/// The subset of a Hugging Face `config.json` a Llama-family decoder needs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Config {
+    #[serde(default)]
+    pub model_type: Option<String>,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// Absent in original Llama configs, where every head has its own key/value head.
+    #[serde(default)]
+    pub num_key_value_heads: Option<usize>,
+    /// Only set when it differs from `hidden_size / num_attention_heads`.
+    #[serde(default)]
+    pub head_dim: Option<usize>,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    #[serde(default = "default_rms_norm_eps")]
+    pub rms_norm_eps: f64,
+    #[serde(default = "default_max_positions")]
+    pub max_position_embeddings: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    /// Llama's flag for biases on q/k/v/o; Qwen2 has q/k/v biases without stating it.
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default = "default_hidden_act")]
+    pub hidden_act: String,
+    /// Kept only to refuse scaled RoPE variants this model does not implement.
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
+}
+
+impl Config {
+    /// Reads and validates a `config.json`; syntax and type errors name the file, line and column.
+    pub fn from_file(path: &Path) -> Result<Self, LlamaError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LlamaError::ReadConfig {
+            path: path.to_owned(),
+            source,
+        })?;
+        let cfg: Config = serde_json::from_str(&text).map_err(|e| LlamaError::ParseConfig {
+            path: path.to_owned(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        cfg.validate()
+            .map_err(|e| LlamaError::InvalidConfig(format!("{}: {e}", path.display())))?;
+        Ok(cfg)
+    }
+
+    pub fn num_kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Qwen2 checkpoints carry q/k/v biases although their config has no flag for it.
+    pub fn qkv_bias(&self) -> bool {
+        self.attention_bias || self.model_type.as_deref() == Some("qwen2")
+    }
+
+    /// Checks the shape arithmetic the forward pass relies on, so a bad config fails at load
+    /// with a message instead of deep inside a matmul.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_kv_heads()),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                return Err(format!("{name} must be positive"));
+            }
+        }
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(format!(
+                "hidden_size {} is not divisible by num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        if !self.num_attention_heads.is_multiple_of(self.num_kv_heads()) {
+            return Err(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.num_attention_heads,
+                self.num_kv_heads()
+            ));
+        }
+        if self.head_dim() == 0 || !self.head_dim().is_multiple_of(2) {
+            return Err(format!(
+                "head_dim {} must be even and positive",
+                self.head_dim()
+            ));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return Err(format!(
+                "rope_theta {} must be a positive number",
+                self.rope_theta
+            ));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
+            return Err(format!(
+                "rms_norm_eps {} must be a positive number",
+                self.rms_norm_eps
+            ));
+        }
+        if self.hidden_act != "silu" {
+            return Err(format!(
+                "hidden_act {:?} is not supported (only \"silu\")",
+                self.hidden_act
+            ));
+        }
+        if self.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err("rope_scaling is not supported".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// A projection inside a decoder block: the frozen checkpoint layer, or the same layer wrapped
+/// by [`Llama::apply_lora`].
+pub enum Proj {
+    Base(Linear),
+    Lora(LoraLinear),
+}
+
+impl std::fmt::Debug for Proj {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Proj::Base(l) => f.debug_tuple("Base").field(&l.weight().dims()).finish(),
+            Proj::Lora(l) => f.debug_tuple("Lora").field(&l.name()).finish(),
+        }
+    }
+}
+
+impl Proj {
+    fn load(
+        vb: VarBuilder,
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+    ) -> candle_core::Result<Self> {
+        let linear = if bias {
+            candle_nn::linear(in_dim, out_dim, vb)?
+        } else {
+            candle_nn::linear_no_bias(in_dim, out_dim, vb)?
+        };
+        Ok(Proj::Base(linear))
+    }
+
+    /// The frozen base weight (out, in) and bias.
+    pub fn base(&self) -> (&Tensor, Option<&Tensor>) {
+        match self {
+            Proj::Base(l) => (l.weight(), l.bias()),
+            Proj::Lora(l) => (l.weight(), l.bias()),
+        }
+    }
+
+    fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, LlamaError> {
+        match self {
+            Proj::Base(l) => Ok(l.forward(xs)?),
+            Proj::Lora(l) => l.forward(xs, train).map_err(LlamaError::Lora),
+        }
+    }
+}
+
+/// RMSNorm from differentiable ops (see the module comment for why not candle's kernel).
+#[derive(Debug, Clone)]
+struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    fn load(vb: VarBuilder, dim: usize, eps: f64) -> candle_core::Result<Self> {
+        Ok(Self {
+            weight: vb.get(dim, "weight")?,
+            eps,
+        })
+    }
+
+    fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
+        let mean_sq = xs.sqr()?.mean_keepdim(D::Minus1)?;
+        let normed = xs.broadcast_div(&(mean_sq + self.eps)?.sqrt()?)?;
+        normed.broadcast_mul(&self.weight)
+    }
+}
+
+/// Precomputed RoPE tables, shaped (positions, head_dim) with each half repeated, as HF's
+/// `rotate_half` formulation expects.
+#[derive(Debug, Clone)]
+struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
+}
+
+impl Rotary {
+    fn new(cfg: &Config, device: &Device) -> candle_core::Result<Self> {
+        let dim = cfg.head_dim();
+        let inv_freq: Vec<f32> = (0..dim / 2)
+            .map(|i| (1.0 / cfg.rope_theta.powf(2.0 * i as f64 / dim as f64)) as f32)
+            .collect();
+        let inv_freq = Tensor::from_vec(inv_freq, (1, dim / 2), device)?;
+        let positions = Tensor::arange(0u32, cfg.max_position_embeddings as u32, device)?
+            .to_dtype(DType::F32)?
+            .unsqueeze(1)?;
+        let freqs = positions.broadcast_mul(&inv_freq)?;
+        let freqs = Tensor::cat(&[&freqs, &freqs], D::Minus1)?;
+        Ok(Self {
+            cos: freqs.cos()?,
+            sin: freqs.sin()?,
+        })
+    }
+
+    /// Rotates `xs` (batch, heads, seq, head_dim) for positions `offset..offset + seq`.
+    fn apply(&self, xs: &Tensor, offset: usize) -> candle_core::Result<Tensor> {
+        let (_, _, seq, dim) = xs.dims4()?;
+        let cos = self.cos.narrow(0, offset, seq)?;
+        let sin = self.sin.narrow(0, offset, seq)?;
+        let x1 = xs.narrow(D::Minus1, 0, dim / 2)?;
+        let x2 = xs.narrow(D::Minus1, dim / 2, dim / 2)?;
+        let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
+        xs.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?
+    }
+}
+
+/// Key/value tensors of earlier positions, one entry per layer, for incremental decoding.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+}
+
+impl KvCache {
+    pub fn new(num_layers: usize) -> Self {
+        Self {
+            layers: vec![None; num_layers],
+        }
+    }
+
+    /// Number of positions already cached.
+    pub fn len(&self) -> usize {
+        self.layers
+            .first()
+            .and_then(|l| l.as_ref())
+            .and_then(|(k, _)| k.dim(2).ok())
+            .unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Debug)]
+pub struct Attention {
+    pub q_proj: Proj,
+    pub k_proj: Proj,
+    pub v_proj: Proj,
+    pub o_proj: Proj,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+        let (h, hd) = (cfg.hidden_size, cfg.head_dim());
+        let bias = cfg.qkv_bias();
+        Ok(Self {
+            q_proj: Proj::load(vb.pp("q_proj"), h, cfg.num_attention_heads * hd, bias)?,
+            k_proj: Proj::load(vb.pp("k_proj"), h, cfg.num_kv_heads() * hd, bias)?,
+            v_proj: Proj::load(vb.pp("v_proj"), h, cfg.num_kv_heads() * hd, bias)?,
+            o_proj: Proj::load(
+                vb.pp("o_proj"),
+                cfg.num_attention_heads * hd,
+                h,
+                cfg.attention_bias,
+            )?,
+            num_heads: cfg.num_attention_heads,
+            num_kv_heads: cfg.num_kv_heads(),
+            head_dim: hd,
+        })
+    }
+
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rotary: &Rotary,
+        offset: usize,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+        train: bool,
+    ) -> Result<Tensor, LlamaError> {
+        let (b, t, _) = xs.dims3()?;
+        let heads = |p: &Proj, n: usize| -> Result<Tensor, LlamaError> {
+            Ok(p.forward(xs, train)?
+                .reshape((b, t, n, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()?)
+        };
+        let q = rotary.apply(&heads(&self.q_proj, self.num_heads)?, offset)?;
+        let mut k = rotary.apply(&heads(&self.k_proj, self.num_kv_heads)?, offset)?;
+        let mut v = heads(&self.v_proj, self.num_kv_heads)?;
+        if let Some(slot) = cache {
+            if let Some((pk, pv)) = slot.as_ref() {
+                k = Tensor::cat(&[pk, &k], 2)?;
+                v = Tensor::cat(&[pv, &v], 2)?;
+            }
+            *slot = Some((k.clone(), v.clone()));
+        }
+        let k = repeat_kv(&k, self.num_heads / self.num_kv_heads)?;
+        let v = repeat_kv(&v, self.num_heads / self.num_kv_heads)?;
+        let total = k.dim(2)?;
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let mut scores = (q.matmul(&k.t()?)? * scale)?;
+        if t > 1 {
+            scores = scores.broadcast_add(&causal_mask(t, total, xs.device())?)?;
+        }
+        let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
+        let out = probs.matmul(&v.contiguous()?)?;
+        let out = out
+            .transpose(1, 2)?
+            .reshape((b, t, self.num_heads * self.head_dim))?;
+        self.o_proj.forward(&out, train)
+    }
+}
+
+/// Additive mask for `t` new queries over `total` keys, the last `t` of which are the queries'
+/// own positions: each query sees every cached key and the new keys up to itself.
+fn causal_mask(t: usize, total: usize, device: &Device) -> candle_core::Result<Tensor> {
+    let past = total - t;
+    let mask: Vec<f32> = (0..t)
+        .flat_map(|i| (0..total).map(move |j| if j > past + i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    Tensor::from_vec(mask, (t, total), device)
+}
+
+/// Expands key/value heads so each query head in a group reads its shared key/value head.
+fn repeat_kv(xs: &Tensor, groups: usize) -> candle_core::Result<Tensor> {
+    if groups == 1 {
+        return Ok(xs.clone());
+    }
+    let (b, kv, t, d) = xs.dims4()?;
+    xs.unsqueeze(2)?
+        .broadcast_as((b, kv, groups, t, d))?
+        .reshape((b, kv * groups, t, d))
+}
+
+#[derive(Debug)]
+pub struct Mlp {
+    pub gate_proj: Proj,
+    pub up_proj: Proj,
+    pub down_proj: Proj,
+}
+
+impl Mlp {
+    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        Ok(Self {
+            gate_proj: Proj::load(vb.pp("gate_proj"), h, i, false)?,
+            up_proj: Proj::load(vb.pp("up_proj"), h, i, false)?,
+            down_proj: Proj::load(vb.pp("down_proj"), i, h, false)?,
+        })
+    }
+
+    fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, LlamaError> {
+        let gate = candle_nn::ops::silu(&self.gate_proj.forward(xs, train)?)?;
+        self.down_proj
+            .forward(&(gate * self.up_proj.forward(xs, train)?)?, train)
+    }
+}
+
+#[derive(Debug)]
+pub struct Block {
+    pub self_attn: Attention,
+    pub mlp: Mlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+}
+
+impl Block {
+    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+        Ok(Self {
+            self_attn: Attention::load(vb.pp("self_attn"), cfg)?,
+            mlp: Mlp::load(vb.pp("mlp"), cfg)?,
+            input_layernorm: RmsNorm::load(
+                vb.pp("input_layernorm"),
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+            )?,
+            post_attention_layernorm: RmsNorm::load(
+                vb.pp("post_attention_layernorm"),
+                cfg.hidden_size,
+                cfg.rms_norm_eps,
+            )?,
+        })
+    }
+
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rotary: &Rotary,
+        offset: usize,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+        train: bool,
+    ) -> Result<Tensor, LlamaError> {
+        let attn = self.self_attn.forward(
+            &self.input_layernorm.forward(xs)?,
+            rotary,
+            offset,
+            cache,
+            train,
+        )?;
+        let xs = (xs + attn)?;
+        let mlp = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&xs)?, train)?;
+        Ok((xs + mlp)?)
+    }
+}
+
+/// A Llama-family causal language model.
+#[derive(Debug)]
+pub struct Llama {
+    embed_tokens: Embedding,
+    pub layers: Vec<Block>,
+    norm: RmsNorm,
+    /// `None` when the output projection is tied to `embed_tokens`.
+    lm_head: Option<Linear>,
+    rotary: Rotary,
+    cfg: Config,
+}
+
+impl Llama {
+    /// Loads the weights under their Hugging Face names (`model.…`, `lm_head.weight`).
+    /// A checkpoint without `lm_head.weight` uses the tied embedding even when the config does
+    /// not say so, as transformers does for SmolLM exports.
+    pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Self, LlamaError> {
+        cfg.validate().map_err(LlamaError::InvalidConfig)?;
+        Self::load_inner(vb, cfg).map_err(LlamaError::Weights)
+    }
+
+    fn load_inner(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+        let m = vb.pp("model");
+        let embed_tokens =
+            candle_nn::embedding(cfg.vocab_size, cfg.hidden_size, m.pp("embed_tokens"))?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Block::load(m.pp(format!("layers.{i}")), cfg))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let norm = RmsNorm::load(m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps)?;
+        let lm_head = if cfg.tie_word_embeddings || !vb.contains_tensor("lm_head.weight") {
+            None
+        } else {
+            Some(candle_nn::linear_no_bias(
+                cfg.hidden_size,
+                cfg.vocab_size,
+                vb.pp("lm_head"),
+            )?)
+        };
+        Ok(Self {
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            rotary: Rotary::new(cfg, vb.device())?,
+            cfg: cfg.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn device(&self) -> &Device {
+        self.embed_tokens.embeddings().device()
+    }
+
+    /// Every frozen base tensor under its Hugging Face name, for saving a merged model and for
+    /// checking that training left the base untouched.
+    pub fn base_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![(
+            "model.embed_tokens.weight".to_owned(),
+            self.embed_tokens.embeddings().clone(),
+        )];
+        let linear =
+            |out: &mut Vec<(String, Tensor)>, name: String, (w, b): (&Tensor, Option<&Tensor>)| {
+                out.push((format!("{name}.weight"), w.clone()));
+                if let Some(b) = b {
+                    out.push((format!("{name}.bias"), b.clone()));
+                }
+            };
+        for (i, layer) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            for (n, proj) in layer.projections() {
+                linear(&mut out, format!("{p}.{n}"), proj.base());
+            }
+            out.push((
+                format!("{p}.input_layernorm.weight"),
+                layer.input_layernorm.weight.clone(),
+            ));
+            out.push((
+                format!("{p}.post_attention_layernorm.weight"),
+                layer.post_attention_layernorm.weight.clone(),
+            ));
+        }
+        out.push(("model.norm.weight".to_owned(), self.norm.weight.clone()));
+        if let Some(head) = &self.lm_head {
+            linear(&mut out, "lm_head".to_owned(), (head.weight(), head.bias()));
+        }
+        out
+    }
+
+    /// Final hidden states (batch, seq, hidden) for a full sequence, without a cache: the
+    /// training path (`train` turns on LoRA dropout). Right padding needs no extra mask: the
+    /// causal mask keeps real tokens from seeing the padding after them, and padded positions
+    /// are excluded from the loss.
+    pub fn forward_hidden(&self, input_ids: &Tensor, train: bool) -> Result<Tensor, LlamaError> {
+        let mut xs = self.embed_tokens.forward(input_ids)?;
+        self.check_positions(xs.dim(1)?, 0)?;
+        for layer in &self.layers {
+            xs = layer.forward(&xs, &self.rotary, 0, None, train)?;
+        }
+        Ok(self.norm.forward(&xs)?)
+    }
+
+    /// Vocabulary logits for hidden states of any leading shape.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor, LlamaError> {
+        let logits = match &self.lm_head {
+            Some(head) => head.forward(hidden)?,
+            None => {
+                let w = self.embed_tokens.embeddings();
+                match hidden.rank() {
+                    2 => hidden.matmul(&w.t()?)?,
+                    _ => hidden.broadcast_matmul(&w.t()?)?,
+                }
+            }
+        };
+        Ok(logits)
+    }
+
+    /// Logits (batch, seq, vocab) for every position of `input_ids` (batch, seq).
+    pub fn forward(&self, input_ids: &Tensor) -> Result<Tensor, LlamaError> {
+        self.logits(&self.forward_hidden(input_ids, false)?)
+    }
+
+    /// Logits (batch, vocab) for the last of `input_ids` (batch, seq), which continue the
+    /// positions already in `cache`; the cache is extended with them.
+    pub fn forward_cached(
+        &self,
+        input_ids: &Tensor,
+        cache: &mut KvCache,
+    ) -> Result<Tensor, LlamaError> {
+        if cache.layers.len() != self.layers.len() {
+            *cache = KvCache::new(self.layers.len());
+        }
+        let offset = cache.len();
+        let mut xs = self.embed_tokens.forward(input_ids)?;
+        let t = xs.dim(1)?;
+        self.check_positions(t, offset)?;
+        for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
+            xs = layer.forward(&xs, &self.rotary, offset, Some(slot), false)?;
+        }
+        let last = self.norm.forward(&xs.narrow(1, t - 1, 1)?)?.squeeze(1)?;
+        self.logits(&last)
+    }
+
+    /// Wraps every projection the builder's config targets (PEFT suffix rule on module paths
+    /// such as `model.layers.0.self_attn.q_proj`) in a LoRA layer; returns how many were wrapped.
+    /// The trainable tensors are registered in `builder` under PEFT names.
+    pub fn apply_lora(&mut self, builder: &mut LoraBuilder) -> Result<usize, LlamaError> {
+        let mut wrapped = 0;
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            for (name, proj) in layer.projections_mut() {
+                let path = format!("model.layers.{i}.{name}");
+                if !builder.config().is_target(&path) {
+                    continue;
+                }
+                let Proj::Base(base) = proj else {
+                    return Err(LlamaError::InvalidConfig(format!(
+                        "{path} already has a LoRA adapter"
+                    )));
+                };
+                let lora = builder
+                    .linear(&path, base.weight().clone(), base.bias().cloned())
+                    .map_err(LlamaError::Lora)?;
+                *proj = Proj::Lora(lora);
+                wrapped += 1;
+            }
+        }
+        if wrapped == 0 {
+            return Err(LlamaError::InvalidConfig(format!(
+                "lora target_modules {:?} match no projection (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)",
+                builder.config().target_modules
+            )));
+        }
+        Ok(wrapped)
+    }
+
+    fn check_positions(&self, t: usize, offset: usize) -> Result<(), LlamaError> {
+        if t == 0 {
+            return Err(LlamaError::InvalidConfig("empty input sequence".to_owned()));
+        }
+        if offset + t > self.cfg.max_position_embeddings {
+            return Err(LlamaError::InvalidConfig(format!(
+                "sequence of {} positions exceeds max_position_embeddings {}",
+                offset + t,
+                self.cfg.max_position_embeddings
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Block {
+    /// The seven projections under their HF module names, the names LoRA targets use.
+    pub fn projections(&self) -> [(&'static str, &Proj); 7] {
+        [
+            ("self_attn.q_proj", &self.self_attn.q_proj),
+            ("self_attn.k_proj", &self.self_attn.k_proj),
+            ("self_attn.v_proj", &self.self_attn.v_proj),
+            ("self_attn.o_proj", &self.self_attn.o_proj),
+            ("mlp.gate_proj", &self.mlp.gate_proj),
+            ("mlp.up_proj", &self.mlp.up_proj),
+            ("mlp.down_proj", &self.mlp.down_proj),
+        ]
+    }
+
+    /// Mutable access to the projections, for wrapping them in LoRA layers.
+    pub fn projections_mut(&mut self) -> [(&'static str, &mut Proj); 7] {
+        [
+            ("self_attn.q_proj", &mut self.self_attn.q_proj),
+            ("self_attn.k_proj", &mut self.self_attn.k_proj),
+            ("self_attn.v_proj", &mut self.self_attn.v_proj),
+            ("self_attn.o_proj", &mut self.self_attn.o_proj),
+            ("mlp.gate_proj", &mut self.mlp.gate_proj),
+            ("mlp.up_proj", &mut self.mlp.up_proj),
+            ("mlp.down_proj", &mut self.mlp.down_proj),
+        ]
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    pub(crate) fn tiny_config() -> Config {
+        serde_json::from_str(
+            r#"{"vocab_size": 32, "hidden_size": 16, "intermediate_size": 24,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+                "tie_word_embeddings": true}"#,
+        )
+        .unwrap()
+    }
+
+    /// A model with random weights under the HF names, built from a seeded generator.
+    pub(crate) fn tiny_model(cfg: &Config) -> Llama {
+        let dev = Device::Cpu;
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = |shape: &[usize]| {
+            let n: usize = shape.iter().product();
+            let v: Vec<f32> = (0..n)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.5
+                })
+                .collect();
+            Tensor::from_vec(v, shape, &dev).unwrap()
+        };
+        let (h, i, hd) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim());
+        let mut t = HashMap::new();
+        t.insert(
+            "model.embed_tokens.weight".to_owned(),
+            rand(&[cfg.vocab_size, h]),
+        );
+        t.insert("model.norm.weight".to_owned(), (rand(&[h]) + 1.0).unwrap());
+        for l in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            let shapes = [
+                (
+                    "self_attn.q_proj.weight",
+                    vec![cfg.num_attention_heads * hd, h],
+                ),
+                ("self_attn.k_proj.weight", vec![cfg.num_kv_heads() * hd, h]),
+                ("self_attn.v_proj.weight", vec![cfg.num_kv_heads() * hd, h]),
+                (
+                    "self_attn.o_proj.weight",
+                    vec![h, cfg.num_attention_heads * hd],
+                ),
+                ("mlp.gate_proj.weight", vec![i, h]),
+                ("mlp.up_proj.weight", vec![i, h]),
+                ("mlp.down_proj.weight", vec![h, i]),
+            ];
+            for (name, shape) in shapes {
+                t.insert(format!("{p}.{name}"), rand(&shape));
+            }
+            t.insert(
+                format!("{p}.input_layernorm.weight"),
+                (rand(&[h]) + 1.0).unwrap(),
+            );
+            t.insert(
+                format!("{p}.post_attention_layernorm.weight"),
+                (rand(&[h]) + 1.0).unwrap(),
+            );
+        }
+        Llama::load(VarBuilder::from_tensors(t, DType::F32, &dev), cfg).unwrap()
+    }
+
+    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap()
+    }
+
+    #[test]
+    fn cached_decoding_matches_the_full_causal_forward() {
+        let cfg = tiny_config();
+        let model = tiny_model(&cfg);
+        let ids: Vec<u32> = vec![3, 17, 5, 9, 30, 1, 12];
+        let input = Tensor::new(ids.as_slice(), &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        let full = model.forward(&input).unwrap().squeeze(0).unwrap();
+
+        // Prompt of 4 in one call, then one token at a time.
+        let mut cache = KvCache::new(cfg.num_hidden_layers);
+        let first = model
+            .forward_cached(&input.narrow(1, 0, 4).unwrap(), &mut cache)
+            .unwrap();
+        assert!(max_abs_diff(&first.squeeze(0).unwrap(), &full.get(3).unwrap()) < 1e-5);
+        for pos in 4..ids.len() {
+            let step = model
+                .forward_cached(&input.narrow(1, pos, 1).unwrap(), &mut cache)
+                .unwrap();
+            let d = max_abs_diff(&step.squeeze(0).unwrap(), &full.get(pos).unwrap());
+            assert!(d < 1e-5, "position {pos}: cached logits differ by {d}");
+        }
+        assert_eq!(cache.len(), ids.len());
+    }
+
+    #[test]
+    fn later_tokens_do_not_change_earlier_logits() {
+        let model = tiny_model(&tiny_config());
+        let a = Tensor::new(&[[4u32, 8, 15, 16, 23]], &Device::Cpu).unwrap();
+        let b = Tensor::new(&[[4u32, 8, 15, 31, 0]], &Device::Cpu).unwrap();
+        let la = model.forward(&a).unwrap().narrow(1, 0, 3).unwrap();
+        let lb = model.forward(&b).unwrap().narrow(1, 0, 3).unwrap();
+        assert_eq!(max_abs_diff(&la, &lb), 0.0);
+    }
+
+    #[test]
+    fn training_forward_passes_gradient_through_every_layer() {
+        let cfg = tiny_config();
+        let mut model = tiny_model(&cfg);
+        let lora = crate::lora::LoraConfig::new(2, 4.0, 0.0, &["q_proj", "v_proj"], &[]).unwrap();
+        let mut builder = LoraBuilder::new(lora, 3).unwrap();
+        assert_eq!(model.apply_lora(&mut builder).unwrap(), 4);
+        let trainables = builder.finish();
+        // With B at zero A's gradient is zero by construction; move B off zero so every
+        // factor must receive a gradient through the differentiable norm, RoPE and softmax.
+        for (name, var) in trainables.iter() {
+            if name.contains("lora_B") {
+                var.set(&Tensor::ones(var.shape(), DType::F32, &Device::Cpu).unwrap())
+                    .unwrap();
+            }
+        }
+        let input = Tensor::new(&[[1u32, 2, 3, 4, 5]], &Device::Cpu).unwrap();
+        let loss = model
+            .forward(&input)
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .mean_all()
+            .unwrap();
+        let grads = loss.backward().unwrap();
+        for (name, var) in trainables.iter() {
+            let g = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("no gradient for {name}"));
+            let norm: f32 = g.sqr().unwrap().sum_all().unwrap().to_scalar().unwrap();
+            assert!(norm > 0.0, "{name} has a zero gradient");
+        }
+    }
+
+    #[test]
+    fn config_syntax_error_names_file_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(
+            &path,
+            "{\n  \"vocab_size\": 32,\n  \"hidden_size\": oops\n}\n",
+        )
+        .unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("config.json: line 3, column"), "{err}");
+    }
+
+    #[test]
+    fn config_with_inconsistent_heads_is_rejected_naming_the_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let mut v: serde_json::Value = serde_json::to_value(serde_json::json!({
+            "vocab_size": 32, "hidden_size": 16, "intermediate_size": 24,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 3
+        }))
+        .unwrap();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("num_key_value_heads 3"), "{err}");
+        v["num_key_value_heads"] = 2.into();
+        v["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 8.0});
+        std::fs::write(&path, v.to_string()).unwrap();
+        let err = Config::from_file(&path).unwrap_err().to_string();
+        assert!(err.contains("rope_scaling"), "{err}");
+    }
+
+    #[test]
+    fn missing_weight_is_reported_by_name() {
+        let cfg = tiny_config();
+        let vb = VarBuilder::from_tensors(HashMap::new(), DType::F32, &Device::Cpu);
+        let err = Llama::load(vb, &cfg).unwrap_err().to_string();
+        assert!(err.contains("model.embed_tokens.weight"), "{err}");
+    }
+}

@@ -1,0 +1,380 @@
+//! Supervised fine-tuning of a Llama-family model with LoRA: batching, masked next-token loss,
+//! the training loop, and held-out loss / perplexity.
+
+//!
+//! Deterministic given the seed: epoch orders, LoRA initialisation and dropout masks all come
+//! from seeded generators, and candle's CPU kernels are deterministic for a fixed thread count.
+
+use std::time::Instant;
+
+use candle_core::{D, Device, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::Progress;
+use crate::data::split;
+use crate::error::{Error, Result};
+use crate::llama::{Llama, LlamaError};
+use crate::lora::{LoraBuilder, LoraConfig, Trainables};
+use crate::optim::{AdamW, OptimConfig};
+use crate::tokenizer_gguf::LmTokenizer;
+use crate::train::sft_data::{SftExample, SftRecord, encode_record};
+
+fn model_err(e: LlamaError) -> Error {
+    match e {
+        LlamaError::Lora(e) => e,
+        LlamaError::Forward(e) => Error::Candle(e),
+        other => Error::Invalid(other.to_string()),
+    }
+}
+
+/// Tokenizes records, dropping those with nothing left to learn after truncation to `max_len`.
+pub fn encode_dataset(
+    tok: &LmTokenizer,
+    records: &[SftRecord],
+    max_len: usize,
+) -> Result<Vec<SftExample>> {
+    if max_len < 2 {
+        return Err(Error::Invalid(format!(
+            "max_seq_len: {max_len} is below the minimum 2"
+        )));
+    }
+    let mut out = Vec::with_capacity(records.len());
+    for record in records {
+        if let Some(example) = encode_record(tok, record, max_len)? {
+            out.push(example);
+        }
+    }
+    Ok(out)
+}
+
+/// One padded batch: inputs (batch, seq) and, for the learned predictions only, their flat
+/// position in (batch · seq) and the target token.
+#[derive(Debug)]
+pub struct Batch {
+    pub input: Tensor,
+    pub positions: Tensor,
+    pub targets: Tensor,
+    pub tokens: usize,
+}
+
+impl Batch {
+    /// Pads on the right with `pad`; padded positions never count in the loss.
+    pub fn new(examples: &[&SftExample], pad: u32, device: &Device) -> Result<Self> {
+        let seq = examples.iter().map(|e| e.ids.len() - 1).max().unwrap_or(0);
+        if seq == 0 {
+            return Err(Error::Invalid("batch has no predictions".to_owned()));
+        }
+        let mut input = Vec::with_capacity(examples.len() * seq);
+        let mut positions = Vec::new();
+        let mut targets = Vec::new();
+        for (b, ex) in examples.iter().enumerate() {
+            let n = ex.ids.len() - 1;
+            input.extend_from_slice(&ex.ids[..n]);
+            input.extend(std::iter::repeat_n(pad, seq - n));
+            for t in 0..n {
+                if ex.learn[t + 1] {
+                    positions.push((b * seq + t) as u32);
+                    targets.push(ex.ids[t + 1]);
+                }
+            }
+        }
+        let tokens = targets.len();
+        Ok(Self {
+            input: Tensor::from_vec(input, (examples.len(), seq), device)?,
+            positions: Tensor::from_vec(positions, tokens, device)?,
+            targets: Tensor::from_vec(targets, tokens, device)?,
+            tokens,
+        })
+    }
+}
+
+/// Mean cross-entropy over the batch's learned predictions. Only those positions go through
+/// the vocabulary projection, the largest matmul of a small model.
+pub fn batch_loss(model: &Llama, batch: &Batch, train: bool) -> Result<Tensor> {
+    let hidden = model
+        .forward_hidden(&batch.input, train)
+        .map_err(model_err)?;
+    let width = hidden.dim(D::Minus1)?;
+    let picked = hidden
+        .reshape(((), width))?
+        .index_select(&batch.positions, 0)?;
+    let logits = model.logits(&picked).map_err(model_err)?;
+    Ok(candle_nn::loss::cross_entropy(&logits, &batch.targets)?)
+}
+
+/// Loss and perplexity on held-out examples, weighted per learned token.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LmEval {
+    pub loss: f64,
+    pub perplexity: f64,
+    pub tokens: usize,
+}
+
+pub fn evaluate(
+    model: &Llama,
+    examples: &[SftExample],
+    batch_size: usize,
+    pad: u32,
+) -> Result<LmEval> {
+    if examples.is_empty() {
+        return Err(Error::Invalid(
+            "evaluation set: no examples with learned tokens".to_owned(),
+        ));
+    }
+    let refs: Vec<&SftExample> = examples.iter().collect();
+    let (mut sum, mut tokens) = (0.0f64, 0usize);
+    for chunk in refs.chunks(batch_size.max(1)) {
+        let batch = Batch::new(chunk, pad, model.device())?;
+        let loss = batch_loss(model, &batch, false)?.to_scalar::<f32>()? as f64;
+        sum += loss * batch.tokens as f64;
+        tokens += batch.tokens;
+    }
+    let loss = sum / tokens as f64;
+    Ok(LmEval {
+        loss,
+        perplexity: loss.exp(),
+        tokens,
+    })
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SftConfig {
+    /// Which projections get adapters; PEFT module names such as `q_proj`, `v_proj`.
+    pub lora: LoraConfig,
+    /// `optim.total_steps` optimiser steps of `optim.grad_accum` micro-batches each.
+    pub optim: OptimConfig,
+    /// Examples per micro-batch.
+    pub batch_size: usize,
+    /// Longer examples are truncated to this many tokens.
+    pub max_seq_len: usize,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SftReport {
+    pub steps: usize,
+    /// Mean loss over the last 10% of steps.
+    pub final_loss: f32,
+    /// Learned (loss-bearing) tokens processed.
+    pub tokens: usize,
+    pub seconds: f64,
+    pub tokens_per_sec: f64,
+}
+
+/// Wraps the projections `lora.target_modules` names in LoRA layers seeded with `seed`, and
+/// returns the trainable tensors under their PEFT names.
+pub fn attach_lora(model: &mut Llama, lora: &LoraConfig, seed: u64) -> Result<Trainables> {
+    let mut builder = LoraBuilder::new(lora.clone(), seed)?;
+    model.apply_lora(&mut builder).map_err(model_err)?;
+    Ok(builder.finish())
+}
+
+/// Trains `trainables` (the LoRA factors inside `model`) on `examples`, calling `progress`
+/// after every optimiser step. A non-finite loss stops the run with [`Error::NonFiniteLoss`].
+pub fn train(
+    model: &Llama,
+    trainables: &Trainables,
+    examples: &[SftExample],
+    cfg: &SftConfig,
+    pad: u32,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<SftReport> {
+    if cfg.batch_size == 0 {
+        return Err(Error::Invalid(
+            "batch_size: 0 is below the minimum 1".into(),
+        ));
+    }
+    if examples.is_empty() {
+        return Err(Error::Invalid(
+            "training set: no examples with learned tokens".into(),
+        ));
+    }
+    if trainables.is_empty() {
+        return Err(Error::Invalid(
+            "no trainable tensors: attach LoRA before training".into(),
+        ));
+    }
+    let mut opt = AdamW::new(trainables, cfg.optim.clone())?;
+    let total = cfg.optim.total_steps;
+    let micro_total = total * cfg.optim.grad_accum;
+    let mut order: Vec<usize> = Vec::new();
+    let mut epoch = 0u64;
+    let start = Instant::now();
+    let mut tokens = 0usize;
+    let mut step_losses = Vec::with_capacity(total);
+    let mut pending = Vec::new();
+    for _ in 0..micro_total {
+        if order.len() < cfg.batch_size {
+            // A fresh seeded permutation per epoch; leftovers carry over so none is skipped.
+            order.extend(split::permutation(
+                examples.len(),
+                cfg.seed.wrapping_add(epoch),
+            ));
+            epoch += 1;
+        }
+        let picked: Vec<&SftExample> = order
+            .drain(..cfg.batch_size)
+            .map(|i| &examples[i])
+            .collect();
+        let batch = Batch::new(&picked, pad, model.device())?;
+        let loss = batch_loss(model, &batch, true)?;
+        let loss_value: f32 = loss.to_scalar()?;
+        if !loss_value.is_finite() {
+            return Err(Error::NonFiniteLoss {
+                step: opt.steps_taken() + 1,
+                loss: loss_value,
+            });
+        }
+        pending.push(loss_value);
+        tokens += batch.tokens;
+        let grads = loss.backward()?;
+        if let Some(info) = opt.accumulate(&grads)? {
+            let mean = pending.iter().sum::<f32>() / pending.len() as f32;
+            pending.clear();
+            step_losses.push(mean);
+            progress(&Progress {
+                step: info.step + 1,
+                total_steps: total,
+                loss: mean,
+                lr: info.lr,
+                grad_norm: info.grad_norm,
+                tokens_per_sec: tokens as f64 / start.elapsed().as_secs_f64(),
+            });
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let tail = (step_losses.len() / 10)
+        .max(1)
+        .min(step_losses.len().max(1));
+    let final_loss = step_losses.iter().rev().take(tail).sum::<f32>() / tail as f32;
+    Ok(SftReport {
+        steps: step_losses.len(),
+        final_loss,
+        tokens,
+        seconds,
+        tokens_per_sec: tokens as f64 / seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llama::tests::{tiny_config, tiny_model};
+
+    fn examples() -> Vec<SftExample> {
+        // A fixed "prompt" (not learned) followed by a response to memorise.
+        (0..6u32)
+            .map(|i| SftExample {
+                ids: vec![1, 2 + i, 3, 10 + i, 20 + i, 30],
+                learn: vec![false, false, false, true, true, true],
+            })
+            .collect()
+    }
+
+    fn config(steps: usize) -> SftConfig {
+        SftConfig {
+            lora: LoraConfig::new(4, 8.0, 0.1, &["q_proj", "v_proj", "down_proj"], &[]).unwrap(),
+            optim: OptimConfig {
+                lr: 2e-2,
+                warmup_steps: 1,
+                total_steps: steps,
+                ..OptimConfig::default()
+            },
+            batch_size: 3,
+            max_seq_len: 16,
+            seed: 11,
+        }
+    }
+
+    fn run(steps: usize) -> (Vec<f32>, LmEval, LmEval, Vec<(String, Vec<f32>)>) {
+        let mut model = tiny_model(&tiny_config());
+        let data = examples();
+        let before = evaluate(&model, &data, 4, 0).unwrap();
+        let cfg = config(steps);
+        let trainables = attach_lora(&mut model, &cfg.lora, cfg.seed).unwrap();
+        let mut losses = Vec::new();
+        train(&model, &trainables, &data, &cfg, 0, &mut |p| {
+            losses.push(p.loss)
+        })
+        .unwrap();
+        let after = evaluate(&model, &data, 4, 0).unwrap();
+        let weights = trainables
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.clone(),
+                    v.as_tensor().flatten_all().unwrap().to_vec1().unwrap(),
+                )
+            })
+            .collect();
+        (losses, before, after, weights)
+    }
+
+    #[test]
+    fn training_lowers_the_loss_on_learned_tokens() {
+        let (losses, before, after, _) = run(25);
+        assert_eq!(losses.len(), 25);
+        assert_eq!(before.tokens, 18, "3 learned predictions per example");
+        // Deterministic run: 3.29 -> 2.41 nats; require a clear half-nat drop.
+        assert!(
+            after.loss < before.loss - 0.5,
+            "{} -> {}",
+            before.loss,
+            after.loss
+        );
+        assert!((after.perplexity - after.loss.exp()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn same_seed_gives_bit_identical_adapters() {
+        let (la, _, _, wa) = run(4);
+        let (lb, _, _, wb) = run(4);
+        assert_eq!(la, lb);
+        assert_eq!(wa, wb);
+    }
+
+    #[test]
+    fn padding_and_prompt_tokens_do_not_count_in_the_loss() {
+        let data = examples();
+        let short = SftExample {
+            ids: vec![1, 2, 3, 12],
+            learn: vec![false, false, false, true],
+        };
+        let batch = Batch::new(&[&data[0], &short], 0, &Device::Cpu).unwrap();
+        assert_eq!(batch.input.dims(), &[2, 5]);
+        assert_eq!(batch.tokens, 4);
+        assert_eq!(batch.positions.to_vec1::<u32>().unwrap(), [2, 3, 4, 7]);
+        assert_eq!(batch.targets.to_vec1::<u32>().unwrap(), [10, 20, 30, 12]);
+    }
+
+    #[test]
+    fn non_finite_loss_stops_training_with_a_clear_error() {
+        let mut model = tiny_model(&tiny_config());
+        let cfg = config(3);
+        let trainables = attach_lora(&mut model, &cfg.lora, cfg.seed).unwrap();
+        // Poison the adapter: every B entry NaN makes the first forward produce NaN logits.
+        for (name, var) in trainables.iter() {
+            if name.contains("lora_B") {
+                let nan = Tensor::full(f32::NAN, var.shape(), &Device::Cpu).unwrap();
+                var.set(&nan).unwrap();
+            }
+        }
+        let err = train(&model, &trainables, &examples(), &cfg, 0, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, Error::NonFiniteLoss { step: 1, .. }), "{err}");
+        assert!(err.to_string().contains("step 1"), "{err}");
+    }
+
+    #[test]
+    fn lora_targets_that_match_nothing_are_rejected() {
+        let mut model = tiny_model(&tiny_config());
+        let lora = LoraConfig::new(4, 8.0, 0.0, &["query"], &[]).unwrap();
+        let Err(err) = attach_lora(&mut model, &lora, 0) else {
+            panic!("targets matching nothing were accepted");
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains("query") && err.contains("match no projection"),
+            "{err}"
+        );
+    }
+}
