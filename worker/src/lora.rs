@@ -365,13 +365,13 @@ impl LoraBuilder {
                 weight.dims()
             ))
         })?;
-        if let Some(b) = &bias {
-            if b.dims() != [out_dim] {
-                return Err(Error::Invalid(format!(
-                    "{module_path}: bias has shape {:?}, expected [{out_dim}]",
-                    b.dims()
-                )));
-            }
+        if let Some(b) = &bias
+            && b.dims() != [out_dim]
+        {
+            return Err(Error::Invalid(format!(
+                "{module_path}: bias has shape {:?}, expected [{out_dim}]",
+                b.dims()
+            )));
         }
         if self.cfg.is_module_to_save(module_path) {
             return self.full(module_path, &weight, bias.as_ref());

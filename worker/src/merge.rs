@@ -172,13 +172,13 @@ pub fn merge(
             "merge: rank 0 is below the minimum 1".into(),
         ));
     }
-    if let MergeMode::TrimmedMean { trim } = opts.mode {
-        if 2 * trim >= adapters.len() {
-            return Err(Error::Invalid(format!(
-                "merge: trimming {trim} from each end of {} adapters leaves none",
-                adapters.len()
-            )));
-        }
+    if let MergeMode::TrimmedMean { trim } = opts.mode
+        && 2 * trim >= adapters.len()
+    {
+        return Err(Error::Invalid(format!(
+            "merge: trimming {trim} from each end of {} adapters leaves none",
+            adapters.len()
+        )));
     }
     let scale = base_cfg.lora_alpha / base_cfg.r as f64;
     let new_scale = base_cfg.lora_alpha / rank as f64;

@@ -69,10 +69,10 @@ impl OptimConfig {
         if self.grad_accum == 0 {
             return bad("grad_accum: 0 is below the minimum 1".into());
         }
-        if let Some(c) = self.max_grad_norm {
-            if !(c.is_finite() && c > 0.0) {
-                return bad(format!("max_grad_norm: {c} must be a positive number"));
-            }
+        if let Some(c) = self.max_grad_norm
+            && !(c.is_finite() && c > 0.0)
+        {
+            return bad(format!("max_grad_norm: {c} must be a positive number"));
         }
         Ok(())
     }

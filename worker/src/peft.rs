@@ -170,13 +170,12 @@ impl Adapter {
                         b: b.clone(),
                     },
                 );
-            } else if let Some(module) = name.strip_suffix(".lora_B.weight") {
-                if !self
+            } else if let Some(module) = name.strip_suffix(".lora_B.weight")
+                && !self
                     .tensors
                     .contains_key(&format!("{module}.lora_A.weight"))
-                {
-                    return Err(Error::Mismatch(format!("{name} has no lora_A")));
-                }
+            {
+                return Err(Error::Mismatch(format!("{name} has no lora_A")));
             }
         }
         Ok(out)

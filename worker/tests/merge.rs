@@ -21,7 +21,7 @@ fn adapter(seed: u64, scale_b: f64) -> Adapter {
     let det = |rows: usize, cols: usize, salt: u64| {
         let data: Vec<f32> = (0..rows * cols)
             .map(|i| {
-                let x = ((i as u64 + 1) * 2654435761 ^ (seed * 97 + salt) * 40503) % 10_007;
+                let x = (((i as u64 + 1) * 2654435761) ^ ((seed * 97 + salt) * 40503)) % 10_007;
                 (x as f32 / 10_007.0) - 0.5
             })
             .collect();
