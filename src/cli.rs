@@ -29,6 +29,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the marketplace in one process on embedded defaults (no servers needed).
     Up,
+    /// Run the API server on the configured adapters (secrets must be configured).
+    Serve,
     /// Print the effective configuration (secrets redacted) and exit.
     Config,
     /// Run a benchmark; each prints its baseline measured in the same run.
@@ -40,6 +42,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Up => crate::up::run(config).await,
+        Command::Serve => crate::serve::run(config).await,
         Command::Bench(command) => crate::bench::run(command).await,
         Command::Config => {
             print!("{}", config.redacted_toml());

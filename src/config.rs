@@ -7,11 +7,15 @@
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
+use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
+use shardwork_api::ApiConfig;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+// Defaults come from serde (`#[serde(default)]` on every section) rather than from a serialized
+// default provider: a provider would round-trip the API secrets through their redacting
+// `Serialize` and turn "unset" into a literal string.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Folder for everything embedded: SQLite database, blockstore, chain state.
     pub data_dir: PathBuf,
@@ -19,6 +23,7 @@ pub struct Config {
     pub database_url: String,
     pub store: StoreConfig,
     pub queue: QueueConfig,
+    pub api: ApiConfig,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,7 +36,7 @@ pub enum StoreKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     pub kind: StoreKind,
     pub kubo_url: String,
@@ -49,7 +54,7 @@ pub enum QueueKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct QueueConfig {
     pub kind: QueueKind,
     pub amqp_url: String,
@@ -65,18 +70,31 @@ impl Default for Config {
         Config {
             data_dir: PathBuf::from(".shardwork"),
             database_url: String::new(),
-            store: StoreConfig {
-                kind: StoreKind::Embedded,
-                kubo_url: "http://127.0.0.1:5001".into(),
-                max_put_bytes: 8 << 30,
-            },
-            queue: QueueConfig {
-                kind: QueueKind::Embedded,
-                amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
-                max_deliveries: 5,
-                visibility_timeout_secs: 300,
-                prefetch: 1,
-            },
+            store: StoreConfig::default(),
+            queue: QueueConfig::default(),
+            api: ApiConfig::default(),
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            kind: StoreKind::Embedded,
+            kubo_url: "http://127.0.0.1:5001".into(),
+            max_put_bytes: 8 << 30,
+        }
+    }
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            kind: QueueKind::Embedded,
+            amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
+            max_deliveries: 5,
+            visibility_timeout_secs: 300,
+            prefetch: 1,
         }
     }
 }
@@ -84,7 +102,7 @@ impl Default for Config {
 impl Config {
     /// Loads defaults < `file` (or ./shardwork.toml if present) < `SHARDWORK_…` environment.
     pub fn load(file: Option<&Path>) -> Result<Config, Box<figment::Error>> {
-        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        let mut figment = Figment::new();
         match file {
             Some(path) => figment = figment.merge(Toml::file_exact(path)),
             None => figment = figment.merge(Toml::file("shardwork.toml")),
@@ -111,6 +129,7 @@ impl Config {
 
     /// The configuration as TOML with passwords in URLs replaced by `***`, safe to log.
     pub fn redacted_toml(&self) -> String {
+        // API secrets print as <redacted> through their own Serialize.
         let mut shown = self.clone();
         shown.database_url = redact_url(&self.effective_database_url());
         shown.queue.amqp_url = redact_url(&self.queue.amqp_url);
@@ -148,8 +167,10 @@ mod tests {
     fn passwords_never_reach_the_printed_config() {
         let mut config = Config::default();
         config.database_url = "postgres://app:s3cret@db:5432/shardwork".into();
+        config.api.jwt_secret = shardwork_api::configuration::Secret::new("jwt-secret-value");
         let shown = config.redacted_toml();
         assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(!shown.contains("jwt-secret-value"), "{shown}");
         assert!(!shown.contains("guest:guest"), "{shown}");
         assert!(
             shown.contains("postgres://app:***@db:5432/shardwork"),
@@ -178,6 +199,11 @@ mod tests {
             assert_eq!(config.queue.kind, QueueKind::RabbitMq);
             assert_eq!(config.queue.max_deliveries, 9);
             assert_eq!(config.store.kind, StoreKind::Embedded);
+            assert_eq!(config.store.kubo_url, StoreConfig::default().kubo_url);
+            assert!(
+                config.api.jwt_secret.expose().is_empty(),
+                "unset secrets stay empty"
+            );
             Ok(())
         });
     }

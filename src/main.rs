@@ -6,7 +6,9 @@
 mod bench;
 mod cli;
 mod config;
+mod dev_secrets;
 mod infra;
+mod serve;
 mod up;
 
 use clap::Parser;

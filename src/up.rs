@@ -1,7 +1,7 @@
 //! `shardwork up`: everything in one process on the configured (by default embedded) adapters.
 //!
-//! Today it brings the infrastructure up and proves each port works end to end; the API server,
-//! workers and validator join it as their issues land.
+//! It brings the infrastructure up, proves each port works end to end, then serves the API on
+//! it. The in-process workers and validator join it with the end-to-end issue.
 
 use std::time::Duration;
 
@@ -15,13 +15,19 @@ use crate::infra;
 /// Queue used only by the start-up self-check, so real task queues are never touched.
 const SELF_CHECK_QUEUE: &str = "shardwork.self-check";
 
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub async fn run(mut config: Config) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data folder {}", config.data_dir.display()))?;
+    if crate::dev_secrets::fill_unset(&mut config)? {
+        println!(
+            "DEVELOPMENT MODE: API secrets not configured; using generated ones kept in {}",
+            config.data_dir.join("dev-secrets.toml").display()
+        );
+    }
     println!(
         "Effective configuration (secrets redacted):\n{}",
         config.redacted_toml()
     );
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("creating data folder {}", config.data_dir.display()))?;
 
     let url = config.effective_database_url();
     let db = infra::connect_database(&url).await?;
@@ -79,11 +85,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         "queue       ready: {:?}, publish/consume/ack verified",
         config.queue.kind
     );
+    drop(consumer);
 
     println!(
-        "\nInfrastructure is up in {}. The API server, workers and validator are not built yet \
-         (issues 5 and 6); nothing more to run, exiting.",
-        config.data_dir.display()
+        "api         serving on http://{} (Ctrl-C stops). Workers and the validator are not \
+         built yet (issue 6).",
+        config.api.bind
     );
+    let ports = shardwork_api::Ports { db, store, queue };
+    shardwork_api::serve(config.api, ports).await?;
     Ok(())
 }
