@@ -61,10 +61,13 @@ pub enum StoreError {
 
 /// Parses a CID from user input, naming the input when it is malformed.
 pub fn parse_cid(input: &str) -> Result<Cid, StoreError> {
-    input.trim().parse::<Cid>().map_err(|err| StoreError::MalformedCid {
-        input: input.to_owned(),
-        reason: err.to_string(),
-    })
+    input
+        .trim()
+        .parse::<Cid>()
+        .map_err(|err| StoreError::MalformedCid {
+            input: input.to_owned(),
+            reason: err.to_string(),
+        })
 }
 
 /// Content-addressed storage. Implementations must return the same CID for the same bytes.

@@ -68,7 +68,11 @@ pub fn service_url(service: Service, suite: &str) -> Option<String> {
         (_, url) => {
             let why = match url {
                 Some(url) => format!("{} not reachable at {url}", service.name()),
-                None => format!("{} not configured (set {})", service.name(), service.env_var()),
+                None => format!(
+                    "{} not configured (set {})",
+                    service.name(),
+                    service.env_var()
+                ),
             };
             if services_required() && service != Service::Kubo {
                 panic!("{suite}: {why}, and SHARDWORK_REQUIRE_SERVICES=1");
@@ -82,10 +86,16 @@ pub fn service_url(service: Service, suite: &str) -> Option<String> {
 /// Appends a skip line for `scripts/test` to print.
 pub fn record_skip(suite: &str, why: &str) {
     eprintln!("SKIPPED {suite}: {why}");
-    if let Ok(path) = std::env::var("SHARDWORK_SKIP_LOG") {
-        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(file, "SKIPPED {suite}: {why}");
-        }
+    let Ok(path) = std::env::var("SHARDWORK_SKIP_LOG") else {
+        return;
+    };
+    let opened = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path);
+    if let Ok(mut file) = opened {
+        // Best effort: the line already went to stderr.
+        let _ = writeln!(file, "SKIPPED {suite}: {why}");
     }
 }
 
