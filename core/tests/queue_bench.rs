@@ -1,7 +1,8 @@
 //! Runs the `shardwork bench` queue measurement (src/bench/queue.rs) on every adapter that can
 //! run here. Ignored by default (it is a measurement, and slow on a shared machine):
 //! `cargo nextest run -p shardwork-core --test queue_bench --run-ignored only --no-capture`.
-//! Set SHARDWORK_BENCH_MESSAGES to change the message count (default 10,000).
+//! Set SHARDWORK_BENCH_MESSAGES to change the message count (default 10,000) and
+//! SHARDWORK_BENCH_CONSUMERS the number of concurrent consumers (default 4).
 
 #[path = "../../src/bench/queue.rs"]
 mod queue_bench;
@@ -9,7 +10,7 @@ mod queue_bench;
 use std::sync::Arc;
 
 use queue_bench::{QueueBenchConfig, bench_queue};
-use sea_orm::{ConnectionTrait, Database};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database};
 use shardwork_core::queue::rabbitmq::{RabbitQueue, RabbitSettings};
 use shardwork_core::queue::table::TableQueue;
 use shardwork_core::testkit::services::{Service, service_url};
@@ -23,6 +24,12 @@ fn config(adapter: &str) -> QueueBenchConfig {
         .and_then(|v| v.parse().ok())
     {
         config.messages = n;
+    }
+    if let Some(n) = std::env::var("SHARDWORK_BENCH_CONSUMERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.consumers = n;
     }
     config
 }
@@ -52,7 +59,12 @@ async fn bench_table_sqlite() {
         "sqlite://{}?mode=rwc",
         dir.path().join("bench.db").display()
     );
-    let db = Database::connect(&url).await.expect("sqlite");
+    // One connection: SQLite has one writer, and writers on several pooled connections meet in
+    // SQLite's busy handler, which sleeps (34 tasks/s with four consumers on four connections,
+    // against hundreds on one).
+    let mut options = ConnectOptions::new(url);
+    options.max_connections(1);
+    let db = Database::connect(options).await.expect("sqlite");
     Migrator::up(&db, None).await.expect("migrate");
     let report = bench_queue(Arc::new(TableQueue::new(db)), &config("table (SQLite)"))
         .await
