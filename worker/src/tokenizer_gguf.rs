@@ -45,6 +45,9 @@ pub enum TokenizerError {
     Encode(String),
 }
 
+/// Token ids with the byte range of `text` each one covers.
+pub type Encoded = (Vec<u32>, Vec<(usize, usize)>);
+
 /// A tokenizer with the special tokens and chat template a language model needs.
 #[derive(Debug, Clone)]
 pub struct LmTokenizer {
@@ -61,10 +64,7 @@ impl LmTokenizer {
     }
 
     /// Token ids and their byte ranges in `text`; added BOS tokens get an empty range at 0.
-    pub fn encode_with_offsets(
-        &self,
-        text: &str,
-    ) -> Result<(Vec<u32>, Vec<(usize, usize)>), TokenizerError> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<Encoded, TokenizerError> {
         let enc = self
             .tokenizer
             .encode(text, true)

@@ -286,7 +286,9 @@ mod tests {
         }
     }
 
-    fn run(steps: usize) -> (Vec<f32>, LmEval, LmEval, Vec<(String, Vec<f32>)>) {
+    type Run = (Vec<f32>, LmEval, LmEval, Vec<(String, Vec<f32>)>);
+
+    fn run(steps: usize) -> Run {
         let mut model = tiny_model(&tiny_config());
         let data = examples();
         let before = evaluate(&model, &data, 4, 0).unwrap();

@@ -195,7 +195,10 @@ pub fn encode_record(
             let start = prompt.len();
             let text = format!("{prompt}{output}{eos_text}");
             let end = text.len();
-            (text, Some(vec![start..end]))
+            // One span: the response (and end marker) after the prompt.
+            #[allow(clippy::single_range_in_vec_init)]
+            let spans = vec![start..end];
+            (text, Some(spans))
         }
     };
     let (mut ids, offsets) = tok.encode_with_offsets(&text).map_err(tok_err)?;
