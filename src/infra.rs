@@ -11,14 +11,27 @@ use shardwork_core::queue::{QueueOptions, TaskQueue};
 use shardwork_core::store::ContentStore;
 use shardwork_core::store::embedded::{EmbeddedConfig, EmbeddedStore};
 use shardwork_core::store::kubo::{KuboConfig, KuboStore};
-use shardwork_migrations::sea_orm::{Database, DatabaseConnection};
+use shardwork_migrations::sea_orm::{ConnectOptions, Database, DatabaseConnection};
 use shardwork_migrations::{Migrator, MigratorTrait};
 
 use crate::config::{Config, QueueKind, StoreKind, redact_url};
 
 /// Connects to the configured database and applies every pending migration.
 pub async fn connect_database(url: &str) -> anyhow::Result<DatabaseConnection> {
-    let db = Database::connect(url)
+    connect_database_with(url, None).await
+}
+
+/// As [`connect_database`], with at most `max_connections` pooled connections.
+pub async fn connect_database_with(
+    url: &str,
+    max_connections: Option<u32>,
+) -> anyhow::Result<DatabaseConnection> {
+    let mut options = ConnectOptions::new(url);
+    options.sqlx_logging(false);
+    if let Some(max) = max_connections {
+        options.max_connections(max);
+    }
+    let db = Database::connect(options)
         .await
         .with_context(|| format!("connecting to {}", redact_url(url)))?;
     Migrator::up(&db, None)

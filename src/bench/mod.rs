@@ -1,6 +1,7 @@
 //! `shardwork bench …`: benchmarks that print their figure beside a baseline measured in the same
 //! run. They are not tests; `scripts/test` does not run them.
 
+pub mod llm;
 pub mod queue;
 pub mod store;
 
@@ -17,6 +18,13 @@ use crate::infra;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
+    /// LoRA SFT training tokens/s and MFU on SmolLM2-135M (GGUF from the PyPI fixture), beside
+    /// the f32 matmul peak measured in the same run.
+    Llm {
+        /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
+        #[arg(long)]
+        gguf: Option<PathBuf>,
+    },
     /// Content addressing (Kubo-compatible CIDs) in MB/s beside `sha256sum` on the same file.
     Store {
         /// File to hash; by default a generated file of --size-mib in the temp folder.
@@ -52,6 +60,18 @@ pub enum QueueAdapter {
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     match command {
+        BenchCommand::Llm { gguf } => {
+            let gguf = gguf
+                .or_else(shardwork_worker::fixtures::smollm2_gguf)
+                .context(
+                    "SmolLM2 GGUF not found: run scripts/install/python-fixtures or pass --gguf",
+                )?;
+            let config = llm::LlmBenchConfig::new(&gguf);
+            let device = candle_core::Device::Cpu;
+            let report =
+                tokio::task::spawn_blocking(move || llm::run_llm_bench(&config, &device)).await??;
+            println!("{report}");
+        }
         BenchCommand::Store {
             file,
             size_mib,
@@ -78,7 +98,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
                     "sqlite://{}?mode=rwc",
                     dir.path().join("bench.db").display()
                 );
-                let db = infra::connect_database(&url).await?;
+                // One connection: SQLite writers on several pooled connections stall each other
+                // in its busy handler (about 35 tasks/s instead of about 300).
+                let db = infra::connect_database_with(&url, Some(1)).await?;
                 targets.push(("table (SQLite)".into(), Arc::new(TableQueue::new(db))));
                 _sqlite_dir = dir;
             }
