@@ -33,6 +33,9 @@ pub enum Command {
     Serve,
     /// Print the effective configuration (secrets redacted) and exit.
     Config,
+    /// Deploy the escrow contract, or write its Etherscan verification input.
+    #[command(subcommand)]
+    Contracts(crate::contracts_cmd::ContractsCommand),
     /// Run a benchmark; each prints its baseline measured in the same run.
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
@@ -44,6 +47,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Up => crate::up::run(config).await,
         Command::Serve => crate::serve::run(config).await,
         Command::Bench(command) => crate::bench::run(command).await,
+        Command::Contracts(command) => crate::contracts_cmd::run(command).await,
         Command::Config => {
             print!("{}", config.redacted_toml());
             Ok(())

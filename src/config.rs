@@ -99,6 +99,9 @@ impl Default for QueueConfig {
     }
 }
 
+/// Top-level keys of [`Config`], the only `SHARDWORK_…` variables read as configuration.
+const SECTIONS: [&str; 5] = ["data_dir", "database_url", "store", "queue", "api"];
+
 impl Config {
     /// Loads defaults < `file` (or ./shardwork.toml if present) < `SHARDWORK_…` environment.
     pub fn load(file: Option<&Path>) -> Result<Config, Box<figment::Error>> {
@@ -107,10 +110,13 @@ impl Config {
             Some(path) => figment = figment.merge(Toml::file_exact(path)),
             None => figment = figment.merge(Toml::file("shardwork.toml")),
         }
+        // Only the configuration's own sections: SHARDWORK_LOG, SHARDWORK_CONFIG, the
+        // deployer key and the test switches share the prefix but are not configuration.
         figment = figment.merge(Env::prefixed("SHARDWORK_").split("__").filter(|key| {
-            // Test-harness switches share the prefix but are not configuration.
-            !key.as_str().starts_with("test_")
-                && !matches!(key.as_str(), "require_services" | "skip_log")
+            // Keys keep the variable's case here; figment matches fields case-insensitively.
+            let key = key.as_str().to_ascii_lowercase();
+            let section = key.split('.').next().unwrap_or_default();
+            SECTIONS.contains(&section)
         }));
         figment.extract().map_err(Box::new)
     }
@@ -194,6 +200,8 @@ mod tests {
             )?;
             jail.set_env("SHARDWORK_QUEUE__MAX_DELIVERIES", "9");
             jail.set_env("SHARDWORK_REQUIRE_SERVICES", "1");
+            jail.set_env("SHARDWORK_LOG", "debug");
+            jail.set_env("SHARDWORK_CONFIG", "custom.toml");
             let config = Config::load(Some(Path::new("custom.toml"))).map_err(|e| e.to_string())?;
             assert_eq!(config.data_dir, PathBuf::from("/srv/sw"));
             assert_eq!(config.queue.kind, QueueKind::RabbitMq);

@@ -6,6 +6,7 @@
 mod bench;
 mod cli;
 mod config;
+mod contracts_cmd;
 mod dev_secrets;
 mod infra;
 mod serve;
