@@ -5,14 +5,13 @@
 //! model) and every dropout mask come from seeded generators, and CPU kernels are
 //! deterministic for a fixed thread count.
 
-use std::time::Instant;
-
 use candle_core::{D, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::Progress;
+use super::step_loop::StepLoop;
 use crate::bert::BertClassifier;
-use crate::data::{ClassificationSet, split};
+use crate::data::ClassificationSet;
 use crate::error::{Error, Result};
 use crate::eval::{self, ClassificationMetrics};
 use crate::lora::Trainables;
@@ -64,62 +63,25 @@ pub fn train(
         )));
     }
     let encoded = tokenizer.encode_all(&data.texts)?;
-    let mut opt = AdamW::new(trainables, cfg.optim.clone())?;
-    let total = cfg.optim.total_steps;
-    let micro_total = total * cfg.optim.grad_accum;
-    let mut order: Vec<usize> = Vec::new();
-    let mut epoch = 0u64;
-    let start = Instant::now();
-    let mut tokens = 0usize;
-    let mut step_losses = Vec::with_capacity(total);
-    let mut pending = Vec::new();
-    for _ in 0..micro_total {
-        if order.len() < cfg.batch_size {
-            // A fresh seeded permutation per epoch; leftovers carry over so no example is skipped.
-            order.extend(split::permutation(data.len(), cfg.seed.wrapping_add(epoch)));
-            epoch += 1;
-        }
-        let batch_idx: Vec<usize> = order.drain(..cfg.batch_size).collect();
+    let opt = AdamW::new(trainables, cfg.optim.clone())?;
+    let mut steps = StepLoop::new(opt, data.len(), cfg.batch_size, cfg.seed);
+    for _ in 0..steps.micro_batches() {
+        let batch_idx = steps.next_batch();
         let seqs: Vec<&[u32]> = batch_idx.iter().map(|&i| encoded[i].as_slice()).collect();
         let batch = pad(&seqs, tokenizer.pad_id(), device)?;
         let labels: Vec<u32> = batch_idx.iter().map(|&i| data.labels[i]).collect();
         let labels = Tensor::from_vec(labels, batch_idx.len(), device)?;
         let logits = model.forward(&batch.ids, &batch.mask, true)?;
         let loss = candle_nn::loss::cross_entropy(&logits, &labels)?;
-        let loss_value: f32 = loss.to_scalar()?;
-        if !loss_value.is_finite() {
-            return Err(Error::NonFiniteLoss {
-                step: opt.steps_taken() + 1,
-                loss: loss_value,
-            });
-        }
-        pending.push(loss_value);
-        tokens += batch.tokens;
-        let grads = loss.backward()?;
-        if let Some(info) = opt.accumulate(&grads)? {
-            let mean = pending.iter().sum::<f32>() / pending.len() as f32;
-            pending.clear();
-            step_losses.push(mean);
-            progress(&Progress {
-                step: info.step + 1,
-                total_steps: total,
-                loss: mean,
-                lr: info.lr,
-                grad_norm: info.grad_norm,
-                tokens_per_sec: tokens as f64 / start.elapsed().as_secs_f64(),
-            });
-        }
+        steps.backward(&loss, batch.tokens, progress)?;
     }
-    let seconds = start.elapsed().as_secs_f64();
-    let tail = (step_losses.len() / 10).max(1);
-    let final_loss =
-        step_losses.iter().rev().take(tail).sum::<f32>() / tail.min(step_losses.len()) as f32;
+    let summary = steps.finish();
     Ok(TrainReport {
-        steps: step_losses.len(),
-        final_loss,
-        tokens,
-        seconds,
-        tokens_per_sec: tokens as f64 / seconds,
+        steps: summary.steps,
+        final_loss: summary.final_loss,
+        tokens: summary.tokens,
+        seconds: summary.seconds,
+        tokens_per_sec: summary.tokens as f64 / summary.seconds,
     })
 }
 

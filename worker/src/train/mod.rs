@@ -3,6 +3,7 @@
 pub mod classify;
 pub mod sft;
 pub mod sft_data;
+mod step_loop;
 
 use serde::Serialize;
 

@@ -5,13 +5,11 @@
 //! Deterministic given the seed: epoch orders, LoRA initialisation and dropout masks all come
 //! from seeded generators, and candle's CPU kernels are deterministic for a fixed thread count.
 
-use std::time::Instant;
-
 use candle_core::{D, Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::Progress;
-use crate::data::split;
+use super::step_loop::StepLoop;
 use crate::error::{Error, Result};
 use crate::llama::{Llama, LlamaError};
 use crate::lora::{LoraBuilder, LoraConfig, Trainables};
@@ -194,65 +192,25 @@ pub fn train(
             "no trainable tensors: attach LoRA before training".into(),
         ));
     }
-    let mut opt = AdamW::new(trainables, cfg.optim.clone())?;
-    let total = cfg.optim.total_steps;
-    let micro_total = total * cfg.optim.grad_accum;
-    let mut order: Vec<usize> = Vec::new();
-    let mut epoch = 0u64;
-    let start = Instant::now();
-    let mut tokens = 0usize;
-    let mut step_losses = Vec::with_capacity(total);
-    let mut pending = Vec::new();
-    for _ in 0..micro_total {
-        if order.len() < cfg.batch_size {
-            // A fresh seeded permutation per epoch; leftovers carry over so none is skipped.
-            order.extend(split::permutation(
-                examples.len(),
-                cfg.seed.wrapping_add(epoch),
-            ));
-            epoch += 1;
-        }
-        let picked: Vec<&SftExample> = order
-            .drain(..cfg.batch_size)
+    let opt = AdamW::new(trainables, cfg.optim.clone())?;
+    let mut steps = StepLoop::new(opt, examples.len(), cfg.batch_size, cfg.seed);
+    for _ in 0..steps.micro_batches() {
+        let picked: Vec<&SftExample> = steps
+            .next_batch()
+            .into_iter()
             .map(|i| &examples[i])
             .collect();
         let batch = Batch::new(&picked, pad, model.device())?;
         let loss = batch_loss(model, &batch, true)?;
-        let loss_value: f32 = loss.to_scalar()?;
-        if !loss_value.is_finite() {
-            return Err(Error::NonFiniteLoss {
-                step: opt.steps_taken() + 1,
-                loss: loss_value,
-            });
-        }
-        pending.push(loss_value);
-        tokens += batch.tokens;
-        let grads = loss.backward()?;
-        if let Some(info) = opt.accumulate(&grads)? {
-            let mean = pending.iter().sum::<f32>() / pending.len() as f32;
-            pending.clear();
-            step_losses.push(mean);
-            progress(&Progress {
-                step: info.step + 1,
-                total_steps: total,
-                loss: mean,
-                lr: info.lr,
-                grad_norm: info.grad_norm,
-                tokens_per_sec: tokens as f64 / start.elapsed().as_secs_f64(),
-            });
-        }
+        steps.backward(&loss, batch.tokens, progress)?;
     }
-    let seconds = start.elapsed().as_secs_f64();
-    let tail = (step_losses.len() / 10)
-        .max(1)
-        .min(step_losses.len().max(1));
-    let final_loss = step_losses.iter().rev().take(tail).sum::<f32>() / tail as f32;
+    let summary = steps.finish();
     Ok(SftReport {
-        steps: step_losses.len(),
-        final_loss,
-        tokens,
-        seconds,
-        tokens_per_sec: tokens as f64 / seconds,
+        steps: summary.steps,
+        final_loss: summary.final_loss,
+        tokens: summary.tokens,
+        seconds: summary.seconds,
+        tokens_per_sec: summary.tokens as f64 / summary.seconds,
     })
 }
 

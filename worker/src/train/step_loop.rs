@@ -1,0 +1,115 @@
+//! The bookkeeping every training loop shares, whatever the model: seeded epoch order, the
+//! non-finite loss check, gradient accumulation, progress reports and the closing summary.
+//! The loops themselves only build batches and compute losses.
+
+use std::time::Instant;
+
+use candle_core::Tensor;
+
+use super::Progress;
+use crate::data::split;
+use crate::error::{Error, Result};
+use crate::optim::AdamW;
+
+pub(crate) struct StepLoop {
+    opt: AdamW,
+    seed: u64,
+    examples: usize,
+    batch_size: usize,
+    order: Vec<usize>,
+    epoch: u64,
+    start: Instant,
+    tokens: usize,
+    step_losses: Vec<f32>,
+    /// Losses of the micro-batches accumulated into the step in progress.
+    pending: Vec<f32>,
+}
+
+/// What a finished loop measured.
+pub(crate) struct LoopSummary {
+    pub steps: usize,
+    /// Mean loss over the last tenth of the steps (at least one).
+    pub final_loss: f32,
+    pub tokens: usize,
+    pub seconds: f64,
+}
+
+impl StepLoop {
+    pub fn new(opt: AdamW, examples: usize, batch_size: usize, seed: u64) -> Self {
+        let total = opt.config().total_steps;
+        StepLoop {
+            opt,
+            seed,
+            examples,
+            batch_size,
+            order: Vec::new(),
+            epoch: 0,
+            start: Instant::now(),
+            tokens: 0,
+            step_losses: Vec::with_capacity(total),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Micro-batches to run: optimiser steps times accumulation.
+    pub fn micro_batches(&self) -> usize {
+        self.opt.config().total_steps * self.opt.config().grad_accum
+    }
+
+    /// Example indices of the next micro-batch. A fresh seeded permutation per epoch; leftovers
+    /// carry over so no example is skipped.
+    pub fn next_batch(&mut self) -> Vec<usize> {
+        if self.order.len() < self.batch_size {
+            let permutation = split::permutation(self.examples, self.seed.wrapping_add(self.epoch));
+            self.order.extend(permutation);
+            self.epoch += 1;
+        }
+        self.order.drain(..self.batch_size).collect()
+    }
+
+    /// Back-propagates one micro-batch's `loss`, stepping the optimiser once enough micro-batches
+    /// are accumulated, and reports progress after each step. A NaN or infinite loss stops
+    /// training with an error naming the step.
+    pub fn backward(
+        &mut self,
+        loss: &Tensor,
+        batch_tokens: usize,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<()> {
+        let loss_value: f32 = loss.to_scalar()?;
+        if !loss_value.is_finite() {
+            return Err(Error::NonFiniteLoss {
+                step: self.opt.steps_taken() + 1,
+                loss: loss_value,
+            });
+        }
+        self.pending.push(loss_value);
+        self.tokens += batch_tokens;
+        let grads = loss.backward()?;
+        if let Some(info) = self.opt.accumulate(&grads)? {
+            let mean = self.pending.iter().sum::<f32>() / self.pending.len() as f32;
+            self.pending.clear();
+            self.step_losses.push(mean);
+            progress(&Progress {
+                step: info.step + 1,
+                total_steps: self.opt.config().total_steps,
+                loss: mean,
+                lr: info.lr,
+                grad_norm: info.grad_norm,
+                tokens_per_sec: self.tokens as f64 / self.start.elapsed().as_secs_f64(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn finish(self) -> LoopSummary {
+        let steps = self.step_losses.len();
+        let tail = (steps / 10).max(1).min(steps.max(1));
+        LoopSummary {
+            steps,
+            final_loss: self.step_losses.iter().rev().take(tail).sum::<f32>() / tail as f32,
+            tokens: self.tokens,
+            seconds: self.start.elapsed().as_secs_f64(),
+        }
+    }
+}
