@@ -9,6 +9,7 @@ pub use sea_orm_migration::sea_orm;
 
 mod m20261122_000001_core_schema;
 mod m20261122_000002_task_queue;
+mod m20261122_000003_chain_follow;
 
 pub struct Migrator;
 
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_core_schema::Migration),
             Box::new(m20261122_000002_task_queue::Migration),
+            Box::new(m20261122_000003_chain_follow::Migration),
         ]
     }
 }

@@ -10,6 +10,7 @@ use super::job_spec::LoraSpec;
 /// The adapter layout Shardwork produces: Hugging Face PEFT's.
 pub const ADAPTER_FORMAT_PEFT: &str = "peft";
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdapterMeta {

@@ -140,6 +140,83 @@ string_serde!(ContentId);
 string_serde!(EthAddress);
 string_serde!(WeiAmount);
 
+/// The identifiers as OpenAPI schemas: strings with the pattern and format users write, not the
+/// Rust structures behind them. A pattern is necessary, not sufficient: a CID must also decode
+/// and an amount must not exceed 2^256 - 1, which the server checks.
+#[cfg(feature = "openapi")]
+mod openapi {
+    use std::borrow::Cow;
+
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaFormat, Type};
+
+    use super::{ContentId, EthAddress, WeiAmount};
+
+    fn string_schema(
+        format: &str,
+        pattern: &str,
+        description: &str,
+        example: &str,
+    ) -> RefOr<Schema> {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::Custom(format.to_owned())))
+            .pattern(Some(pattern))
+            .description(Some(description))
+            .examples([serde_json::Value::from(example)])
+            .into()
+    }
+
+    impl utoipa::PartialSchema for ContentId {
+        fn schema() -> RefOr<Schema> {
+            string_schema(
+                "cid",
+                "^(Qm[1-9A-HJ-NP-Za-km-z]{44}|b[a-z2-7]+)$",
+                "An IPFS CID: base32 (`b…`) for CIDv1, base58btc (`Qm…`) for CIDv0.",
+                "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku",
+            )
+        }
+    }
+    impl utoipa::ToSchema for ContentId {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("ContentId")
+        }
+    }
+
+    impl utoipa::PartialSchema for EthAddress {
+        fn schema() -> RefOr<Schema> {
+            string_schema(
+                "eth-address",
+                "^0[xX][0-9a-fA-F]{40}$",
+                "A 20-byte Ethereum address, `0x` and 40 hex digits; answered lowercase.",
+                "0x19e7e376e7c213b7e7e7e46cc70a5dd086daff2a",
+            )
+        }
+    }
+    impl utoipa::ToSchema for EthAddress {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("EthAddress")
+        }
+    }
+
+    impl utoipa::PartialSchema for WeiAmount {
+        fn schema() -> RefOr<Schema> {
+            string_schema(
+                "uint256",
+                "^0*[0-9]{1,78}$",
+                "An amount in the token's smallest unit (wei for ETH) as a decimal string, up to \
+                 2^256 - 1; a string because JSON numbers lose precision above 2^53.",
+                "1000000000000000000",
+            )
+        }
+    }
+    impl utoipa::ToSchema for WeiAmount {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("WeiAmount")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

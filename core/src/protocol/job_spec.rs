@@ -26,6 +26,7 @@ pub const MAX_REPUTATION_BPS: u32 = 10_000;
 pub const MAX_DEADLINE_DAYS: i64 = 365;
 
 /// Single-contributor LoRA, or federated over shards and rounds.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
@@ -36,6 +37,7 @@ pub enum JobKind {
 }
 
 /// How the base model's weights are stored.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelFormat {
@@ -46,6 +48,7 @@ pub enum ModelFormat {
 }
 
 /// Model family, which decides the layer names LoRA targets.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Architecture {
@@ -56,6 +59,7 @@ pub enum Architecture {
 }
 
 /// What the adapter is trained to do.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TrainingTask {
@@ -65,6 +69,7 @@ pub enum TrainingTask {
     SequenceClassification,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BaseModel {
@@ -74,35 +79,51 @@ pub struct BaseModel {
     pub task: TrainingTask,
     /// Number of labels, for classification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 2, maximum = 1000))]
     pub num_labels: Option<u32>,
 }
 
 /// LoRA hyper-parameters, named as Hugging Face PEFT names them.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoraSpec {
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 256))]
     pub r: u32,
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 4096))]
     pub alpha: f64,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, exclusive_maximum = 1))]
     pub dropout: f64,
+    #[cfg_attr(feature = "openapi", schema(min_items = 1))]
     pub target_modules: Vec<String>,
     /// Modules trained in full and shipped with the adapter (a classification head).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub modules_to_save: Vec<String>,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainingArgs {
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub epochs: u32,
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 1))]
     pub learning_rate: f64,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4096))]
     pub batch_size: u32,
+    #[cfg_attr(feature = "openapi", schema(minimum = 8, maximum = 32768))]
     pub max_seq_len: u32,
     /// Seeds the shuffle, the held-out split, the shard cut and the adapter's initialisation.
     pub seed: u64,
     #[serde(default = "TrainingArgs::default_warmup_ratio")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 0, maximum = 0.5, default = 0.06)
+    )]
     pub warmup_ratio: f64,
     #[serde(default = "TrainingArgs::default_gradient_accumulation")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1024, default = 1))]
     pub gradient_accumulation: u32,
 }
 
@@ -116,6 +137,7 @@ impl TrainingArgs {
 }
 
 /// The escrowed stake: an amount of ETH (no token) or of an allow-listed ERC-20.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Stake {
@@ -126,19 +148,26 @@ pub struct Stake {
 }
 
 /// A fine-tuning job as the requester posts it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
+    /// The protocol version; this server speaks 1.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1))]
     pub version: u32,
     pub kind: JobKind,
     pub base_model: BaseModel,
     pub lora: LoraSpec,
     pub training: TrainingArgs,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1024))]
     pub shards: u32,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub rounds: u32,
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 0.5))]
     pub held_out_fraction: f64,
     /// Workers below this on-chain reputation (basis points) may not claim tasks.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 10000, default = 0))]
     pub min_reputation: u32,
     pub deadline: DateTime<Utc>,
     pub stake: Stake,
@@ -479,6 +508,28 @@ pub(crate) mod tests {
         let mut v = valid_json();
         v["base_model"]["num_labels"] = serde_json::Value::Null;
         assert_eq!(paths(&parse(v).unwrap_err()), ["base_model.num_labels"]);
+    }
+
+    /// The OpenAPI schema states the same bounds `validate` enforces (they are literals in the
+    /// derive attributes, which cannot name the constants).
+    #[cfg(feature = "openapi")]
+    #[test]
+    fn schema_bounds_are_the_validation_limits() {
+        use utoipa::PartialSchema;
+        let props = |schema| serde_json::to_value(schema).unwrap()["properties"].clone();
+        let spec = props(JobSpec::schema());
+        let lora = props(LoraSpec::schema());
+        let training = props(TrainingArgs::schema());
+        assert_eq!(spec["version"]["maximum"], PROTOCOL_VERSION);
+        assert_eq!(spec["shards"]["maximum"], MAX_SHARDS);
+        assert_eq!(spec["rounds"]["maximum"], MAX_ROUNDS);
+        assert_eq!(spec["held_out_fraction"]["maximum"], MAX_HELD_OUT_FRACTION);
+        assert_eq!(spec["min_reputation"]["maximum"], MAX_REPUTATION_BPS);
+        assert_eq!(lora["r"]["maximum"], MAX_LORA_RANK);
+        assert_eq!(training["epochs"]["maximum"], MAX_EPOCHS);
+        assert_eq!(training["batch_size"]["maximum"], MAX_BATCH_SIZE);
+        assert_eq!(training["max_seq_len"]["minimum"], MIN_SEQ_LEN);
+        assert_eq!(training["max_seq_len"]["maximum"], MAX_SEQ_LEN);
     }
 
     #[test]

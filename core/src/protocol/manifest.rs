@@ -9,6 +9,7 @@ use super::ids::ContentId;
 use super::validation::SpecErrors;
 
 /// One training shard.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShardRef {
@@ -20,6 +21,7 @@ pub struct ShardRef {
 
 /// The held-out set, sealed (authenticated encryption). The key is held by the API and given
 /// only to the validator; it is never in the manifest or the content store.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeldOutRef {
@@ -27,6 +29,7 @@ pub struct HeldOutRef {
     pub records: u64,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShardManifest {

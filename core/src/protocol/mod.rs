@@ -5,14 +5,17 @@
 //! [`validation::SpecErrors`]), so a requester fixes a spec in one round trip.
 
 pub mod adapter;
+pub mod bundle;
 pub mod ids;
 pub mod job_spec;
 pub mod manifest;
+pub mod siwe;
 pub mod submission;
 pub mod task;
 pub mod validation;
 
 pub use adapter::{ADAPTER_FORMAT_PEFT, AdapterMeta};
+pub use bundle::Bundle;
 pub use ids::{ContentId, EthAddress, WeiAmount};
 pub use job_spec::{
     Architecture, BaseModel, JobKind, JobSpec, LoraSpec, ModelFormat, Stake, TrainingArgs,
@@ -20,7 +23,7 @@ pub use job_spec::{
 };
 pub use manifest::{HeldOutRef, ShardManifest, ShardRef};
 pub use submission::{Submission, SubmissionMetrics};
-pub use task::TaskMessage;
+pub use task::{TASK_QUEUE, TaskMessage};
 pub use validation::{FieldError, SpecErrors};
 
 /// Version of every protocol message defined here. Bumped on any incompatible change.

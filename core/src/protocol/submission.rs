@@ -8,6 +8,7 @@ use super::ids::ContentId;
 use super::validation::SpecErrors;
 
 /// Training metrics a worker reports; stored as metrics.json beside the adapter.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmissionMetrics {
@@ -17,9 +18,12 @@ pub struct SubmissionMetrics {
     pub wall_seconds: f64,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Submission {
+    /// The protocol version; this server speaks 1.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1))]
     pub version: u32,
     pub task_id: Uuid,
     /// Lease token from the claim: proves this worker still holds the task.
@@ -27,6 +31,7 @@ pub struct Submission {
     pub adapter_cid: ContentId,
     pub metrics_cid: ContentId,
     /// Training records the adapter saw (weights the merge).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub samples: u64,
 }
 

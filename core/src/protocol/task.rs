@@ -8,6 +8,10 @@ use super::PROTOCOL_VERSION;
 use super::ids::ContentId;
 use super::validation::{SpecErrors, decode_json};
 
+/// The queue every training task is published to and every worker consumes.
+pub const TASK_QUEUE: &str = "shardwork.tasks";
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskMessage {
@@ -33,6 +37,13 @@ impl TaskMessage {
             "job/{}/round/{}/shard/{}",
             self.job_id, self.round, self.shard_index
         )
+    }
+
+    /// The key of one publication of the task: a task requeued after a lost lease or a
+    /// rejected adapter is a new message (its earlier one was settled), while a publish
+    /// repeated by the outbox after a crash is the same message and the queue drops it.
+    pub fn publication_key(&self, attempt: i32) -> String {
+        format!("{}/attempt/{attempt}", self.idempotency_key())
     }
 
     /// Decodes a task from a queue payload and checks it.

@@ -3,6 +3,7 @@
 use std::fmt;
 
 /// One problem: `path` uses dots and indices (`lora.target_modules[2]`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FieldError {
     pub path: String,

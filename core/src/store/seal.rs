@@ -25,6 +25,12 @@ const TAG_LEN: usize = 16;
 /// Smallest valid sealed message: header and tag around an empty plaintext.
 pub const SEAL_OVERHEAD: usize = 1 + NONCE_LEN + TAG_LEN;
 
+/// The associated data a job's held-out set is sealed with: binds the ciphertext to its job,
+/// so a sealed set moved to another job does not open.
+pub fn held_out_associated_data(job_id: uuid::Uuid) -> Vec<u8> {
+    format!("shardwork held-out {job_id}").into_bytes()
+}
+
 /// A 256-bit sealing key. Prints as `SealingKey(<redacted>)`; serializes as 64 hex digits.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SealingKey([u8; 32]);

@@ -1,0 +1,108 @@
+//! A folder in the content store: a small JSON document mapping file names to the CIDs of their
+//! bytes. Base models (config.json, model.safetensors, tokenizer.json, or one .gguf) and
+//! adapters (adapter_config.json, adapter_model.safetensors, shardwork.json) travel as bundles,
+//! so one CID names the whole folder and every file in it is verified on read like any block.
+//!
+//! Not a UnixFS directory: Kubo's directory CIDs depend on its HAMT sharding rules, and a
+//! bundle is simple enough for any client (the portal, a PEFT user with `ipfs cat`) to follow.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::PROTOCOL_VERSION;
+use super::ids::ContentId;
+use super::validation::{SpecErrors, decode_json};
+
+/// Files per bundle, far above what a model or adapter folder holds.
+pub const MAX_BUNDLE_FILES: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bundle {
+    pub version: u32,
+    /// `model` or `adapter`.
+    pub kind: String,
+    pub files: BTreeMap<String, ContentId>,
+}
+
+impl Bundle {
+    pub fn new(kind: &str) -> Bundle {
+        Bundle {
+            version: PROTOCOL_VERSION,
+            kind: kind.to_owned(),
+            files: BTreeMap::new(),
+        }
+    }
+
+    /// Decodes and checks a bundle document; every problem is named by its path.
+    pub fn decode(bytes: &[u8]) -> Result<Bundle, SpecErrors> {
+        let bundle: Bundle = decode_json(bytes)?;
+        let mut e = SpecErrors::default();
+        e.check(bundle.version == PROTOCOL_VERSION, "version", || {
+            format!("version {} is not supported", bundle.version)
+        });
+        e.check(
+            matches!(bundle.kind.as_str(), "model" | "adapter"),
+            "kind",
+            || format!("{:?} is neither `model` nor `adapter`", bundle.kind),
+        );
+        e.check(
+            !bundle.files.is_empty() && bundle.files.len() <= MAX_BUNDLE_FILES,
+            "files",
+            || {
+                format!(
+                    "holds {} files; 1..={MAX_BUNDLE_FILES} allowed",
+                    bundle.files.len()
+                )
+            },
+        );
+        for name in bundle.files.keys() {
+            e.check(is_plain_file_name(name), &format!("files.{name}"), || {
+                "a file name is one path segment of letters, digits, `.`, `-` and `_`".into()
+            });
+        }
+        e.into_result().map(|()| bundle)
+    }
+
+    pub fn file(&self, name: &str) -> Option<&ContentId> {
+        self.files.get(name)
+    }
+}
+
+/// No separators, no `..`, nothing a file system or a URL would read specially.
+pub fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CID: &str = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku";
+
+    #[test]
+    fn round_trips_and_refuses_paths() {
+        let mut b = Bundle::new("adapter");
+        b.files
+            .insert("adapter_config.json".into(), CID.parse().unwrap());
+        let bytes = serde_json::to_vec(&b).unwrap();
+        assert_eq!(Bundle::decode(&bytes).unwrap(), b);
+        let evil = format!(r#"{{"version":1,"kind":"adapter","files":{{"../x":"{CID}"}}}}"#);
+        let err = Bundle::decode(evil.as_bytes()).unwrap_err();
+        assert_eq!(err.errors()[0].path, "files.../x");
+    }
+
+    #[test]
+    fn empty_and_unknown_kinds_are_named() {
+        let err = Bundle::decode(br#"{"version":1,"kind":"zip","files":{}}"#).unwrap_err();
+        let paths: Vec<_> = err.errors().iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["kind", "files"]);
+    }
+}
