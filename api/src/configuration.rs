@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::EthAddress;
@@ -77,6 +78,15 @@ pub struct ApiConfig {
     pub validator_addresses: Vec<EthAddress>,
     /// Price quoted per trainable adapter parameter per training record and epoch, in wei.
     pub price_wei_per_param_record: u64,
+    /// How long a task lease lasts without a heartbeat; workers extend it with progress.
+    pub lease_secs: u64,
+    /// Attempts per task (lease expiries and rejected adapters count) before it fails.
+    pub task_max_attempts: i32,
+    /// How often the outbox dispatcher and the reaper look for work.
+    pub background_interval_ms: u64,
+    /// The requester portal's production build (`scripts/frontend build`), served at `/`.
+    /// Relative paths are from the working directory.
+    pub portal_dir: PathBuf,
 }
 
 impl Default for ApiConfig {
@@ -96,6 +106,10 @@ impl Default for ApiConfig {
             admin_addresses: Vec::new(),
             validator_addresses: Vec::new(),
             price_wei_per_param_record: 1_000,
+            lease_secs: 300,
+            task_max_attempts: 3,
+            background_interval_ms: 250,
+            portal_dir: PathBuf::from("frontend/dist"),
         }
     }
 }
@@ -150,6 +164,21 @@ impl ApiConfig {
                 "{} is shorter than access_token_ttl_secs {}",
                 self.refresh_token_ttl_secs, self.access_token_ttl_secs
             ),
+        );
+        check(
+            (5..=86_400).contains(&self.lease_secs),
+            "lease_secs",
+            format!("{} is outside 5..=86400", self.lease_secs),
+        );
+        check(
+            (1..=100).contains(&self.task_max_attempts),
+            "task_max_attempts",
+            format!("{} is outside 1..=100", self.task_max_attempts),
+        );
+        check(
+            (10..=60_000).contains(&self.background_interval_ms),
+            "background_interval_ms",
+            format!("{} is outside 10..=60000", self.background_interval_ms),
         );
         check(
             self.nonce_ttl_secs > 0,

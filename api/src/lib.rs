@@ -5,13 +5,20 @@
 //! [`startup::serve`]; tests use [`startup::app`] or [`startup::Application`].
 
 pub mod auth;
+pub mod background;
+pub mod chain;
 pub mod configuration;
 pub mod entities;
 pub mod extract;
+pub mod flow;
+pub mod follower;
 pub mod lifecycle;
 pub mod metrics;
+pub mod openapi;
+pub mod outbox;
 pub mod pipeline;
 pub mod problem;
+pub mod reaper;
 pub mod routes;
 pub mod sealing;
 pub mod sizing;
@@ -19,4 +26,4 @@ pub mod startup;
 pub mod telemetry;
 
 pub use configuration::ApiConfig;
-pub use startup::{Application, Ports, StartupError, serve};
+pub use startup::{Application, Ports, Running, StartupError, serve, start};

@@ -3,7 +3,7 @@
 //! Every transition is a conditional update on the job's `version` (optimistic concurrency: of
 //! two racing transitions exactly one wins, the other gets a conflict) plus a `job_events` row,
 //! in one transaction. Events that must cause an effect elsewhere (a queue publish, a chain
-//! call) are written with `needs_dispatch`, for the outbox dispatcher.
+//! call) are written with `needs_dispatch`, for the outbox dispatcher (`crate::outbox`).
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
@@ -14,7 +14,7 @@ use uuid::Uuid;
 use crate::entities::{job, job_event};
 use crate::problem::ApiError;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     /// Posted and stored; waiting for its escrow to be funded on chain.
@@ -72,6 +72,9 @@ pub enum Transition {
     Complete,
     /// The deadline passed and the stake was refunded on chain.
     Refund,
+    /// The requester cancelled on chain (allowed there until the validator marks the job
+    /// started); the database follows the chain.
+    CancelOnChain,
 }
 
 impl Transition {
@@ -82,6 +85,7 @@ impl Transition {
             Transition::Fund => "funded",
             Transition::Complete => "completed",
             Transition::Refund => "refunded",
+            Transition::CancelOnChain => "cancelled",
         }
     }
 }
@@ -94,6 +98,7 @@ pub fn next(from: JobStatus, transition: Transition) -> Result<JobStatus, String
         (AwaitingFunding, Transition::Fund) => Ok(Open),
         (Open, Transition::Complete) => Ok(Completed),
         (AwaitingFunding | Open, Transition::Refund) => Ok(Refunded),
+        (AwaitingFunding | Open, Transition::CancelOnChain) => Ok(Cancelled),
         (Open, Transition::Cancel) => Err(
             "a funded job cannot be cancelled; it is refunded at its deadline if unfinished".into(),
         ),
@@ -165,17 +170,9 @@ pub async fn apply<C: ConnectionTrait>(
         object.insert("from".into(), from.as_str().into());
         object.insert("to".into(), to.as_str().into());
     }
-    // Funding queues round 1 and completion/refund follow chain state: those need dispatch.
-    let needs_dispatch = matches!(transition, Transition::Fund);
-    record_event(
-        txn,
-        job.id,
-        transition.event_kind(),
-        payload,
-        needs_dispatch,
-        now,
-    )
-    .await?;
+    // Transitions cause no effect elsewhere by themselves: the events that do (a round's tasks
+    // to publish, a payout or refund to send) are written beside them by `crate::flow`.
+    record_event(txn, job.id, transition.event_kind(), payload, false, now).await?;
     Ok(to)
 }
 
@@ -217,6 +214,7 @@ mod tests {
                 Transition::Fund,
                 Transition::Complete,
                 Transition::Refund,
+                Transition::CancelOnChain,
             ] {
                 assert!(next(from, t).is_err(), "{from:?} {t:?}");
             }

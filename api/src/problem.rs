@@ -81,14 +81,28 @@ impl ProblemKind {
     }
 }
 
-/// The problem+json body.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+/// The problem+json body (RFC 7807).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[schema(as = Problem)]
 pub struct ProblemBody {
+    /// Stable kind of problem to branch on: `urn:shardwork:problem:` and one of
+    /// malformed-request, validation, unauthenticated, forbidden, not-found,
+    /// method-not-allowed, conflict, payload-too-large, rate-limited, unavailable, internal.
     #[serde(rename = "type")]
+    #[schema(
+        pattern = "^urn:shardwork:problem:[a-z-]+$",
+        example = "urn:shardwork:problem:validation"
+    )]
     pub type_uri: String,
+    /// A short summary of the kind, the same for every problem of that kind.
     pub title: String,
+    /// The HTTP status, repeated.
+    #[schema(minimum = 400, maximum = 599)]
     pub status: u16,
+    /// What went wrong this time, for a person.
     pub detail: String,
+    /// The fields at fault, each with its path in the request (`spec.lora.r`,
+    /// `query.limit`, `dataset[3]`); absent when no field is to blame.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldError>,
 }

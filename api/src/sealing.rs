@@ -19,9 +19,10 @@ pub fn held_out_key(secret: &str, job_id: Uuid) -> SealingKey {
     SealingKey::from_bytes(hasher.finalize().into())
 }
 
-/// The associated data a job's held-out set is sealed with: binds the ciphertext to its job.
+/// The associated data a job's held-out set is sealed with (the validator opens it with the
+/// same function).
 pub fn associated_data(job_id: Uuid) -> Vec<u8> {
-    format!("shardwork held-out {job_id}").into_bytes()
+    shardwork_core::store::seal::held_out_associated_data(job_id)
 }
 
 #[cfg(test)]

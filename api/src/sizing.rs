@@ -12,15 +12,22 @@ use shardwork_core::protocol::{Architecture, JobSpec};
 type Linear = (u64, u64);
 
 /// The `config.json` dimensions that decide layer shapes (Hugging Face names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelShape {
+    #[schema(minimum = 1, maximum = 1048576)]
     pub hidden_size: u64,
+    #[schema(minimum = 1, maximum = 1048576)]
     pub intermediate_size: u64,
+    #[schema(minimum = 1, maximum = 1048576)]
     pub num_hidden_layers: u64,
+    /// Must divide `hidden_size`.
+    #[schema(minimum = 1, maximum = 1048576)]
     pub num_attention_heads: u64,
-    /// Grouped-query attention (Llama); equal to `num_attention_heads` when absent.
+    /// Grouped-query attention (Llama); equal to `num_attention_heads` when absent. Must divide
+    /// `num_attention_heads`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1048576)]
     pub num_key_value_heads: Option<u64>,
 }
 

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer, web};
 use sea_orm::DatabaseConnection;
-use shardwork_core::queue::TaskQueue;
+use shardwork_core::queue::{QueueOptions, TaskQueue};
 use shardwork_core::store::ContentStore;
 
 use crate::auth::TokenIssuer;
+use crate::chain::Chain;
 use crate::configuration::{ApiConfig, ConfigError};
 use crate::metrics::Metrics;
-use crate::problem::ApiError;
 use crate::routes;
 use crate::telemetry::{self, RateLimiter};
 
@@ -23,6 +23,8 @@ pub struct Ports {
     pub db: DatabaseConnection,
     pub store: Arc<dyn ContentStore>,
     pub queue: Arc<dyn TaskQueue>,
+    /// The escrow the API follows and pays out through; without it jobs cannot be funded.
+    pub chain: Option<Chain>,
 }
 
 /// Everything a handler may reach, shared by all workers of the server.
@@ -31,6 +33,7 @@ pub struct AppState {
     pub db: DatabaseConnection,
     pub store: Arc<dyn ContentStore>,
     pub queue: Arc<dyn TaskQueue>,
+    pub chain: Option<Chain>,
     pub tokens: Arc<TokenIssuer>,
     pub metrics: Metrics,
     pub limiter: RateLimiter,
@@ -67,6 +70,7 @@ impl AppState {
             db: ports.db,
             store: ports.store,
             queue: ports.queue,
+            chain: ports.chain,
         }))
     }
 }
@@ -80,9 +84,7 @@ pub fn configure(state: Arc<AppState>) -> impl FnOnce(&mut web::ServiceConfig) {
             .app_data(web::Data::from(state));
         crate::extract::configure_extractors(cfg, json_limit);
         routes::configure(cfg);
-        cfg.default_service(web::to(|| async {
-            Err::<actix_web::HttpResponse, _>(ApiError::not_found("no such endpoint"))
-        }));
+        cfg.default_service(web::to(routes::portal::fallback));
     }
 }
 
@@ -106,6 +108,7 @@ pub fn app(
 /// A bound, not yet running server; `port` is the one the OS gave when binding port 0.
 pub struct Application {
     pub port: u16,
+    pub state: Arc<AppState>,
     server: Server,
 }
 
@@ -117,10 +120,15 @@ impl Application {
             TcpListener::bind(address).map_err(|source| StartupError::Bind { address, source })?;
         let port = listener.local_addr()?.port();
         tracing::info!(%address, port, "API listening");
-        let server = HttpServer::new(move || app(state.clone()))
+        let shared = state.clone();
+        let server = HttpServer::new(move || app(shared.clone()))
             .listen(listener)?
             .run();
-        Ok(Application { port, server })
+        Ok(Application {
+            port,
+            state,
+            server,
+        })
     }
 
     pub async fn run_until_stopped(self) -> Result<(), StartupError> {
@@ -128,8 +136,62 @@ impl Application {
     }
 }
 
-/// Starts the API and serves until the process is stopped.
-pub async fn serve(config: ApiConfig, ports: Ports) -> Result<(), StartupError> {
+/// A started API: the HTTP server and its background work (outbox, chain follower, reaper).
+pub struct Running {
+    pub port: u16,
+    pub state: Arc<AppState>,
+    background: crate::background::Background,
+    handle: actix_web::dev::ServerHandle,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    /// Serves until the server is stopped (Ctrl-C, or the handle's `stop`).
+    pub async fn wait(self) -> Result<(), StartupError> {
+        let Running {
+            server, background, ..
+        } = self;
+        let result = server
+            .await
+            .map_err(|e| StartupError::Io(std::io::Error::other(e)))?;
+        drop(background);
+        Ok(result?)
+    }
+
+    /// A handle that stops the server gracefully.
+    pub fn handle(&self) -> actix_web::dev::ServerHandle {
+        self.handle.clone()
+    }
+}
+
+/// Binds the API and starts its background work; the server runs once awaited or spawned.
+pub async fn start(
+    config: ApiConfig,
+    ports: Ports,
+    queue_options: &QueueOptions,
+) -> Result<Running, StartupError> {
     tracing::info!(config = %serde_json::to_string(&config).unwrap_or_default(), "effective API configuration");
-    Application::build(config, ports)?.run_until_stopped().await
+    let application = Application::build(config, ports)?;
+    let background = crate::background::start(application.state.clone(), queue_options)
+        .await
+        .map_err(|e| StartupError::Io(std::io::Error::other(e)))?;
+    let handle = application.server.handle();
+    // Spawned so the server accepts connections while the caller goes on (in-process nodes).
+    let server = tokio::spawn(application.server);
+    Ok(Running {
+        port: application.port,
+        state: application.state,
+        background,
+        handle,
+        server,
+    })
+}
+
+/// Starts the API with its background work and serves until the process is stopped.
+pub async fn serve(
+    config: ApiConfig,
+    ports: Ports,
+    queue_options: &QueueOptions,
+) -> Result<(), StartupError> {
+    start(config, ports, queue_options).await?.wait().await
 }

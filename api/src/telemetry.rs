@@ -61,7 +61,7 @@ impl RateLimiter {
 }
 
 /// Probes and scrapes are never rate limited: a limited probe would restart a healthy server.
-fn exempt(path: &str) -> bool {
+pub(crate) fn exempt(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
 

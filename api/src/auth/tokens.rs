@@ -12,7 +12,19 @@ use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::EthAddress;
 
 /// What a token lets its holder do. A token holds one or more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Posts, funds and cancels jobs. Every signed-in address has it.

@@ -1,8 +1,13 @@
-//! sea-orm entities over the tables of `shardwork-migrations` (m20261122_000001_core_schema).
-//! Only the tables the API reads or writes so far have one.
+//! sea-orm entities over the tables of `shardwork-migrations`.
 
+pub mod chain_cursor;
+pub mod chain_transaction;
 pub mod job;
 pub mod job_event;
+pub mod reputation_event;
+pub mod round;
 pub mod shard;
 pub mod siwe_nonce;
+pub mod submission;
+pub mod task;
 pub mod worker;

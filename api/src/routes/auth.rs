@@ -11,14 +11,14 @@ use crate::auth::siwe::{SiweMessage, recover_signer};
 use crate::auth::{AnyRole, Authenticated, Role, TokenKind};
 use crate::entities::{siwe_nonce, worker};
 use crate::extract::Json;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::startup::AppState;
 
 /// Clock skew tolerated on a message's `Issued At`.
 const ISSUED_AT_SKEW_SECS: i64 = 300;
 const NONCE_LEN: usize = 24;
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NonceResponse {
     pub nonce: String,
     pub expires_at: DateTime<Utc>,
@@ -28,6 +28,20 @@ pub struct NonceResponse {
 }
 
 /// Issues a single-use nonce for the next sign-in message.
+///
+/// Put the nonce, `domain` and `chain_id` into an EIP-4361 message, sign it with the wallet and
+/// send it to `/v1/auth/verify` before `expires_at`.
+#[utoipa::path(
+    post,
+    path = "/v1/auth/nonce",
+    operation_id = "auth_nonce",
+    tag = "auth",
+    extensions(("x-shardwork-role" = json!("public"))),
+    responses(
+        (status = 201, description = "A fresh nonce", body = NonceResponse),
+        (status = 500, description = "The nonce could not be stored", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn nonce(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let now = Utc::now();
     let nonce: String = rand::rng()
@@ -57,7 +71,7 @@ pub async fn nonce(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
     }))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyRequest {
     /// The EIP-4361 message exactly as signed.
@@ -70,18 +84,43 @@ pub struct VerifyRequest {
     pub roles: Vec<Role>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenResponse {
+    /// Always `Bearer`.
     pub token_type: String,
+    /// Send as `Authorization: Bearer <access_token>`.
     pub access_token: String,
+    /// Seconds the access token stays valid.
     pub expires_in: i64,
+    /// Trade at `/v1/auth/refresh` for a new pair.
     pub refresh_token: String,
+    /// Seconds the refresh token stays valid.
     pub refresh_expires_in: i64,
     pub address: EthAddress,
     pub roles: Vec<Role>,
 }
 
 /// Verifies a signed sign-in message, spends its nonce and returns tokens.
+///
+/// Every address gets `requester`; `worker` on request (or once registered); `validator` and
+/// `admin` only for configured addresses, and asking for them otherwise is refused (403).
+#[utoipa::path(
+    post,
+    path = "/v1/auth/verify",
+    operation_id = "auth_verify",
+    tag = "auth",
+    extensions(("x-shardwork-role" = json!("public"))),
+    request_body = VerifyRequest,
+    responses(
+        (status = 200, description = "Signed in", body = TokenResponse),
+        (status = 400, description = "The body is not a JSON sign-in request", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 401, description = "The signature, domain, chain, time window or nonce does not hold", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "A role was asked for that this address is not configured for", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The message is not EIP-4361, or the signature is not 65 bytes of hex", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The nonce or worker record could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn verify(
     state: web::Data<AppState>,
     Json(body): Json<VerifyRequest>,
@@ -213,13 +252,28 @@ fn tokens(
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefreshRequest {
     pub refresh_token: String,
 }
 
 /// Trades a refresh token for a new pair; roles are re-derived from the configuration.
+#[utoipa::path(
+    post,
+    path = "/v1/auth/refresh",
+    operation_id = "auth_refresh",
+    tag = "auth",
+    extensions(("x-shardwork-role" = json!("public"))),
+    request_body = RefreshRequest,
+    responses(
+        (status = 200, description = "A new token pair", body = TokenResponse),
+        (status = 400, description = "The body is not a JSON refresh request", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 401, description = "The refresh token is invalid, expired or an access token", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The worker record could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn refresh(
     state: web::Data<AppState>,
     Json(body): Json<RefreshRequest>,
@@ -238,14 +292,23 @@ pub async fn refresh(
     Ok(HttpResponse::Ok().json(tokens(&state, claims.sub, roles, Utc::now())))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MeResponse {
     pub address: EthAddress,
     pub roles: Vec<Role>,
+    /// Unix time at which the access token expires.
     pub expires_at: i64,
 }
 
 /// The caller's identity as its token states it.
+#[utoipa::path(
+    get,
+    path = "/v1/auth/me",
+    operation_id = "auth_me",
+    tag = "auth",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    responses((status = 200, description = "The token's address, roles and expiry", body = MeResponse))
+)]
 pub async fn me(caller: Authenticated<AnyRole>) -> HttpResponse {
     HttpResponse::Ok().json(MeResponse {
         address: caller.claims.sub,

@@ -1,31 +1,51 @@
 //! HTTP routes, one module per resource.
 
 pub mod auth;
+pub mod chain;
+pub mod content;
 pub mod health;
 pub mod jobs;
+pub mod portal;
+pub mod tasks;
+pub mod validator;
 pub mod workers;
 
-use actix_web::{HttpResponse, Route, web};
+use actix_web::http::header::{ALLOW, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, ResponseError, Route, web};
 
 use crate::problem::{ApiError, ProblemKind};
 
 /// A resource at `path` whose unsupported methods answer 405 problem+json (actix's own 405 has
 /// an empty body).
-fn resource(path: &str, routes: Vec<Route>) -> actix_web::Resource {
+pub(crate) fn resource(path: &str, routes: Vec<Route>) -> actix_web::Resource {
     let mut resource = web::resource(path);
     for route in routes {
         resource = resource.route(route);
     }
-    resource.default_service(web::to(|| async {
-        Err::<HttpResponse, _>(ApiError::new(
-            ProblemKind::MethodNotAllowed,
-            "this endpoint does not take this method",
-        ))
-    }))
+    resource.default_service(web::to(method_not_allowed))
+}
+
+/// 405 with the `Allow` header RFC 9110 requires. actix cannot list a resource's methods, so
+/// they come from the OpenAPI description, which a test keeps equal to the routes.
+async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
+    let allow = req
+        .match_pattern()
+        .map(|pattern| crate::openapi::documented_methods(&pattern).join(", "))
+        .unwrap_or_default();
+    let mut response = ApiError::new(
+        ProblemKind::MethodNotAllowed,
+        format!("this endpoint takes {allow}"),
+    )
+    .error_response();
+    if let Ok(value) = HeaderValue::from_str(&allow) {
+        response.headers_mut().insert(ALLOW, value);
+    }
+    response
 }
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    use jobs::{cancel, create, events, heldout, quote, read};
+    use jobs::{cancel, create, dev_fund, events, heldout, quote, read, result};
+    crate::openapi::configure(cfg);
     cfg.service(resource("/healthz", vec![web::get().to(health::healthz)]))
         .service(resource("/readyz", vec![web::get().to(health::readyz)]))
         .service(resource("/metrics", vec![web::get().to(health::metrics)]))
@@ -68,6 +88,48 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     "/workers/heartbeat",
                     vec![web::post().to(workers::heartbeat)],
                 ))
-                .service(resource("/workers/me", vec![web::get().to(workers::me)])),
+                .service(resource("/workers/me", vec![web::get().to(workers::me)]))
+                .service(resource("/chain", vec![web::get().to(chain::info)]))
+                .service(resource(
+                    "/jobs/{id}/dev-fund",
+                    vec![web::post().to(dev_fund::dev_fund)],
+                ))
+                .service(resource(
+                    "/jobs/{id}/result",
+                    vec![web::get().to(result::result)],
+                ))
+                .service(resource(
+                    "/jobs/{id}/rounds/{round}/aggregate",
+                    vec![web::post().to(validator::aggregate)],
+                ))
+                .service(resource("/content", vec![web::post().to(content::upload)]))
+                .service(resource(
+                    "/content/{cid}",
+                    vec![web::get().to(content::download)],
+                ))
+                .service(resource(
+                    "/tasks/{id}/claim",
+                    vec![web::post().to(tasks::claim)],
+                ))
+                .service(resource(
+                    "/tasks/{id}/extend",
+                    vec![web::post().to(tasks::extend)],
+                ))
+                .service(resource(
+                    "/tasks/{id}/submit",
+                    vec![web::post().to(tasks::submit)],
+                ))
+                .service(resource(
+                    "/validator/submissions",
+                    vec![web::get().to(validator::pending)],
+                ))
+                .service(resource(
+                    "/validator/submissions/{id}/verdict",
+                    vec![web::post().to(validator::verdict)],
+                ))
+                .service(resource(
+                    "/validator/rounds",
+                    vec![web::get().to(validator::ready_rounds)],
+                )),
         );
 }

@@ -7,16 +7,17 @@ use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter,
 };
 use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::{EthAddress, WeiAmount};
 use uuid::Uuid;
 
 use crate::auth::Authenticated;
 use crate::auth::extractor::WorkerRole;
 use crate::entities::worker;
 use crate::extract::Json;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::startup::AppState;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Device {
     Cpu,
@@ -24,14 +25,16 @@ pub enum Device {
 }
 
 /// What a worker can train on; tasks are matched against it at claim time.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capabilities {
     pub device: Device,
     /// Host memory available to training, MiB.
+    #[schema(minimum = 1, maximum = 1073741824)]
     pub memory_mb: u64,
     /// Accelerator memory, MiB; required with `device: gpu`, refused with `cpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1073741824)]
     pub gpu_memory_mb: Option<u64>,
 }
 
@@ -64,19 +67,23 @@ impl Capabilities {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
     pub capabilities: Capabilities,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerProfile {
     pub id: Uuid,
+    #[schema(value_type = EthAddress)]
     pub address: String,
+    #[schema(value_type = Capabilities)]
     pub capabilities: serde_json::Value,
     /// Reputation in basis points, as last mirrored from chain.
+    #[schema(minimum = 0, maximum = 10000)]
     pub reputation: i64,
+    #[schema(value_type = WeiAmount)]
     pub earnings_wei: String,
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     pub registered_at: DateTime<Utc>,
@@ -104,6 +111,23 @@ async fn find(state: &AppState, address: &str) -> Result<Option<worker::Model>, 
 }
 
 /// Registers the caller, or updates its capabilities: 201 the first time, 200 after.
+#[utoipa::path(
+    post,
+    path = "/v1/workers/register",
+    operation_id = "register_worker",
+    tag = "workers",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    request_body = RegisterRequest,
+    responses(
+        (status = 200, description = "Capabilities updated", body = WorkerProfile),
+        (status = 201, description = "Registered", body = WorkerProfile),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The same address registered concurrently; retry", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The capabilities break a rule", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The worker could not be read or written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn register(
     state: web::Data<AppState>,
     caller: Authenticated<WorkerRole>,
@@ -155,6 +179,18 @@ pub async fn register(
 }
 
 /// Records that the caller is alive.
+#[utoipa::path(
+    post,
+    path = "/v1/workers/heartbeat",
+    operation_id = "worker_heartbeat",
+    tag = "workers",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    responses(
+        (status = 204, description = "Recorded"),
+        (status = 404, description = "The caller is not registered", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The heartbeat could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn heartbeat(
     state: web::Data<AppState>,
     caller: Authenticated<WorkerRole>,
@@ -178,6 +214,18 @@ pub async fn heartbeat(
 }
 
 /// The caller's own profile: reputation and earnings.
+#[utoipa::path(
+    get,
+    path = "/v1/workers/me",
+    operation_id = "get_worker_profile",
+    tag = "workers",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    responses(
+        (status = 200, description = "The profile", body = WorkerProfile),
+        (status = 404, description = "The caller is not registered", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The worker could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn me(
     state: web::Data<AppState>,
     caller: Authenticated<WorkerRole>,

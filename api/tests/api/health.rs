@@ -71,8 +71,20 @@ async fn unknown_route_and_method_are_problem_json(backend: Backend) {
     reply.problem(404, "not-found");
     let reply = send(&service, TestRequest::delete().uri("/v1/jobs")).await;
     reply.problem(405, "method-not-allowed");
+    assert_eq!(
+        reply.header("allow"),
+        "GET, POST",
+        "RFC 9110 requires Allow on 405"
+    );
     let reply = send(&service, TestRequest::get().uri("/v1/auth/verify")).await;
     reply.problem(405, "method-not-allowed");
+    assert_eq!(reply.header("allow"), "POST");
+    let reply = send(
+        &service,
+        TestRequest::delete().uri("/v1/jobs/00000000-0000-0000-0000-000000000000"),
+    )
+    .await;
+    assert_eq!(reply.header("allow"), "GET", "patterns with parameters too");
 }
 
 async fn rate_limit_answers_429_with_retry_after_but_spares_probes(backend: Backend) {
@@ -127,6 +139,7 @@ async fn application_serves_http_on_the_port_it_bound() {
         db: app.db.clone(),
         store: app.state.store.clone(),
         queue: app.state.queue.clone(),
+        chain: None,
     };
     let config = shardwork_api::ApiConfig {
         bind: "127.0.0.1:0".parse().unwrap(),
@@ -158,6 +171,7 @@ async fn server_refuses_to_start_with_a_short_jwt_secret() {
         db: app.db.clone(),
         store: app.state.store.clone(),
         queue: app.state.queue.clone(),
+        chain: None,
     };
     let config = shardwork_api::ApiConfig {
         jwt_secret: shardwork_api::configuration::Secret::new("short"),

@@ -90,6 +90,38 @@ pub fn config() -> ApiConfig {
     }
 }
 
+/// An in-memory chain with a freshly deployed escrow.
+pub async fn test_chain() -> shardwork_api::chain::Chain {
+    use shardwork_contracts::Ledger;
+    use shardwork_contracts::ledger::DeployParams;
+    use shardwork_contracts::ledger::embedded::EmbeddedLedger;
+    let ledger = Arc::new(EmbeddedLedger::in_memory());
+    let dev = shardwork_contracts::dev_keys::dev_addresses();
+    let escrow = ledger
+        .deploy_escrow(
+            dev[0],
+            &DeployParams {
+                admin: dev[0],
+                validator: dev[1],
+                fee_manager: dev[0],
+                treasury: dev[0],
+                fee_bps: 250,
+            },
+        )
+        .await
+        .expect("deploy the escrow");
+    shardwork_api::chain::Chain {
+        ledger,
+        chain_id: 31337,
+        escrow,
+        operator: dev[1],
+        dev_funder: Some(dev[2]),
+        poll_interval: std::time::Duration::from_millis(50),
+        confirmations: 0,
+        start_block: 0,
+    }
+}
+
 pub fn requester_key() -> PrivateKeySigner {
     PrivateKeySigner::from_bytes(&[0x11; 32].into()).unwrap()
 }
@@ -112,7 +144,21 @@ impl TestApp {
         Self::with_config(backend, config()).await
     }
 
+    /// The app with an in-memory EVM: the escrow deployed (dev account 0 admin, 1 operator)
+    /// and development funding from dev account 2.
+    pub async fn with_chain(backend: Backend) -> Option<TestApp> {
+        Self::with_config_and_chain(backend, config(), true).await
+    }
+
     pub async fn with_config(backend: Backend, config: ApiConfig) -> Option<TestApp> {
+        Self::with_config_and_chain(backend, config, false).await
+    }
+
+    pub async fn with_config_and_chain(
+        backend: Backend,
+        config: ApiConfig,
+        with_chain: bool,
+    ) -> Option<TestApp> {
         let dir = tempfile::tempdir().expect("tempdir");
         let (db, pg) = match backend {
             Backend::Sqlite => {
@@ -151,6 +197,11 @@ impl TestApp {
             db: db.clone(),
             store: Arc::new(store),
             queue: Arc::new(TableQueue::new(db.clone())),
+            chain: if with_chain {
+                Some(test_chain().await)
+            } else {
+                None
+            },
         };
         let state = AppState::new(config, ports).expect("valid config");
         Some(TestApp {

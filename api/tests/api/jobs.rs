@@ -28,14 +28,14 @@ fn multipart(parts: &[(&str, &[u8])]) -> (String, Vec<u8>) {
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
-fn dataset(n: usize) -> Vec<u8> {
+pub(crate) fn dataset(n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| format!("{{\"text\":\"review number {i}\",\"label\":{}}}\n", i % 2))
         .collect::<String>()
         .into_bytes()
 }
 
-fn post_job(token: &str, spec: &Value, data: &[u8]) -> TestRequest {
+pub(crate) fn post_job(token: &str, spec: &Value, data: &[u8]) -> TestRequest {
     let spec_bytes = spec.to_string().into_bytes();
     let (content_type, body) = multipart(&[("spec", &spec_bytes), ("dataset", data)]);
     TestRequest::post()

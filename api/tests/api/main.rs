@@ -3,7 +3,10 @@
 mod helpers;
 
 mod auth;
+mod flow;
 mod health;
 mod jobs;
+mod openapi;
 mod quote;
+mod schemathesis;
 mod workers;

@@ -10,9 +10,26 @@ use super::{JobView, find_job};
 use crate::auth::Authenticated;
 use crate::auth::extractor::RequesterRole;
 use crate::lifecycle::{self, Transition};
-use crate::problem::ApiError;
+use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::startup::AppState;
 
+/// Cancels a job that is not funded yet.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/cancel",
+    operation_id = "cancel_job",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(("id" = Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "The job, now cancelled", body = JobView),
+        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "The job belongs to another requester", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The job's status does not allow cancelling, or it changed concurrently", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The job could not be read or written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn cancel(
     state: web::Data<AppState>,
     caller: Authenticated<RequesterRole>,

@@ -29,15 +29,31 @@ use crate::auth::extractor::RequesterRole;
 use crate::entities::{job, shard};
 use crate::lifecycle::{JobStatus, record_event};
 use crate::pipeline;
-use crate::problem::{ApiError, ProblemKind};
+use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody, ProblemKind};
 use crate::sealing;
 use crate::startup::AppState;
 
-#[derive(Debug, Deserialize)]
+/// `application/json` body: a spec and a dataset already in the content store.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(as = CreateJobFromCid)]
 #[serde(deny_unknown_fields)]
 struct CreateFromCid {
+    #[schema(value_type = JobSpec)]
     spec: serde_json::Value,
+    /// The dataset (JSONL), stored before.
+    #[schema(value_type = ContentId)]
     dataset_cid: String,
+}
+
+/// `multipart/form-data` body: the spec and the dataset uploaded together.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // documents the parts the handler reads from the stream
+struct CreateJobUpload {
+    /// The job spec as JSON (part `Content-Type: application/json`).
+    spec: JobSpec,
+    /// The dataset, JSONL: one record per line.
+    #[schema(value_type = String, format = Binary, content_media_type = "application/x-ndjson")]
+    dataset: Vec<u8>,
 }
 
 enum Dataset {
@@ -121,6 +137,32 @@ fn store_error(err: StoreError) -> ApiError {
     ApiError::internal("content store", err)
 }
 
+/// Posts a job: validates the spec and the dataset, stores the dataset, its shards and the
+/// sealed held-out set, and records the job awaiting funding.
+///
+/// Nothing is written unless everything is valid.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs",
+    operation_id = "create_job",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    request_body(
+        description = "The spec with an uploaded dataset, or with the CID of one already stored",
+        content(
+            (CreateJobUpload = "multipart/form-data"),
+            (CreateFromCid = "application/json"),
+        ),
+    ),
+    responses(
+        (status = 201, description = "Posted; awaiting funding", body = JobView,
+            headers(("Location" = String, description = "The job's URL, `/v1/jobs/{id}`"))),
+        (status = 400, description = "Neither multipart nor JSON, a part is missing, unknown or repeated, or the spec does not decode", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The spec or the dataset exceeds its limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The spec, the dataset or its split breaks a rule; every field or line at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The content store or the database failed", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn create(
     state: web::Data<AppState>,
     caller: Authenticated<RequesterRole>,

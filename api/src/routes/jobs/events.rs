@@ -13,7 +13,7 @@ use super::find_job;
 use crate::auth::{AnyRole, Authenticated};
 use crate::entities::job_event;
 use crate::lifecycle::JobStatus;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::startup::AppState;
 
 pub const DEFAULT_PAGE: u64 = 50;
@@ -21,11 +21,14 @@ pub const MAX_PAGE: u64 = 500;
 /// How often an open stream looks for new events.
 const POLL: Duration = Duration::from_millis(250);
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventView {
     /// Increasing per server; pass the last one seen as `after`.
     pub id: i64,
+    /// What happened: `created`, `cancelled`, `funded`, …
     pub kind: String,
+    /// The event's details; their fields depend on `kind`.
+    #[schema(value_type = Object)]
     pub payload: serde_json::Value,
     pub created_at: DateTime<Utc>,
 }
@@ -41,15 +44,27 @@ impl From<job_event::Model> for EventView {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventQuery {
     /// Only events with a larger id.
     pub after: Option<i64>,
+    /// Events per page.
+    #[param(minimum = 1, maximum = 500, default = 50)]
     pub limit: Option<u64>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+/// A stream has no pages, so no `limit`: asking for one is refused rather than ignored.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    /// Only events with a larger id.
+    pub after: Option<i64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventPage {
     pub events: Vec<EventView>,
     /// Pass as `after` for the next page; absent on the last page.
@@ -71,6 +86,22 @@ async fn page(
         .await?)
 }
 
+/// A job's events, oldest first, paginated by event id.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/events",
+    operation_id = "list_job_events",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(("id" = Uuid, Path, description = "The job id"), EventQuery),
+    responses(
+        (status = 200, description = "A page of events", body = EventPage),
+        (status = 400, description = "`id` or a query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "`limit` is out of range", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The events could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn list(
     state: web::Data<AppState>,
     _caller: Authenticated<AnyRole>,
@@ -98,19 +129,55 @@ pub async fn list(
     }))
 }
 
+/// One event of the job's stream as the client parses it. (In OpenAPI 3.1 the schema of a
+/// `text/event-stream` response describes each event, not the whole stream.)
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // documents what `frame` writes
+struct EventFrame {
+    /// The event id, decimal; a reconnecting client sends the last one as `Last-Event-ID`.
+    #[schema(pattern = "^[0-9]+$")]
+    id: String,
+    /// The event's kind, as in `EventView.kind`.
+    event: String,
+    /// The whole `EventView`, as JSON.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
 /// One SSE frame; the event id lets a reconnecting client resume with `Last-Event-ID`.
 fn frame(event: &EventView) -> String {
     let data = serde_json::to_string(event).unwrap_or_default();
     format!("id: {}\nevent: {}\ndata: {data}\n\n", event.id, event.kind)
 }
 
-/// Streams the job's events from `after` (or `Last-Event-ID`) on. The stream ends once the job
+/// Streams the job's events as Server-Sent Events.
+///
+/// Starts after `after` (or the `Last-Event-ID` header of a reconnecting client). Each frame is
+/// `id: <event id>`, `event: <kind>`, `data: <EventView JSON>`. The stream ends once the job
 /// is in a terminal status and every event has been sent.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/events/stream",
+    operation_id = "stream_job_events",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(
+        ("id" = Uuid, Path, description = "The job id"),
+        StreamQuery,
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; overrides `after`"),
+    ),
+    responses(
+        (status = 200, description = "An event stream", body = EventFrame, content_type = "text/event-stream"),
+        (status = 400, description = "`id`, `Last-Event-ID` or a query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The job could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn stream(
     state: web::Data<AppState>,
     _caller: Authenticated<AnyRole>,
     id: web::Path<Uuid>,
-    query: web::Query<EventQuery>,
+    query: web::Query<StreamQuery>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let job = find_job(&state.db, id.into_inner()).await?;

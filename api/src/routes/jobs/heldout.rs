@@ -3,24 +3,42 @@
 
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::ContentId;
 use uuid::Uuid;
 
 use super::find_job;
 use crate::auth::Authenticated;
 use crate::auth::extractor::ValidatorRole;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::sealing::held_out_key;
 use crate::startup::AppState;
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HeldOutKey {
     pub job_id: Uuid,
+    #[schema(value_type = ContentId)]
     pub sealed_cid: String,
     /// XChaCha20-Poly1305 key, 64 hex digits; the associated data is
     /// `shardwork held-out {job_id}`.
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub key: String,
 }
 
+/// The key that opens the job's sealed held-out set.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/held-out-key",
+    operation_id = "get_held_out_key",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    params(("id" = Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "The sealed set's CID and its key", body = HeldOutKey),
+        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No job has this id, or it has no held-out set", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The job could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn held_out(
     state: web::Data<AppState>,
     caller: Authenticated<ValidatorRole>,

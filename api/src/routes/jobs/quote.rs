@@ -4,31 +4,36 @@
 use actix_web::{HttpResponse, web};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::JobSpec;
+use shardwork_core::protocol::{JobSpec, WeiAmount};
 
 use crate::auth::Authenticated;
 use crate::auth::extractor::RequesterRole;
 use crate::extract::Json;
-use crate::problem::{ApiError, join_path};
+use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody, join_path};
 use crate::sizing::{ModelShape, adapter_params, held_out_count};
 use crate::startup::AppState;
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuoteRequest {
     /// The job spec as it would be posted.
+    #[schema(value_type = JobSpec)]
     pub spec: serde_json::Value,
-    /// Records (JSONL lines) in the dataset.
+    /// Records (JSONL lines) in the dataset: at least one held out and one to train on.
+    #[schema(minimum = 2)]
     pub dataset_records: u64,
     /// The base model's dimensions; a reference model per architecture when absent.
     #[serde(default)]
     pub model: Option<ModelShape>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QuoteResponse {
+    /// Trainable parameters, a decimal string (it can exceed 2^53).
+    #[schema(pattern = "^[0-9]+$")]
     pub adapter_params: String,
-    /// float32 safetensors size of the adapter weights.
+    /// float32 safetensors size of the adapter weights, a decimal string.
+    #[schema(pattern = "^[0-9]+$")]
     pub adapter_bytes: String,
     /// `request`, or the reference model assumed (e.g. `bert-base-uncased`).
     pub model_shape_source: String,
@@ -37,11 +42,28 @@ pub struct QuoteResponse {
     pub training_records: u64,
     pub shard_records: Vec<u64>,
     /// adapter_params × training_records × epochs × the configured price per parameter-record.
+    #[schema(value_type = WeiAmount)]
     pub price_wei: String,
+    #[schema(value_type = WeiAmount)]
     pub stake_wei: String,
     pub stake_covers_price: bool,
 }
 
+/// What a job would cost and how large its adapter would be, before it is posted.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/quote",
+    operation_id = "quote_job",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    request_body = QuoteRequest,
+    responses(
+        (status = 200, description = "The quote", body = QuoteResponse),
+        (status = 400, description = "The body is not JSON or a field has the wrong type (`errors[].path` names it)", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The spec, model shape or record count breaks a rule; every field at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn quote(
     state: web::Data<AppState>,
     _caller: Authenticated<RequesterRole>,

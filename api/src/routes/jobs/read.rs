@@ -10,31 +10,53 @@ use super::{JobView, find_job};
 use crate::auth::{AnyRole, Authenticated};
 use crate::entities::job;
 use crate::lifecycle::JobStatus;
-use crate::problem::ApiError;
+use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::startup::AppState;
 
 pub const DEFAULT_PAGE: u64 = 20;
 pub const MAX_PAGE: u64 = 100;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
+    /// Only jobs in this status.
+    #[param(value_type = Option<JobStatus>)]
     pub status: Option<String>,
+    /// Only jobs posted by this address.
     pub requester: Option<EthAddress>,
+    /// Jobs per page.
+    #[param(minimum = 1, maximum = 100, default = 20)]
     pub limit: Option<u64>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<Uuid>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobPage {
     pub jobs: Vec<JobView>,
     /// Pass as `cursor` for the next page; absent on the last page.
     pub next_cursor: Option<Uuid>,
 }
 
-/// Newest first. Ids are UUIDv7, so id order is creation order and the cursor is the last id
+/// Lists jobs, newest first, filtered and cursor-paginated.
+///
+/// Ids are UUIDv7, so id order is creation order and the cursor is the last id
 /// seen: stable under concurrent inserts, unlike an offset.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    operation_id = "list_jobs",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of jobs", body = JobPage),
+        (status = 400, description = "A query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "`limit` or `status` is out of range", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The jobs could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn list(
     state: web::Data<AppState>,
     _caller: Authenticated<AnyRole>,
@@ -84,6 +106,21 @@ pub async fn list(
     }))
 }
 
+/// One job.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    operation_id = "get_job",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(("id" = Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "The job", body = JobView),
+        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The job could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
 pub async fn get(
     state: web::Data<AppState>,
     _caller: Authenticated<AnyRole>,

@@ -1,0 +1,99 @@
+//! The API's background work, beside the HTTP server: the outbox dispatcher, the chain
+//! follower and the reaper, each a loop that polls, acts, and sleeps. They stop when the
+//! returned handle is dropped or stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardwork_core::protocol::TASK_QUEUE;
+use shardwork_core::queue::{QueueError, QueueOptions};
+use tokio::task::JoinHandle;
+
+use crate::outbox::Dispatcher;
+use crate::problem::ApiError;
+use crate::startup::AppState;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackgroundError {
+    #[error("database: {0}")]
+    Db(#[from] sea_orm::DbErr),
+    #[error("ledger: {0}")]
+    Ledger(#[from] shardwork_contracts::LedgerError),
+    #[error("queue: {0}")]
+    Queue(#[from] QueueError),
+    #[error("{}", .0.detail)]
+    Api(#[from] ApiError),
+    #[error("no chain is configured, so payouts and refunds cannot be sent")]
+    NoChain,
+    #[error("inconsistent record: {0}")]
+    Corrupt(String),
+}
+
+/// The running loops; dropping it stops them.
+pub struct Background {
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn stop(self) {}
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for handle in &self.handles {
+            handle.abort();
+        }
+    }
+}
+
+/// Declares the task queue and starts the loops.
+pub async fn start(
+    state: Arc<AppState>,
+    queue_options: &QueueOptions,
+) -> Result<Background, QueueError> {
+    state.queue.declare(TASK_QUEUE, queue_options).await?;
+    let interval = Duration::from_millis(state.config.background_interval_ms.max(10));
+    let mut handles = Vec::new();
+
+    let s = state.clone();
+    handles.push(tokio::spawn(async move {
+        let mut dispatcher = Dispatcher::default();
+        loop {
+            match dispatcher
+                .dispatch_once(&s.db, s.queue.as_ref(), s.chain.as_ref())
+                .await
+            {
+                Ok(n) if n > 0 => continue,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "outbox pass failed"),
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }));
+
+    if let Some(chain) = state.chain.clone() {
+        let s = state.clone();
+        handles.push(tokio::spawn(async move {
+            let poll = chain.poll_interval;
+            loop {
+                match crate::follower::follow_once(&s.db, &chain, s.config.task_max_attempts).await
+                {
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "chain follower pass failed"),
+                }
+                tokio::time::sleep(poll).await;
+            }
+        }));
+    }
+
+    let s = state;
+    handles.push(tokio::spawn(async move {
+        loop {
+            if let Err(e) = crate::reaper::reap_once(&s.db, chrono::Utc::now()).await {
+                tracing::warn!(error = %e, "reaper pass failed");
+            }
+            tokio::time::sleep(interval.max(Duration::from_millis(500))).await;
+        }
+    }));
+    Ok(Background { handles })
+}

@@ -1,0 +1,54 @@
+//! The API's view of the escrow contract: which chain, which deployment, and which account the
+//! API signs with. Built by the CLI (embedded EVM for `shardwork up`, JSON-RPC otherwise).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy::primitives::{Address, U256};
+use shardwork_contracts::Ledger;
+
+/// The escrow as the API uses it.
+#[derive(Clone)]
+pub struct Chain {
+    pub ledger: Arc<dyn Ledger>,
+    pub chain_id: u64,
+    pub escrow: Address,
+    /// The account holding the escrow's VALIDATOR_ROLE, which the API signs `markStarted` and
+    /// the completions with. The validator service decides; the API is its only signer, so a
+    /// verdict and its payout can never disagree.
+    pub operator: Address,
+    /// Development mode only: an account the API may fund jobs from on a requester's behalf
+    /// (`POST /v1/jobs/{id}/dev-fund`). `None` in production.
+    pub dev_funder: Option<Address>,
+    /// How often the chain follower polls, and how deep a block must be before it is read.
+    pub poll_interval: Duration,
+    pub confirmations: u64,
+    /// The block the escrow was deployed in: where the follower starts on a new database.
+    pub start_block: u64,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain")
+            .field("chain_id", &self.chain_id)
+            .field("escrow", &self.escrow)
+            .field("operator", &self.operator)
+            .field("dev_funder", &self.dev_funder)
+            .finish_non_exhaustive()
+    }
+}
+
+/// On-chain job ids are stored as decimal text (they are `uint256`).
+pub fn parse_job_id(text: &str) -> Option<U256> {
+    U256::from_str_radix(text, 10).ok()
+}
+
+/// The kind byte `createJob` takes for a job of this kind (`"lora"` or `"federated"`).
+pub fn kind_code(kind: &str) -> u8 {
+    if kind == "lora" { 0 } else { 1 }
+}
+
+/// Lower-case 0x-hex, the form addresses take in the database.
+pub fn address_text(address: Address) -> String {
+    format!("{address:#x}")
+}

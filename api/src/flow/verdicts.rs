@@ -1,0 +1,334 @@
+//! The validator's side of a round: what is waiting to be scored, and recording a verdict.
+//!
+//! Quality is the validator's judgement in `0 ..= 1`; the service documents how it computes it
+//! (worker/src/validator). An accepted adapter closes its task (and, when it is the round's last,
+//! moves the round to aggregation); a rejected one sends the task back to the queue for another
+//! worker, until its attempts are used up.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, TransactionTrait,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::rounds;
+use super::tasks::{TaskStatus, find_task, requeue};
+use crate::entities::{job, reputation_event, round, shard, submission, task, worker};
+use crate::lifecycle::{JobStatus, record_event};
+use crate::problem::ApiError;
+
+/// A submission waiting for its verdict, with everything the validator needs to fetch.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PendingValidation {
+    pub submission_id: Uuid,
+    pub job_id: Uuid,
+    pub task_id: Uuid,
+    pub round: i32,
+    pub shard_index: i32,
+    pub worker: String,
+    pub adapter_cid: String,
+    pub metrics_cid: String,
+    pub samples: i64,
+    pub submitted_at: DateTime<Utc>,
+    pub job_spec_cid: Option<String>,
+    pub manifest_cid: Option<String>,
+    /// Sealed; open it with `GET /v1/jobs/{id}/held-out-key`.
+    pub held_out_cid: Option<String>,
+    /// The adapter this round started from (none in round 1).
+    pub previous_adapter_cid: Option<String>,
+}
+
+/// The oldest `limit` pending submissions of open jobs.
+pub async fn pending<C: ConnectionTrait>(
+    db: &C,
+    limit: u64,
+) -> Result<Vec<PendingValidation>, ApiError> {
+    let rows = submission::Entity::find()
+        .filter(submission::Column::Verdict.eq("pending"))
+        .order_by_asc(submission::Column::CreatedAt)
+        .order_by_asc(submission::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for s in rows {
+        let task = find_task(db, s.task_id).await?;
+        let Some(job) = job::Entity::find_by_id(task.job_id).one(db).await? else {
+            continue;
+        };
+        if JobStatus::parse(&job.status) != Some(JobStatus::Open) {
+            continue;
+        }
+        let shard_index = shard::Entity::find_by_id(task.shard_id)
+            .one(db)
+            .await?
+            .map(|s| s.index)
+            .unwrap_or_default();
+        let round = rounds::find_round(db, job.id, task.round).await?;
+        let worker = worker::Entity::find_by_id(s.worker_id)
+            .one(db)
+            .await?
+            .map(|w| w.address)
+            .unwrap_or_default();
+        out.push(PendingValidation {
+            submission_id: s.id,
+            job_id: job.id,
+            task_id: task.id,
+            round: task.round,
+            shard_index,
+            worker,
+            adapter_cid: s.adapter_cid,
+            metrics_cid: s.metrics_cid,
+            samples: s.sample_count,
+            submitted_at: s.created_at,
+            job_spec_cid: job.spec_cid,
+            manifest_cid: job.manifest_cid,
+            held_out_cid: job.heldout_cid,
+            previous_adapter_cid: round.base_adapter_cid,
+        });
+    }
+    Ok(out)
+}
+
+/// A verdict as the validator sends it.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Verdict {
+    pub accepted: bool,
+    /// 0 ..= 1; ignored (stored as 0) for a rejection.
+    pub quality: f64,
+    /// Why it was rejected; required for a rejection.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The measurements behind the verdict (metric, base metric, norms…).
+    #[serde(default)]
+    pub report: serde_json::Value,
+}
+
+impl Verdict {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if !(self.quality.is_finite() && (0.0..=1.0).contains(&self.quality)) {
+            return Err(ApiError::invalid(
+                "quality",
+                format!("{} is outside 0..=1", self.quality),
+            ));
+        }
+        if !self.accepted && self.reason.as_deref().is_none_or(|r| r.trim().is_empty()) {
+            return Err(ApiError::invalid(
+                "reason",
+                "a rejection says why (the worker sees it)",
+            ));
+        }
+        if self.reason.as_ref().is_some_and(|r| r.len() > 2_000) {
+            return Err(ApiError::invalid("reason", "longer than 2,000 characters"));
+        }
+        Ok(())
+    }
+}
+
+/// Reputation change recorded (off chain) for a rejected adapter; the chain's own reputation
+/// moves at payout, where the worker is listed with quality 0.
+pub const REJECTION_REPUTATION_DELTA: i64 = -500;
+
+/// Records `verdict` on submission `id`. A second verdict on the same submission is a 409.
+pub async fn record(
+    db: &DatabaseConnection,
+    id: Uuid,
+    verdict: &Verdict,
+    now: DateTime<Utc>,
+) -> Result<submission::Model, ApiError> {
+    verdict.validate()?;
+    let txn = db.begin().await?;
+    let s = submission::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no submission {id}")))?;
+    if s.verdict != "pending" {
+        return Err(ApiError::conflict(format!(
+            "submission {id} already has its verdict ({})",
+            s.verdict
+        )));
+    }
+    let task = find_task(&txn, s.task_id).await?;
+    let job = crate::routes::jobs::find_job(&txn, task.job_id).await?;
+    if JobStatus::parse(&job.status) != Some(JobStatus::Open) {
+        return Err(ApiError::conflict(format!(
+            "job {} is {}; its submissions are no longer judged",
+            job.id, job.status
+        )));
+    }
+    let (label, quality) = if verdict.accepted {
+        ("accepted", verdict.quality)
+    } else {
+        ("rejected", 0.0)
+    };
+    let updated = submission::Entity::update_many()
+        .col_expr(submission::Column::Verdict, Expr::value(label))
+        .col_expr(submission::Column::Quality, Expr::value(quality))
+        .col_expr(
+            submission::Column::RejectReason,
+            Expr::value(verdict.reason.clone()),
+        )
+        .col_expr(
+            submission::Column::Report,
+            Expr::value(verdict.report.clone()),
+        )
+        .col_expr(submission::Column::ValidatedAt, Expr::value(now))
+        .filter(submission::Column::Id.eq(id))
+        .filter(submission::Column::Verdict.eq("pending"))
+        .exec(&txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(ApiError::conflict(format!(
+            "submission {id} was judged concurrently"
+        )));
+    }
+    let worker = worker::Entity::find_by_id(s.worker_id)
+        .one(&txn)
+        .await?
+        .map(|w| w.address)
+        .unwrap_or_default();
+    record_event(
+        &txn,
+        job.id,
+        "verdict",
+        json!({
+            "submission_id": id, "task_id": task.id, "round": task.round, "worker": worker,
+            "accepted": verdict.accepted, "quality": quality, "reason": verdict.reason,
+            "report": verdict.report,
+        }),
+        false,
+        now,
+    )
+    .await?;
+    if verdict.accepted {
+        let moved = task::Entity::update_many()
+            .col_expr(
+                task::Column::Status,
+                Expr::value(TaskStatus::Accepted.as_str()),
+            )
+            .col_expr(task::Column::UpdatedAt, Expr::value(now))
+            .filter(task::Column::Id.eq(task.id))
+            .filter(task::Column::Status.eq(TaskStatus::Submitted.as_str()))
+            .exec(&txn)
+            .await?;
+        if moved.rows_affected != 1 {
+            return Err(ApiError::conflict(format!(
+                "task {} is {}, not awaiting a verdict",
+                task.id, task.status
+            )));
+        }
+        rounds::close_if_complete(&txn, job.id, task.round, now).await?;
+    } else {
+        reputation_event::Entity::insert(reputation_event::ActiveModel {
+            worker_id: sea_orm::ActiveValue::Set(s.worker_id),
+            job_id: sea_orm::ActiveValue::Set(Some(job.id)),
+            delta: sea_orm::ActiveValue::Set(REJECTION_REPUTATION_DELTA),
+            reason: sea_orm::ActiveValue::Set(format!(
+                "adapter rejected: {}",
+                verdict.reason.clone().unwrap_or_default()
+            )),
+            tx_hash: sea_orm::ActiveValue::Set(None),
+            created_at: sea_orm::ActiveValue::Set(now),
+            ..Default::default()
+        })
+        .exec(&txn)
+        .await?;
+        requeue(&txn, &task, "adapter rejected", now).await?;
+    }
+    let stored = submission::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| ApiError::internal("verdict", "submission vanished"))?;
+    txn.commit().await?;
+    Ok(stored)
+}
+
+/// Rounds whose adapters are all accepted and wait for the validator's merge.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReadyRound {
+    pub job_id: Uuid,
+    pub round: i32,
+    pub base_adapter_cid: Option<String>,
+    pub held_out_cid: Option<String>,
+    pub job_spec_cid: Option<String>,
+    pub last_round: bool,
+    /// The accepted adapters to merge, with their sample counts and quality.
+    pub adapters: Vec<AcceptedAdapter>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AcceptedAdapter {
+    pub submission_id: Uuid,
+    pub shard_index: i32,
+    pub worker: String,
+    pub adapter_cid: String,
+    pub samples: i64,
+    pub quality: f64,
+}
+
+pub async fn ready_rounds<C: ConnectionTrait>(db: &C) -> Result<Vec<ReadyRound>, ApiError> {
+    let rounds = round::Entity::find()
+        .filter(round::Column::Status.eq(rounds::RoundStatus::Aggregating.as_str()))
+        .order_by_asc(round::Column::CreatedAt)
+        .all(db)
+        .await?;
+    let mut out = Vec::new();
+    for r in rounds {
+        let Some(job) = job::Entity::find_by_id(r.job_id).one(db).await? else {
+            continue;
+        };
+        if JobStatus::parse(&job.status) != Some(JobStatus::Open) {
+            continue;
+        }
+        let tasks = task::Entity::find()
+            .filter(task::Column::JobId.eq(job.id))
+            .filter(task::Column::Round.eq(r.number))
+            .all(db)
+            .await?;
+        let mut adapters = Vec::with_capacity(tasks.len());
+        for t in &tasks {
+            let Some(s) = submission::Entity::find()
+                .filter(submission::Column::TaskId.eq(t.id))
+                .filter(submission::Column::Verdict.eq("accepted"))
+                .one(db)
+                .await?
+            else {
+                continue;
+            };
+            let shard_index = shard::Entity::find_by_id(t.shard_id)
+                .one(db)
+                .await?
+                .map(|s| s.index)
+                .unwrap_or_default();
+            let worker = worker::Entity::find_by_id(s.worker_id)
+                .one(db)
+                .await?
+                .map(|w| w.address)
+                .unwrap_or_default();
+            adapters.push(AcceptedAdapter {
+                submission_id: s.id,
+                shard_index,
+                worker,
+                adapter_cid: s.adapter_cid,
+                samples: s.sample_count,
+                quality: s.quality.unwrap_or(0.0),
+            });
+        }
+        adapters.sort_by_key(|a| a.shard_index);
+        out.push(ReadyRound {
+            job_id: job.id,
+            round: r.number,
+            base_adapter_cid: r.base_adapter_cid,
+            held_out_cid: job.heldout_cid,
+            job_spec_cid: job.spec_cid,
+            last_round: r.number >= job.rounds,
+            adapters,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,683 @@
+//! The job flow through HTTP, on the in-memory EVM: funding seen on chain opens the job and
+//! queues round 1; workers claim, extend and submit; the validator judges and merges; the last
+//! merge is paid out on chain and the job completes. The background passes (chain follower,
+//! outbox, reaper) are stepped by hand so every intermediate state is checked.
+
+use std::time::Duration;
+
+use actix_web::test::TestRequest;
+use bytes::Bytes;
+use sea_orm::QueryFilter;
+use serde_json::{Value, json};
+use shardwork_api::follower::follow_once;
+use shardwork_api::outbox::Dispatcher;
+use shardwork_core::protocol::{TASK_QUEUE, TaskMessage};
+use shardwork_core::queue::QueueOptions;
+
+use crate::helpers::*;
+use crate::on_both_databases;
+use crate::quote::spec;
+
+fn dataset(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| format!("{{\"text\":\"review number {i}\",\"label\":{}}}\n", i % 2))
+        .collect::<String>()
+        .into_bytes()
+}
+
+fn post_json(token: &str, uri: &str, body: Value) -> TestRequest {
+    TestRequest::post()
+        .uri(uri)
+        .insert_header(bearer(token))
+        .set_json(body)
+}
+
+fn get(token: &str, uri: &str) -> TestRequest {
+    TestRequest::get().uri(uri).insert_header(bearer(token))
+}
+
+fn post_job(token: &str, spec: &Value, data: &[u8]) -> TestRequest {
+    let boundary = "flow-boundary-91";
+    let mut body = Vec::new();
+    for (name, bytes) in [
+        ("spec", spec.to_string().into_bytes()),
+        ("dataset", data.to_vec()),
+    ] {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n")
+                .as_bytes(),
+        );
+        body.extend_from_slice(&bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    TestRequest::post()
+        .uri("/v1/jobs")
+        .insert_header(bearer(token))
+        .insert_header((
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        ))
+        .set_payload(body)
+}
+
+/// One pass of each background loop, in the order a running server interleaves them.
+async fn step(app: &TestApp, dispatcher: &mut Dispatcher) {
+    let chain = app.state.chain.as_ref().expect("chain");
+    let attempts = app.state.config.task_max_attempts;
+    follow_once(&app.db, chain, attempts).await.expect("follow");
+    dispatcher
+        .dispatch_once(&app.db, app.state.queue.as_ref(), Some(chain))
+        .await
+        .expect("dispatch");
+    follow_once(&app.db, chain, attempts).await.expect("follow");
+}
+
+async fn take_tasks(app: &TestApp, n: usize) -> Vec<TaskMessage> {
+    let mut consumer = app.state.queue.consume(TASK_QUEUE).await.unwrap();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let delivery = consumer
+            .next(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .expect("a task message");
+        out.push(TaskMessage::decode(&delivery.payload).unwrap());
+        delivery.ack().await.unwrap();
+    }
+    assert!(
+        consumer
+            .next(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .is_none(),
+        "no more than {n} messages"
+    );
+    out.sort_by_key(|t| t.shard_index);
+    out
+}
+
+async fn put(app: &TestApp, bytes: &str) -> String {
+    app.state
+        .store
+        .put(Bytes::from(bytes.to_owned()))
+        .await
+        .unwrap()
+        .to_string()
+}
+
+async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    app.state
+        .queue
+        .declare(TASK_QUEUE, &QueueOptions::default())
+        .await
+        .unwrap();
+    let mut dispatcher = Dispatcher::default();
+    let requester = access_token(&service, &requester_key(), &[]).await;
+    let worker_a = access_token(&service, &worker_key(), &["worker"]).await;
+    let worker_b_key =
+        alloy::signers::local::PrivateKeySigner::from_bytes(&[0x55; 32].into()).unwrap();
+    let worker_b = access_token(&service, &worker_b_key, &["worker"]).await;
+    let validator = access_token(&service, &validator_key(), &["validator"]).await;
+
+    // Post and fund.
+    let reply = send(&service, post_job(&requester, &spec(), &dataset(40))).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job_id = reply.body["id"].as_str().unwrap().to_owned();
+    let terms = &reply.body["funding"];
+    assert_eq!(terms["spec_cid"], reply.body["manifest_cid"]);
+    assert_eq!(terms["kind"], 1);
+    let chain = send(&service, TestRequest::get().uri("/v1/chain")).await;
+    assert_eq!(chain.status, 200, "{}", chain.text);
+    assert_eq!(chain.body["dev_funding"], true);
+    // Only the job's requester may have it funded.
+    send(
+        &service,
+        post_json(&worker_a, &format!("/v1/jobs/{job_id}/dev-fund"), json!({})),
+    )
+    .await
+    .problem(403, "forbidden");
+    let funded = send(
+        &service,
+        post_json(
+            &requester,
+            &format!("/v1/jobs/{job_id}/dev-fund"),
+            json!({}),
+        ),
+    )
+    .await;
+    assert_eq!(funded.status, 202, "{}", funded.text);
+    step(&app, &mut dispatcher).await;
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(job.body["status"], "open", "{}", job.text);
+    assert_eq!(job.body["current_round"], 1);
+    assert!(job.body["funding"].is_null());
+    assert_eq!(job.body["dev_funded"], true);
+
+    // Round 1: three tasks on the queue.
+    for token in [&worker_a, &worker_b] {
+        let r = send(
+            &service,
+            post_json(
+                token,
+                "/v1/workers/register",
+                json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
+            ),
+        )
+        .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let tasks = take_tasks(&app, 3).await;
+    assert!(
+        tasks
+            .iter()
+            .all(|t| t.round == 1 && t.previous_adapter_cid.is_none())
+    );
+    let adapter = put(&app, "adapter bytes").await;
+    let mut metrics_n = 0;
+    for task in &tasks {
+        let claim = send(
+            &service,
+            post_json(
+                &worker_a,
+                &format!("/v1/tasks/{}/claim", task.task_id),
+                json!({}),
+            ),
+        )
+        .await;
+        assert_eq!(claim.status, 200, "{}", claim.text);
+        assert_eq!(claim.body["task"]["shard_cid"], json!(task.shard_cid));
+        let token = claim.body["lease_token"].as_str().unwrap().to_owned();
+        // A redelivered message: the holder gets its lease back, anyone else a conflict.
+        let again = send(
+            &service,
+            post_json(
+                &worker_a,
+                &format!("/v1/tasks/{}/claim", task.task_id),
+                json!({}),
+            ),
+        )
+        .await;
+        assert_eq!(again.body["lease_token"], token.as_str());
+        send(
+            &service,
+            post_json(
+                &worker_b,
+                &format!("/v1/tasks/{}/claim", task.task_id),
+                json!({}),
+            ),
+        )
+        .await
+        .problem(409, "conflict");
+        let extend = send(&service, post_json(&worker_a, &format!("/v1/tasks/{}/extend", task.task_id),
+            json!({"lease_token": token, "progress": {"step": 3, "total_steps": 10, "loss": 0.7, "tokens_per_second": 1200.0}}))).await;
+        assert_eq!(extend.status, 200, "{}", extend.text);
+        send(
+            &service,
+            post_json(
+                &worker_a,
+                &format!("/v1/tasks/{}/extend", task.task_id),
+                json!({"lease_token": token, "progress": {"step": 11, "total_steps": 10}}),
+            ),
+        )
+        .await
+        .problem(422, "validation");
+        metrics_n += 1;
+        let metrics = put(&app, &format!("{{\"steps\": {metrics_n}}}")).await;
+        let submission = json!({"version": 1, "task_id": task.task_id, "lease_token": token,
+            "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12});
+        let first = send(
+            &service,
+            post_json(
+                &worker_a,
+                &format!("/v1/tasks/{}/submit", task.task_id),
+                submission.clone(),
+            ),
+        )
+        .await;
+        assert_eq!(first.status, 201, "{}", first.text);
+        let repeat = send(
+            &service,
+            post_json(
+                &worker_a,
+                &format!("/v1/tasks/{}/submit", task.task_id),
+                submission,
+            ),
+        )
+        .await;
+        assert_eq!(repeat.status, 200, "{}", repeat.text);
+        assert_eq!(repeat.body["id"], first.body["id"]);
+    }
+
+    // The validator, and only the validator, sees and judges them.
+    send(&service, get(&worker_a, "/v1/validator/submissions"))
+        .await
+        .problem(403, "forbidden");
+    let pending = send(&service, get(&validator, "/v1/validator/submissions")).await;
+    let pending = pending.body["submissions"].as_array().unwrap().clone();
+    assert_eq!(pending.len(), 3);
+    assert!(
+        pending
+            .iter()
+            .all(|p| p["held_out_cid"] == job.body["held_out_cid"])
+    );
+    for p in &pending {
+        let id = p["submission_id"].as_str().unwrap();
+        let v = send(
+            &service,
+            post_json(
+                &validator,
+                &format!("/v1/validator/submissions/{id}/verdict"),
+                json!({"accepted": true, "quality": 0.8, "report": {"metric": 0.9}}),
+            ),
+        )
+        .await;
+        assert_eq!(v.status, 200, "{}", v.text);
+        send(
+            &service,
+            post_json(
+                &validator,
+                &format!("/v1/validator/submissions/{id}/verdict"),
+                json!({"accepted": true, "quality": 0.8}),
+            ),
+        )
+        .await
+        .problem(409, "conflict");
+    }
+    let ready = send(&service, get(&validator, "/v1/validator/rounds")).await;
+    let rounds = ready.body["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 1);
+    assert_eq!(rounds[0]["adapters"].as_array().unwrap().len(), 3);
+    let merged_1 = put(&app, "merged round 1").await;
+    let agg = send(&service, post_json(&validator, &format!("/v1/jobs/{job_id}/rounds/1/aggregate"),
+        json!({"adapter_cid": merged_1, "metric": 0.9, "base_metric": 0.5, "metric_name": "accuracy"}))).await;
+    assert_eq!(agg.body["outcome"], "next_round_opened", "{}", agg.text);
+    step(&app, &mut dispatcher).await;
+
+    // Round 2 starts from the merge; worker B's noise is rejected and the task goes back.
+    let tasks = take_tasks(&app, 3).await;
+    assert!(tasks.iter().all(|t| t.round == 2
+        && t.previous_adapter_cid.as_ref().map(|c| c.to_string()) == Some(merged_1.clone())));
+    let mut by_task = Vec::new();
+    for (i, task) in tasks.iter().enumerate() {
+        let token = if i == 0 { &worker_b } else { &worker_a };
+        let claim = send(
+            &service,
+            post_json(
+                token,
+                &format!("/v1/tasks/{}/claim", task.task_id),
+                json!({}),
+            ),
+        )
+        .await;
+        assert_eq!(claim.status, 200, "{}", claim.text);
+        let lease = claim.body["lease_token"].as_str().unwrap().to_owned();
+        let metrics = put(&app, &format!("{{\"round\": 2, \"shard\": {i}}}")).await;
+        let r = send(&service, post_json(token, &format!("/v1/tasks/{}/submit", task.task_id),
+            json!({"version": 1, "task_id": task.task_id, "lease_token": lease, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        by_task.push((task.task_id, r.body["id"].as_str().unwrap().to_owned()));
+    }
+    let noise = &by_task[0].1;
+    send(
+        &service,
+        post_json(
+            &validator,
+            &format!("/v1/validator/submissions/{noise}/verdict"),
+            json!({"accepted": false, "quality": 0.0}),
+        ),
+    )
+    .await
+    .problem(422, "validation");
+    let rejected = send(
+        &service,
+        post_json(
+            &validator,
+            &format!("/v1/validator/submissions/{noise}/verdict"),
+            json!({"accepted": false, "quality": 0.0, "reason": "update norm 40x the base weight"}),
+        ),
+    )
+    .await;
+    assert_eq!(rejected.body["verdict"], "rejected", "{}", rejected.text);
+    for (_, id) in &by_task[1..] {
+        let v = send(
+            &service,
+            post_json(
+                &validator,
+                &format!("/v1/validator/submissions/{id}/verdict"),
+                json!({"accepted": true, "quality": 0.6}),
+            ),
+        )
+        .await;
+        assert_eq!(v.status, 200, "{}", v.text);
+    }
+    step(&app, &mut dispatcher).await;
+    let retry = take_tasks(&app, 1).await;
+    assert_eq!(retry[0].task_id, by_task[0].0);
+    let claim = send(
+        &service,
+        post_json(
+            &worker_a,
+            &format!("/v1/tasks/{}/claim", retry[0].task_id),
+            json!({}),
+        ),
+    )
+    .await;
+    assert_eq!(claim.body["attempt"], 2, "{}", claim.text);
+    let lease = claim.body["lease_token"].as_str().unwrap().to_owned();
+    let metrics = put(&app, "{\"retry\": true}").await;
+    let r = send(&service, post_json(&worker_a, &format!("/v1/tasks/{}/submit", retry[0].task_id),
+        json!({"version": 1, "task_id": retry[0].task_id, "lease_token": lease, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let id = r.body["id"].as_str().unwrap();
+    let v = send(
+        &service,
+        post_json(
+            &validator,
+            &format!("/v1/validator/submissions/{id}/verdict"),
+            json!({"accepted": true, "quality": 0.7}),
+        ),
+    )
+    .await;
+    assert_eq!(v.status, 200, "{}", v.text);
+
+    // The last merge is paid out on chain; the follower completes the job from the chain.
+    send(
+        &service,
+        get(&requester, &format!("/v1/jobs/{job_id}/result")),
+    )
+    .await
+    .problem(409, "conflict");
+    let merged_2 = put(&app, "merged round 2").await;
+    let agg = send(&service, post_json(&validator, &format!("/v1/jobs/{job_id}/rounds/2/aggregate"),
+        json!({"adapter_cid": merged_2, "metric": 0.93, "base_metric": 0.5, "metric_name": "accuracy"}))).await;
+    assert_eq!(agg.body["outcome"], "finalization_queued", "{}", agg.text);
+    step(&app, &mut dispatcher).await;
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(job.body["status"], "completed", "{}", job.text);
+    assert_eq!(job.body["result_adapter_cid"], merged_2.as_str());
+    let result = send(
+        &service,
+        get(&requester, &format!("/v1/jobs/{job_id}/result")),
+    )
+    .await;
+    assert_eq!(result.status, 200, "{}", result.text);
+    assert_eq!(result.body["adapter_cid"], merged_2.as_str());
+    let events = send(
+        &service,
+        get(&requester, &format!("/v1/jobs/{job_id}/events?limit=500")),
+    )
+    .await;
+    let events = events.body["events"].as_array().unwrap().clone();
+    let completed = events
+        .iter()
+        .find(|e| e["kind"] == "completed")
+        .expect("completed event");
+    let payouts = completed["payload"]["payouts"].as_array().unwrap();
+    assert_eq!(payouts.len(), 2, "{completed}");
+    // Worker A did 5 of the 6 accepted adapters, B none: A is paid, B gets nothing.
+    let a = address(&worker_key()).to_string();
+    let b = address(&worker_b_key).to_string();
+    let paid = |who: &str| {
+        payouts
+            .iter()
+            .find(|p| p["address"] == who)
+            .map(|p| p["amount_wei"].as_str().unwrap().parse::<u128>().unwrap())
+            .unwrap()
+    };
+    assert!(paid(&a) > 0);
+    assert_eq!(paid(&b), 0);
+    let me = send(&service, get(&worker_a, "/v1/workers/me")).await;
+    assert_eq!(me.body["earnings_wei"], paid(&a).to_string(), "{}", me.text);
+    // Every chain effect ran once, however often the passes ran.
+    step(&app, &mut dispatcher).await;
+    use sea_orm::{EntityTrait, PaginatorTrait};
+    let sent = shardwork_api::entities::chain_transaction::Entity::find()
+        .all(&app.db)
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = sent.iter().map(|t| t.kind.as_str()).collect();
+    assert_eq!(kinds, ["mark_started", "complete"]);
+    let undispatched = shardwork_api::entities::job_event::Entity::find()
+        .filter(sea_orm::ColumnTrait::eq(
+            &shardwork_api::entities::job_event::Column::NeedsDispatch,
+            true,
+        ))
+        .filter(sea_orm::ColumnTrait::is_null(
+            &shardwork_api::entities::job_event::Column::DispatchedAt,
+        ))
+        .count(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(undispatched, 0);
+}
+
+async fn expired_leases_go_back_to_the_queue_until_attempts_run_out(backend: Backend) {
+    let mut cfg = config();
+    cfg.task_max_attempts = 2;
+    cfg.lease_secs = 5;
+    let Some(app) = TestApp::with_config_and_chain(backend, cfg, true).await else {
+        return;
+    };
+    let service = app.service().await;
+    app.state
+        .queue
+        .declare(TASK_QUEUE, &QueueOptions::default())
+        .await
+        .unwrap();
+    let mut dispatcher = Dispatcher::default();
+    let requester = access_token(&service, &requester_key(), &[]).await;
+    let worker = access_token(&service, &worker_key(), &["worker"]).await;
+    send(
+        &service,
+        post_json(
+            &worker,
+            "/v1/workers/register",
+            json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
+        ),
+    )
+    .await;
+    let mut s = spec();
+    s["shards"] = json!(1);
+    s["rounds"] = json!(1);
+    let reply = send(&service, post_job(&requester, &s, &dataset(20))).await;
+    let job_id = reply.body["id"].as_str().unwrap().to_owned();
+    send(
+        &service,
+        post_json(
+            &requester,
+            &format!("/v1/jobs/{job_id}/dev-fund"),
+            json!({}),
+        ),
+    )
+    .await;
+    step(&app, &mut dispatcher).await;
+    let task = take_tasks(&app, 1).await.remove(0);
+    for attempt in 1..=2 {
+        let claim = send(
+            &service,
+            post_json(
+                &worker,
+                &format!("/v1/tasks/{}/claim", task.task_id),
+                json!({}),
+            ),
+        )
+        .await;
+        assert_eq!(claim.body["attempt"], attempt, "{}", claim.text);
+        let later = chrono::Utc::now() + chrono::Duration::seconds(10);
+        assert_eq!(
+            shardwork_api::reaper::reap_once(&app.db, later)
+                .await
+                .unwrap(),
+            1
+        );
+        step(&app, &mut dispatcher).await;
+        if attempt == 1 {
+            assert_eq!(take_tasks(&app, 1).await[0].task_id, task.task_id);
+        }
+    }
+    // Attempts used up: the task failed and nothing was republished.
+    send(
+        &service,
+        post_json(
+            &worker,
+            &format!("/v1/tasks/{}/claim", task.task_id),
+            json!({}),
+        ),
+    )
+    .await
+    .problem(409, "conflict");
+    let events = send(
+        &service,
+        get(&requester, &format!("/v1/jobs/{job_id}/events")),
+    )
+    .await;
+    let kinds: Vec<&str> = events.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "task_requeued").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"task_failed"), "{kinds:?}");
+}
+
+async fn workers_cannot_read_the_held_out_set_or_the_raw_dataset(backend: Backend) {
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let requester = access_token(&service, &requester_key(), &[]).await;
+    let worker = access_token(&service, &worker_key(), &["worker"]).await;
+    let validator = access_token(&service, &validator_key(), &["validator"]).await;
+    let reply = send(&service, post_job(&requester, &spec(), &dataset(40))).await;
+    let job = reply.body.clone();
+    for field in ["held_out_cid", "dataset_cid"] {
+        let cid = job[field].as_str().unwrap();
+        send(&service, get(&worker, &format!("/v1/content/{cid}")))
+            .await
+            .problem(403, "forbidden");
+        let ok = send(&service, get(&validator, &format!("/v1/content/{cid}"))).await;
+        assert_eq!(ok.status, 200, "{field}: {}", ok.text);
+    }
+    let dataset_cid = job["dataset_cid"].as_str().unwrap();
+    let own = send(
+        &service,
+        get(&requester, &format!("/v1/content/{dataset_cid}")),
+    )
+    .await;
+    assert_eq!(own.status, 200);
+    let id = job["id"].as_str().unwrap();
+    send(
+        &service,
+        get(&worker, &format!("/v1/jobs/{id}/held-out-key")),
+    )
+    .await
+    .problem(403, "forbidden");
+    // A shard is readable by workers.
+    let manifest_cid = job["manifest_cid"].as_str().unwrap();
+    let manifest = send(
+        &service,
+        get(&worker, &format!("/v1/content/{manifest_cid}")),
+    )
+    .await;
+    assert_eq!(manifest.status, 200, "{}", manifest.text);
+    let shard = manifest.body["shards"][0]["cid"].as_str().unwrap();
+    assert_eq!(
+        send(&service, get(&worker, &format!("/v1/content/{shard}")))
+            .await
+            .status,
+        200
+    );
+    // Uploads come back under the CID Kubo would give them.
+    let up = send(
+        &service,
+        TestRequest::post()
+            .uri("/v1/content")
+            .insert_header(bearer(&worker))
+            .set_payload("hello"),
+    )
+    .await;
+    assert_eq!(up.status, 201, "{}", up.text);
+    assert_eq!(
+        up.body["cid"],
+        "bafkreibm6jg3ux5qumhcn2b3flc3tyu6dmlb4xa7u5bf44yegnrjhc4yeq"
+    );
+}
+
+async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    app.state
+        .queue
+        .declare(TASK_QUEUE, &QueueOptions::default())
+        .await
+        .unwrap();
+    let mut dispatcher = Dispatcher::default();
+    let requester = access_token(&service, &requester_key(), &[]).await;
+    let reply = send(&service, post_job(&requester, &spec(), &dataset(40))).await;
+    let job_id = reply.body["id"].as_str().unwrap().to_owned();
+    send(
+        &service,
+        post_json(
+            &requester,
+            &format!("/v1/jobs/{job_id}/dev-fund"),
+            json!({}),
+        ),
+    )
+    .await;
+    step(&app, &mut dispatcher).await;
+    let chain = app.state.chain.clone().unwrap();
+    let funder = chain.dev_funder.unwrap();
+    let before = chain
+        .ledger
+        .withdrawable(chain.escrow, funder, shardwork_contracts::ledger::ETH)
+        .await
+        .unwrap();
+    // Nobody trains; eight days pass on chain and on the reaper's clock.
+    chain.ledger.advance_time(8 * 86_400).await.unwrap();
+    let later = chrono::Utc::now() + chrono::Duration::days(8);
+    assert_eq!(
+        shardwork_api::reaper::reap_once(&app.db, later)
+            .await
+            .unwrap(),
+        1
+    );
+    // Recorded once, however often the reaper runs.
+    assert_eq!(
+        shardwork_api::reaper::reap_once(&app.db, later)
+            .await
+            .unwrap(),
+        0
+    );
+    step(&app, &mut dispatcher).await;
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(job.body["status"], "refunded", "{}", job.text);
+    let after = chain
+        .ledger
+        .withdrawable(chain.escrow, funder, shardwork_contracts::ledger::ETH)
+        .await
+        .unwrap();
+    assert_eq!(
+        after - before,
+        alloy::primitives::U256::from(1_000_000_000_000_000_000u128),
+        "the whole stake goes back to whoever funded it"
+    );
+}
+
+on_both_databases!(
+    federated_job_runs_from_funding_to_payout,
+    expired_leases_go_back_to_the_queue_until_attempts_run_out,
+    workers_cannot_read_the_held_out_set_or_the_raw_dataset,
+    a_job_past_its_deadline_is_refunded_on_chain,
+);
