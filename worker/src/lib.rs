@@ -17,6 +17,7 @@ pub mod llama;
 pub mod lora;
 pub mod merge;
 pub mod nn;
+pub mod node;
 pub mod optim;
 pub mod peft;
 pub mod safetensors_file;

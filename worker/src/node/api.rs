@@ -1,0 +1,520 @@
+//! The HTTP client of the API used by the worker and validator services and by the CLI's
+//! requester commands (`shardwork demo`, `job …`): Sign-In with Ethereum with its own key, a
+//! fresh sign-in when the access token expires, and one typed method per endpoint it uses. Workers are untrusted third parties: this, the queue and the content store
+//! are all they reach.
+
+use std::time::Duration;
+
+use alloy::signers::SignerSync;
+use alloy::signers::local::PrivateKeySigner;
+use bytes::Bytes;
+use chrono::Utc;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::siwe::SiweMessage;
+use shardwork_core::protocol::{EthAddress, Submission, TaskMessage};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+/// Why a call to the API failed. `Problem` carries the API's RFC 7807 answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{method} {path}: HTTP {status}: {detail}")]
+    Problem {
+        method: &'static str,
+        path: String,
+        status: u16,
+        detail: String,
+    },
+    #[error("{method} {path}: {source}")]
+    Transport {
+        method: &'static str,
+        path: String,
+        source: reqwest::Error,
+    },
+    #[error("{path}: unexpected response: {detail}")]
+    Decode { path: String, detail: String },
+    #[error("signing in: {0}")]
+    SignIn(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ApiError::Problem { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+#[derive(Debug, Deserialize)]
+struct NonceResponse {
+    nonce: String,
+    domain: String,
+    chain_id: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenResponse {
+    access_token: String,
+}
+
+/// A granted lease (`POST /v1/tasks/{id}/claim`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Lease {
+    pub task_id: Uuid,
+    pub lease_token: Uuid,
+    pub expires_at: chrono::DateTime<Utc>,
+    pub attempt: i32,
+    pub task: TaskMessage,
+}
+
+/// Training progress sent with each lease extension.
+#[derive(Debug, Clone, Serialize)]
+pub struct Progress {
+    pub step: u64,
+    pub total_steps: u64,
+    pub loss: Option<f64>,
+    pub tokens_per_second: Option<f64>,
+}
+
+/// A submission waiting for a verdict (`GET /v1/validator/submissions`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct PendingValidation {
+    pub submission_id: Uuid,
+    pub job_id: Uuid,
+    pub task_id: Uuid,
+    pub round: i32,
+    pub shard_index: i32,
+    pub worker: String,
+    pub adapter_cid: String,
+    pub metrics_cid: String,
+    pub samples: i64,
+    pub job_spec_cid: Option<String>,
+    pub held_out_cid: Option<String>,
+    pub previous_adapter_cid: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub accepted: bool,
+    pub quality: f64,
+    pub reason: Option<String>,
+    pub report: serde_json::Value,
+}
+
+/// A round whose adapters are all accepted (`GET /v1/validator/rounds`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReadyRound {
+    pub job_id: Uuid,
+    pub round: i32,
+    pub base_adapter_cid: Option<String>,
+    pub held_out_cid: Option<String>,
+    pub job_spec_cid: Option<String>,
+    pub last_round: bool,
+    pub adapters: Vec<AcceptedAdapter>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct AcceptedAdapter {
+    pub submission_id: Uuid,
+    pub shard_index: i32,
+    pub worker: String,
+    pub adapter_cid: String,
+    pub samples: i64,
+    pub quality: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Aggregate {
+    pub adapter_cid: String,
+    pub metric: f64,
+    pub base_metric: f64,
+    pub metric_name: String,
+    pub details: serde_json::Value,
+}
+
+/// The API client of one node (one key).
+pub struct ApiClient {
+    base: String,
+    http: reqwest::Client,
+    signer: PrivateKeySigner,
+    roles: Vec<&'static str>,
+    token: Mutex<Option<String>>,
+}
+
+impl ApiClient {
+    /// `base` is the API's root URL (`http://127.0.0.1:8080`); `roles` those to ask for beyond
+    /// `requester` (`worker`, `validator`).
+    pub fn new(base: &str, signer: PrivateKeySigner, roles: &[&'static str]) -> Result<ApiClient> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(300))
+            .build()
+            .map_err(|source| ApiError::Transport {
+                method: "BUILD",
+                path: base.to_owned(),
+                source,
+            })?;
+        Ok(ApiClient {
+            base: base.trim_end_matches('/').to_owned(),
+            http,
+            signer,
+            roles: roles.to_vec(),
+            token: Mutex::new(None),
+        })
+    }
+
+    pub fn address(&self) -> EthAddress {
+        EthAddress(self.signer.address().into_array())
+    }
+
+    async fn sign_in(&self) -> Result<String> {
+        let nonce: NonceResponse = self
+            .send_raw("POST", "/v1/auth/nonce", None, None, None)
+            .await?;
+        let now = Utc::now();
+        let message = SiweMessage {
+            scheme: None,
+            domain: nonce.domain.clone(),
+            address: self.address(),
+            statement: Some("Sign in to Shardwork".into()),
+            uri: format!("http://{}", nonce.domain),
+            version: "1".into(),
+            chain_id: nonce.chain_id,
+            nonce: nonce.nonce,
+            issued_at: now,
+            expiration_time: Some(now + chrono::Duration::minutes(10)),
+            not_before: None,
+            request_id: None,
+            resources: Vec::new(),
+        }
+        .render();
+        let signature = self
+            .signer
+            .sign_message_sync(message.as_bytes())
+            .map_err(|e| ApiError::SignIn(e.to_string()))?;
+        let body = serde_json::json!({
+            "message": message,
+            "signature": format!("0x{}", hex::encode(signature.as_bytes())),
+            "roles": self.roles,
+        });
+        let tokens: TokenResponse = self
+            .send_raw("POST", "/v1/auth/verify", Some(body), None, None)
+            .await?;
+        Ok(tokens.access_token)
+    }
+
+    async fn token(&self, refresh: bool) -> Result<String> {
+        let mut guard = self.token.lock().await;
+        if refresh || guard.is_none() {
+            *guard = Some(self.sign_in().await?);
+        }
+        Ok(guard.clone().unwrap_or_default())
+    }
+
+    async fn send_raw<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        path: &str,
+        json: Option<serde_json::Value>,
+        body: Option<Bytes>,
+        token: Option<&str>,
+    ) -> Result<T> {
+        let bytes = self.send_bytes(method, path, json, body, token).await?;
+        let bytes = if bytes.is_empty() {
+            Bytes::from_static(b"null")
+        } else {
+            bytes
+        };
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::Decode {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        })
+    }
+
+    async fn send_bytes(
+        &self,
+        method: &'static str,
+        path: &str,
+        json: Option<serde_json::Value>,
+        body: Option<Bytes>,
+        token: Option<&str>,
+    ) -> Result<Bytes> {
+        let url = format!("{}{path}", self.base);
+        let mut request = match method {
+            "GET" => self.http.get(&url),
+            _ => self.http.post(&url),
+        };
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(json) = json {
+            request = request
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&json).unwrap_or_default());
+        } else if let Some(body) = body {
+            request = request
+                .header("content-type", "application/octet-stream")
+                .body(body);
+        }
+        let transport = |source| ApiError::Transport {
+            method,
+            path: path.to_owned(),
+            source,
+        };
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(transport)?;
+        if status >= 400 {
+            let detail = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| v["detail"].as_str().map(str::to_owned))
+                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            return Err(ApiError::Problem {
+                method,
+                path: path.to_owned(),
+                status,
+                detail,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// An authenticated call; signs in again once when the token was refused (expired).
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        path: &str,
+        json: Option<serde_json::Value>,
+        body: Option<Bytes>,
+    ) -> Result<T> {
+        let token = self.token(false).await?;
+        match self
+            .send_raw(method, path, json.clone(), body.clone(), Some(&token))
+            .await
+        {
+            Err(e) if e.status() == Some(401) => {
+                let token = self.token(true).await?;
+                self.send_raw(method, path, json, body, Some(&token)).await
+            }
+            other => other,
+        }
+    }
+
+    pub async fn register(&self, capabilities: serde_json::Value) -> Result<serde_json::Value> {
+        self.call(
+            "POST",
+            "/v1/workers/register",
+            Some(serde_json::json!({ "capabilities": capabilities })),
+            None,
+        )
+        .await
+    }
+
+    pub async fn claim(&self, task_id: Uuid) -> Result<Lease> {
+        self.call("POST", &format!("/v1/tasks/{task_id}/claim"), None, None)
+            .await
+    }
+
+    pub async fn extend(
+        &self,
+        task_id: Uuid,
+        lease_token: Uuid,
+        progress: &Progress,
+    ) -> Result<()> {
+        let _: serde_json::Value = self
+            .call(
+                "POST",
+                &format!("/v1/tasks/{task_id}/extend"),
+                Some(serde_json::json!({ "lease_token": lease_token, "progress": progress })),
+                None,
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn submit(&self, submission: &Submission) -> Result<serde_json::Value> {
+        self.call(
+            "POST",
+            &format!("/v1/tasks/{}/submit", submission.task_id),
+            Some(serde_json::to_value(submission).unwrap_or_default()),
+            None,
+        )
+        .await
+    }
+
+    pub async fn upload(&self, data: Bytes) -> Result<String> {
+        #[derive(Deserialize)]
+        struct Uploaded {
+            cid: String,
+        }
+        let uploaded: Uploaded = self.call("POST", "/v1/content", None, Some(data)).await?;
+        Ok(uploaded.cid)
+    }
+
+    pub async fn download(&self, cid: &str) -> Result<Bytes> {
+        let path = format!("/v1/content/{cid}");
+        let token = self.token(false).await?;
+        match self
+            .send_bytes("GET", &path, None, None, Some(&token))
+            .await
+        {
+            Err(e) if e.status() == Some(401) => {
+                let token = self.token(true).await?;
+                self.send_bytes("GET", &path, None, None, Some(&token))
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    pub async fn pending_validations(&self, limit: u32) -> Result<Vec<PendingValidation>> {
+        #[derive(Deserialize)]
+        struct Page {
+            submissions: Vec<PendingValidation>,
+        }
+        let page: Page = self
+            .call(
+                "GET",
+                &format!("/v1/validator/submissions?limit={limit}"),
+                None,
+                None,
+            )
+            .await?;
+        Ok(page.submissions)
+    }
+
+    pub async fn verdict(&self, submission_id: Uuid, verdict: &Verdict) -> Result<()> {
+        let _: serde_json::Value = self
+            .call(
+                "POST",
+                &format!("/v1/validator/submissions/{submission_id}/verdict"),
+                Some(serde_json::to_value(verdict).unwrap_or_default()),
+                None,
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn ready_rounds(&self) -> Result<Vec<ReadyRound>> {
+        #[derive(Deserialize)]
+        struct Page {
+            rounds: Vec<ReadyRound>,
+        }
+        let page: Page = self.call("GET", "/v1/validator/rounds", None, None).await?;
+        Ok(page.rounds)
+    }
+
+    pub async fn aggregate(&self, job_id: Uuid, round: i32, aggregate: &Aggregate) -> Result<()> {
+        let _: serde_json::Value = self
+            .call(
+                "POST",
+                &format!("/v1/jobs/{job_id}/rounds/{round}/aggregate"),
+                Some(serde_json::to_value(aggregate).unwrap_or_default()),
+                None,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Posts a job: the spec and the dataset as `multipart/form-data` (requester role).
+    pub async fn post_job(
+        &self,
+        spec: &serde_json::Value,
+        dataset: Bytes,
+    ) -> Result<serde_json::Value> {
+        let boundary = format!("shardwork-{}", Uuid::new_v4().simple());
+        let mut body = Vec::with_capacity(dataset.len() + 4096);
+        body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"spec\"\r\nContent-Type: application/json\r\n\r\n").as_bytes());
+        body.extend_from_slice(&serde_json::to_vec(spec).unwrap_or_default());
+        body.extend_from_slice(format!("\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"dataset\"; filename=\"dataset.jsonl\"\r\nContent-Type: application/x-ndjson\r\n\r\n").as_bytes());
+        body.extend_from_slice(&dataset);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        let path = "/v1/jobs";
+        let token = self.token(false).await?;
+        let send = |token: String, body: Vec<u8>| {
+            self.http
+                .post(format!("{}{path}", self.base))
+                .bearer_auth(token)
+                .header(
+                    "content-type",
+                    format!("multipart/form-data; boundary={boundary}"),
+                )
+                .body(body)
+                .send()
+        };
+        let transport = |source| ApiError::Transport {
+            method: "POST",
+            path: path.to_owned(),
+            source,
+        };
+        let response = send(token, body).await.map_err(transport)?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(transport)?;
+        let value: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::Decode {
+                path: path.to_owned(),
+                detail: e.to_string(),
+            })?;
+        if status >= 400 {
+            return Err(ApiError::Problem {
+                method: "POST",
+                path: path.to_owned(),
+                status,
+                detail: value["detail"].as_str().unwrap_or_default().to_owned(),
+            });
+        }
+        Ok(value)
+    }
+
+    /// Development mode: the server funds the job's escrow from its development account.
+    pub async fn dev_fund(&self, job_id: Uuid) -> Result<serde_json::Value> {
+        self.call("POST", &format!("/v1/jobs/{job_id}/dev-fund"), None, None)
+            .await
+    }
+
+    pub async fn job(&self, job_id: Uuid) -> Result<serde_json::Value> {
+        self.call("GET", &format!("/v1/jobs/{job_id}"), None, None)
+            .await
+    }
+
+    /// The job's events after event id `after`, oldest first.
+    pub async fn events(&self, job_id: Uuid, after: i64) -> Result<Vec<serde_json::Value>> {
+        let page: serde_json::Value = self
+            .call(
+                "GET",
+                &format!("/v1/jobs/{job_id}/events?after={after}&limit=500"),
+                None,
+                None,
+            )
+            .await?;
+        Ok(page["events"].as_array().cloned().unwrap_or_default())
+    }
+
+    pub async fn result(&self, job_id: Uuid) -> Result<serde_json::Value> {
+        self.call("GET", &format!("/v1/jobs/{job_id}/result"), None, None)
+            .await
+    }
+
+    /// The job's held-out sealing key, hex (validator role).
+    pub async fn held_out_key(&self, job_id: Uuid) -> Result<String> {
+        let value: serde_json::Value = self
+            .call(
+                "GET",
+                &format!("/v1/jobs/{job_id}/held-out-key"),
+                None,
+                None,
+            )
+            .await?;
+        value["key"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| ApiError::Decode {
+                path: "held-out-key".into(),
+                detail: format!("no `key` in {value}"),
+            })
+    }
+}

@@ -1,0 +1,169 @@
+//! A job's sequence-classification work as the services do it: build the BERT-family model the
+//! spec names (from a model folder), start from the round's adapter, train on a shard, and
+//! score on a held-out file. The worker and the validator build the model the same way, so the
+//! base model the validator compares against is exactly the one the worker started from.
+
+use std::path::Path;
+
+use candle_core::Device;
+use shardwork_core::protocol::{JobSpec, TrainingTask};
+
+use crate::bert::{BertClassifier, BertWeights, ClassifierSpec, Pooling};
+use crate::data::ClassificationSet;
+use crate::eval::ClassificationMetrics;
+use crate::lora::{LoraConfig, Trainables};
+use crate::optim::OptimConfig;
+use crate::peft::{Adapter, AdapterConfig};
+use crate::text::TextTokenizer;
+use crate::train::Progress;
+use crate::train::classify::{self, ClassifyConfig, TrainReport};
+use crate::{Error, Result};
+
+/// Batch size of held-out scoring (no gradients, so larger than training's).
+const EVAL_BATCH: usize = 64;
+
+/// The model, tokenizer and label names of a classification job.
+pub struct ClassifyJob {
+    pub spec: JobSpec,
+    pub weights: BertWeights,
+    pub tokenizer: TextTokenizer,
+    pub label_names: Vec<String>,
+    pub lora: LoraConfig,
+}
+
+impl ClassifyJob {
+    /// Loads the base model from `model_dir` (config.json, model.safetensors, tokenizer.json).
+    pub fn load(spec: JobSpec, model_dir: &Path, device: &Device) -> Result<ClassifyJob> {
+        if spec.base_model.task != TrainingTask::SequenceClassification {
+            return Err(Error::Invalid(format!(
+                "the node runs sequence-classification jobs; this job is {:?} (causal-LM jobs are \
+                 trained with `shardwork train`, not yet by the marketplace's workers)",
+                spec.base_model.task
+            )));
+        }
+        let num_labels = spec.base_model.num_labels.unwrap_or(2) as usize;
+        let targets: Vec<&str> = spec
+            .lora
+            .target_modules
+            .iter()
+            .map(String::as_str)
+            .collect();
+        let mut to_save: Vec<&str> = spec
+            .lora
+            .modules_to_save
+            .iter()
+            .map(String::as_str)
+            .collect();
+        if !to_save.contains(&"classifier") {
+            to_save.push("classifier");
+        }
+        let lora = LoraConfig::new(
+            spec.lora.r as usize,
+            spec.lora.alpha,
+            spec.lora.dropout as f32,
+            &targets,
+            &to_save,
+        )?;
+        let weights = BertWeights::load(model_dir, device)?;
+        let tokenizer = TextTokenizer::from_file(
+            &model_dir.join("tokenizer.json"),
+            spec.training.max_seq_len as usize,
+        )?;
+        Ok(ClassifyJob {
+            label_names: (0..num_labels).map(|i| i.to_string()).collect(),
+            spec,
+            weights,
+            tokenizer,
+            lora,
+        })
+    }
+
+    /// A fresh model: LoRA B = 0 and the head initialised from the job's seed, so every node
+    /// builds the same starting point.
+    pub fn build(&self) -> Result<(BertClassifier, Trainables)> {
+        BertClassifier::new(
+            &self.weights,
+            &ClassifierSpec {
+                num_labels: self.label_names.len(),
+                lora: self.lora.clone(),
+                pooling: Pooling::Mean,
+                encoder_dropout: Some(0.0),
+                seed: self.spec.training.seed,
+            },
+        )
+    }
+
+    /// A model at `adapter` (the previous round's merge), or the fresh model without one.
+    pub fn build_from(&self, adapter: Option<&Adapter>) -> Result<(BertClassifier, Trainables)> {
+        let (model, trainables) = self.build()?;
+        if let Some(adapter) = adapter {
+            trainables.load(&adapter.tensors)?;
+        }
+        Ok((model, trainables))
+    }
+
+    pub fn dataset(&self, path: &Path) -> Result<ClassificationSet> {
+        ClassificationSet::from_jsonl(path, Some(&self.label_names))
+    }
+
+    pub fn adapter_config(&self) -> AdapterConfig {
+        AdapterConfig::from_lora(&self.lora, "SEQ_CLS", None)
+    }
+
+    /// Optimiser steps for `records` training records under the spec's epochs and batch.
+    pub fn total_steps(&self, records: usize) -> usize {
+        let t = &self.spec.training;
+        let batch = t.batch_size.max(1) as usize;
+        let accum = t.gradient_accumulation.max(1) as usize;
+        let micro = records.div_ceil(batch);
+        (micro * t.epochs.max(1) as usize).div_ceil(accum).max(1)
+    }
+
+    /// Trains from `start` on `data`; returns the new adapter and the run's report.
+    pub fn train(
+        &self,
+        start: Option<&Adapter>,
+        data: &ClassificationSet,
+        device: &Device,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<(Adapter, TrainReport)> {
+        let (model, trainables) = self.build_from(start)?;
+        let t = &self.spec.training;
+        let total_steps = self.total_steps(data.len());
+        let config = ClassifyConfig {
+            batch_size: t.batch_size.max(1) as usize,
+            optim: OptimConfig {
+                lr: t.learning_rate,
+                weight_decay: 0.01,
+                warmup_steps: ((total_steps as f64) * t.warmup_ratio).round() as usize,
+                total_steps,
+                max_grad_norm: Some(1.0),
+                grad_accum: t.gradient_accumulation.max(1) as usize,
+                ..OptimConfig::default()
+            },
+            seed: t.seed,
+        };
+        let report = classify::train(
+            &model,
+            &trainables,
+            &self.tokenizer,
+            data,
+            &config,
+            device,
+            progress,
+        )?;
+        let adapter = Adapter::from_trainables(self.adapter_config(), &trainables)?;
+        Ok((adapter, report))
+    }
+
+    /// Held-out accuracy and macro-F1 of the model at `adapter` (the fresh model without one).
+    pub fn evaluate(
+        &self,
+        adapter: Option<&Adapter>,
+        held_out: &ClassificationSet,
+        device: &Device,
+    ) -> Result<ClassificationMetrics> {
+        let (model, _) = self.build_from(adapter)?;
+        classify::evaluate(&model, &self.tokenizer, held_out, EVAL_BATCH, device)
+    }
+}

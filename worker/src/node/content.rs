@@ -1,0 +1,119 @@
+//! Content for the services: the node reads and writes the content store either directly
+//! (in-process nodes of `shardwork up`, or a Kubo node) or through the API's `/v1/content`
+//! (separate worker processes of an embedded deployment). Either way, every byte read is
+//! checked against its CID before use, and folders travel as [`Bundle`]s.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use shardwork_core::protocol::Bundle;
+use shardwork_core::store::{ContentStore, parse_cid, unixfs};
+
+use super::NodeError;
+use super::api::ApiClient;
+
+/// Content access of a node.
+#[async_trait]
+pub trait Blobs: Send + Sync {
+    /// The bytes `cid` names, verified, at most `limit` of them.
+    async fn get(&self, cid: &str, limit: u64) -> Result<Bytes, NodeError>;
+    async fn put(&self, data: Bytes) -> Result<String, NodeError>;
+}
+
+/// Straight to a content store (which verifies every block it reads).
+pub struct StoreBlobs(pub Arc<dyn ContentStore>);
+
+#[async_trait]
+impl Blobs for StoreBlobs {
+    async fn get(&self, cid: &str, limit: u64) -> Result<Bytes, NodeError> {
+        let parsed = parse_cid(cid).map_err(|e| NodeError::Content(format!("{cid}: {e}")))?;
+        self.0
+            .get_bytes(&parsed, limit)
+            .await
+            .map_err(|e| NodeError::Content(format!("reading {cid}: {e}")))
+    }
+
+    async fn put(&self, data: Bytes) -> Result<String, NodeError> {
+        self.0
+            .put(data)
+            .await
+            .map(|c| c.to_string())
+            .map_err(|e| NodeError::Content(format!("storing: {e}")))
+    }
+}
+
+/// Through the API. The API verifies on read too, but a worker trusts no one: the bytes are
+/// re-hashed here with the same importer Kubo uses and must give back the CID asked for.
+pub struct ApiBlobs(pub Arc<ApiClient>);
+
+#[async_trait]
+impl Blobs for ApiBlobs {
+    async fn get(&self, cid: &str, limit: u64) -> Result<Bytes, NodeError> {
+        let expected = parse_cid(cid).map_err(|e| NodeError::Content(format!("{cid}: {e}")))?;
+        let bytes = self.0.download(cid).await?;
+        if bytes.len() as u64 > limit {
+            return Err(NodeError::Content(format!(
+                "{cid} is {} bytes, above the limit of {limit}",
+                bytes.len()
+            )));
+        }
+        let actual = unixfs::hash_reader(bytes.as_ref())
+            .map_err(|e| NodeError::Content(format!("hashing {cid}: {e}")))?
+            .root;
+        if actual.hash() != expected.hash() {
+            return Err(NodeError::Content(format!(
+                "the bytes served for {cid} hash to {actual}: refused"
+            )));
+        }
+        Ok(bytes)
+    }
+
+    async fn put(&self, data: Bytes) -> Result<String, NodeError> {
+        Ok(self.0.upload(data).await?)
+    }
+}
+
+/// Largest single file a node fetches (a base model's weights).
+pub const MAX_FILE_BYTES: u64 = 8 << 30;
+/// Largest bundle document.
+const MAX_BUNDLE_BYTES: u64 = 1 << 20;
+
+/// Writes every file of bundle `cid` into `dir`.
+pub async fn fetch_bundle(blobs: &dyn Blobs, cid: &str, dir: &Path) -> Result<Bundle, NodeError> {
+    let doc = blobs.get(cid, MAX_BUNDLE_BYTES).await?;
+    let bundle = Bundle::decode(&doc)
+        .map_err(|e| NodeError::Content(format!("{cid} is not a bundle: {e}")))?;
+    std::fs::create_dir_all(dir).map_err(|e| NodeError::Io(format!("{}: {e}", dir.display())))?;
+    for (name, file_cid) in &bundle.files {
+        let bytes = blobs.get(&file_cid.to_string(), MAX_FILE_BYTES).await?;
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes)
+            .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
+    }
+    Ok(bundle)
+}
+
+/// Stores the files `names` of `dir` and a bundle naming them; returns the bundle's CID.
+pub async fn put_bundle(
+    blobs: &dyn Blobs,
+    kind: &str,
+    dir: &Path,
+    names: &[&str],
+) -> Result<String, NodeError> {
+    let mut bundle = Bundle::new(kind);
+    for name in names {
+        let path = dir.join(name);
+        let bytes =
+            std::fs::read(&path).map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
+        let cid = blobs.put(Bytes::from(bytes)).await?;
+        bundle.files.insert(
+            (*name).to_owned(),
+            cid.parse()
+                .map_err(|e| NodeError::Content(format!("store answered a bad CID {cid}: {e}")))?,
+        );
+    }
+    let doc = serde_json::to_vec_pretty(&bundle).map_err(|e| NodeError::Content(e.to_string()))?;
+    blobs.put(Bytes::from(doc)).await
+}

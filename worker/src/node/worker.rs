@@ -1,0 +1,309 @@
+//! The worker service: take a task from the queue, claim its lease through the API, fetch and
+//! verify its inputs, train, heartbeat with progress while training, upload the adapter and its
+//! metrics, submit, and only then acknowledge the message.
+//!
+//! A worker that dies mid-task costs only time: its message is redelivered (or republished by
+//! the API's reaper when the lease expires) and another worker takes it. A message for a task
+//! that is done, failed or leased elsewhere is dropped after the API says so (409).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use candle_core::{Device, Tensor};
+use shardwork_core::protocol::{
+    ContentId, JobSpec, PROTOCOL_VERSION, Submission, SubmissionMetrics, TASK_QUEUE, TaskMessage,
+};
+use shardwork_core::queue::{Delivery, TaskQueue};
+use tokio::sync::watch;
+
+use super::NodeError;
+use super::api::{ApiClient, Lease, Progress};
+use super::classify::ClassifyJob;
+use super::content::{Blobs, fetch_bundle, put_bundle};
+use crate::peft::Adapter;
+
+/// How a worker behaves. Anything but `Honest` exists to prove the validator catches it (the
+/// adversarial end-to-end tests, `shardwork demo --adversary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    Honest,
+    /// Trains nothing and submits Gaussian noise in the adapter's shape.
+    RandomNoise,
+}
+
+pub struct WorkerNode {
+    pub api: Arc<ApiClient>,
+    pub blobs: Arc<dyn Blobs>,
+    pub queue: Arc<dyn TaskQueue>,
+    pub device: Device,
+    /// Models are fetched here once per CID; task folders are made and removed under it.
+    pub work_dir: PathBuf,
+    /// How often a running task extends its lease.
+    pub heartbeat: Duration,
+    pub behaviour: Behaviour,
+}
+
+/// What one delivery came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    Submitted {
+        task: uuid::Uuid,
+    },
+    /// Done, failed or held elsewhere: the message was dropped.
+    Dropped {
+        reason: String,
+    },
+}
+
+impl WorkerNode {
+    /// Registers and consumes tasks until `shutdown` turns true; a task in progress is finished
+    /// (and submitted) before the loop returns.
+    pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
+        let memory_mb = 4096;
+        self.api
+            .register(
+                serde_json::json!({ "device": if self.device.is_cuda() { "gpu" } else { "cpu" },
+                "memory_mb": memory_mb,
+                "gpu_memory_mb": if self.device.is_cuda() { Some(16_384) } else { None::<u64> } }),
+            )
+            .await?;
+        let mut consumer = self.queue.consume(TASK_QUEUE).await?;
+        loop {
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+            let next = tokio::select! {
+                next = consumer.next(Duration::from_millis(500)) => next?,
+                _ = shutdown.changed() => continue,
+            };
+            let Some(delivery) = next else { continue };
+            let key = delivery.idempotency_key.clone();
+            match self.handle(delivery).await {
+                Ok(outcome) => tracing::info!(%key, ?outcome, "task message handled"),
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "task failed; its lease will expire and it will be retried")
+                }
+            }
+        }
+    }
+
+    /// Handles one delivery end to end and settles it.
+    pub async fn handle(&self, delivery: Delivery) -> Result<Handled, NodeError> {
+        let message: TaskMessage = match TaskMessage::decode(&delivery.payload) {
+            Ok(m) => m,
+            Err(e) => {
+                delivery.reject().await?;
+                return Ok(Handled::Dropped {
+                    reason: format!("undecodable task message: {e}"),
+                });
+            }
+        };
+        let lease = match self.api.claim(message.task_id).await {
+            Ok(lease) => lease,
+            Err(e) if e.status() == Some(409) || e.status() == Some(404) => {
+                delivery.ack().await?;
+                return Ok(Handled::Dropped {
+                    reason: e.to_string(),
+                });
+            }
+            // Not for this worker (reputation, or its earlier adapter was rejected): back on
+            // the queue for the others.
+            Err(e) if e.status() == Some(403) => {
+                delivery.nack_requeue(Some(Duration::from_secs(1))).await?;
+                return Ok(Handled::Dropped {
+                    reason: e.to_string(),
+                });
+            }
+            Err(e) => {
+                delivery.nack_requeue(Some(Duration::from_secs(5))).await?;
+                return Err(e.into());
+            }
+        };
+        let span = tracing::info_span!("task", task = %lease.task_id, job = %lease.task.job_id,
+            round = lease.task.round, shard = lease.task.shard_index);
+        let _enter = span.enter();
+        match self.run_task(&lease).await {
+            Ok(()) => {
+                delivery.ack().await?;
+                Ok(Handled::Submitted {
+                    task: lease.task_id,
+                })
+            }
+            Err(e) => {
+                // Leave the lease to expire: the reaper republishes the task for another try.
+                delivery.ack().await?;
+                Err(e)
+            }
+        }
+    }
+
+    async fn run_task(&self, lease: &Lease) -> Result<(), NodeError> {
+        let task = &lease.task;
+        let dir = tempfile::Builder::new()
+            .prefix("task-")
+            .tempdir_in(self.ensure_work_dir()?)
+            .map_err(|e| NodeError::Io(e.to_string()))?;
+        let spec_bytes = self
+            .blobs
+            .get(&task.job_spec_cid.to_string(), 1 << 20)
+            .await?;
+        let spec: JobSpec = serde_json::from_slice(&spec_bytes)
+            .map_err(|e| NodeError::Content(format!("job spec {}: {e}", task.job_spec_cid)))?;
+        let model_dir = self.model_dir(&task.base_model_cid).await?;
+        let shard_path = dir.path().join("shard.jsonl");
+        let shard = self
+            .blobs
+            .get(&task.shard_cid.to_string(), super::content::MAX_FILE_BYTES)
+            .await?;
+        std::fs::write(&shard_path, &shard).map_err(|e| NodeError::Io(e.to_string()))?;
+        let previous = match &task.previous_adapter_cid {
+            Some(cid) => {
+                let adapter_dir = dir.path().join("previous");
+                fetch_bundle(self.blobs.as_ref(), &cid.to_string(), &adapter_dir).await?;
+                Some(adapter_dir)
+            }
+            None => None,
+        };
+
+        let (progress_tx, progress_rx) = watch::channel(None::<crate::train::Progress>);
+        let device = self.device.clone();
+        let behaviour = self.behaviour;
+        let out_dir = dir.path().join("adapter");
+        let out = out_dir.clone();
+        let started = Instant::now();
+        let training = tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
+            let job = ClassifyJob::load(spec, &model_dir, &device)?;
+            let data = job.dataset(&shard_path)?;
+            let start = match previous {
+                Some(p) => Some(Adapter::load(&p, &device)?),
+                None => None,
+            };
+            let (adapter, report) = job.train(start.as_ref(), &data, &device, &mut |p| {
+                let _ = progress_tx.send(Some(*p));
+            })?;
+            let adapter = match behaviour {
+                Behaviour::Honest => adapter,
+                Behaviour::RandomNoise => noise_like(&adapter)?,
+            };
+            adapter.save(&out)?;
+            Ok((report, data.len()))
+        });
+        let (report, samples) = self.heartbeat_until(lease, training, progress_rx).await?;
+
+        let adapter_cid = put_bundle(
+            self.blobs.as_ref(),
+            "adapter",
+            &out_dir,
+            &["adapter_config.json", "adapter_model.safetensors"],
+        )
+        .await?;
+        let metrics = SubmissionMetrics {
+            steps: report.steps as u64,
+            final_train_loss: f64::from(report.final_loss),
+            tokens_per_second: report.tokens_per_sec,
+            wall_seconds: started.elapsed().as_secs_f64(),
+        };
+        let metrics_cid = self
+            .blobs
+            .put(Bytes::from(
+                serde_json::to_vec_pretty(&metrics)
+                    .map_err(|e| NodeError::Content(e.to_string()))?,
+            ))
+            .await?;
+        let parse = |cid: &str| {
+            cid.parse::<ContentId>()
+                .map_err(|e| NodeError::Content(format!("store answered a bad CID {cid}: {e}")))
+        };
+        let submission = Submission {
+            version: PROTOCOL_VERSION,
+            task_id: lease.task_id,
+            lease_token: lease.lease_token,
+            adapter_cid: parse(&adapter_cid)?,
+            metrics_cid: parse(&metrics_cid)?,
+            samples: samples as u64,
+        };
+        self.api.submit(&submission).await?;
+        tracing::info!(%adapter_cid, steps = report.steps, loss = report.final_loss, "adapter submitted");
+        Ok(())
+    }
+
+    /// Waits for training, extending the lease with the latest progress every heartbeat.
+    async fn heartbeat_until<T>(
+        &self,
+        lease: &Lease,
+        training: tokio::task::JoinHandle<Result<T, NodeError>>,
+        progress: watch::Receiver<Option<crate::train::Progress>>,
+    ) -> Result<T, NodeError> {
+        let mut training = training;
+        let mut ticker = tokio::time::interval(self.heartbeat);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                done = &mut training => {
+                    return done.map_err(|e| NodeError::Io(format!("training thread: {e}")))?;
+                }
+                _ = ticker.tick() => {
+                    let latest = *progress.borrow();
+                    let report = match latest {
+                        Some(p) => Progress {
+                            step: p.step as u64,
+                            total_steps: p.total_steps.max(p.step) as u64,
+                            loss: p.loss.is_finite().then_some(f64::from(p.loss)),
+                            tokens_per_second: p.tokens_per_sec.is_finite().then_some(p.tokens_per_sec),
+                        },
+                        None => Progress { step: 0, total_steps: 1, loss: None, tokens_per_second: None },
+                    };
+                    if let Err(e) = self.api.extend(lease.task_id, lease.lease_token, &report).await {
+                        tracing::warn!(error = %e, "lease extension failed");
+                        if e.status() == Some(409) {
+                            training.abort();
+                            return Err(e.into());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn ensure_work_dir(&self) -> Result<&std::path::Path, NodeError> {
+        std::fs::create_dir_all(&self.work_dir)
+            .map_err(|e| NodeError::Io(format!("{}: {e}", self.work_dir.display())))?;
+        Ok(&self.work_dir)
+    }
+
+    /// The base model's folder, fetched (and verified) once per CID.
+    async fn model_dir(&self, cid: &ContentId) -> Result<PathBuf, NodeError> {
+        let dir = self.ensure_work_dir()?.join("models").join(cid.to_string());
+        if dir.join(".complete").exists() {
+            return Ok(dir);
+        }
+        let partial = self
+            .ensure_work_dir()?
+            .join("models")
+            .join(format!("{cid}.partial-{}", uuid::Uuid::new_v4()));
+        fetch_bundle(self.blobs.as_ref(), &cid.to_string(), &partial).await?;
+        std::fs::write(partial.join(".complete"), b"").map_err(|e| NodeError::Io(e.to_string()))?;
+        // Another task may have finished the same fetch first; either copy is the same bytes.
+        if std::fs::rename(&partial, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&partial);
+        }
+        Ok(dir)
+    }
+}
+
+/// An adapter of the same shapes filled with standard normal noise.
+fn noise_like(adapter: &Adapter) -> Result<Adapter, NodeError> {
+    let mut tensors = std::collections::BTreeMap::new();
+    for (name, t) in &adapter.tensors {
+        let noise = Tensor::randn(0f32, 1f32, t.dims(), t.device())
+            .and_then(|n| n.to_dtype(t.dtype()))
+            .map_err(crate::Error::from)?;
+        tensors.insert(name.clone(), noise);
+    }
+    Ok(Adapter {
+        config: adapter.config.clone(),
+        tensors,
+    })
+}
