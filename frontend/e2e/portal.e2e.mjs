@@ -1,0 +1,422 @@
+// The portal as a requester uses it, end to end: Debian's Chromium (driven by playwright-core)
+// against a real `shardwork up` on anvil, with a wallet injected into the page that forwards to
+// anvil's unlocked dev accounts. Sign in, post a job with a dataset (including a rejected one,
+// to see the server's errors land on the right input), fund the escrow from the wallet, and
+// follow the job live to its adapter. Screenshots of each page go to frontend/e2e-artifacts/.
+//
+//   scripts/frontend e2e      (builds the portal and the binary, installs Chromium and anvil)
+//
+// Environment: SHARDWORK_BIN, ANVIL_BIN (set by scripts/frontend), CHROMIUM_BIN
+// (/usr/bin/chromium), SHARDWORK_E2E_MODEL_CID (the base model the job names; it must be in
+// the server's content store for workers to train), SHARDWORK_E2E_COMPLETE_TIMEOUT_S (600).
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const frontend = resolve(here, '..');
+const artifacts = join(frontend, 'e2e-artifacts');
+const shardworkBin = process.env.SHARDWORK_BIN ?? resolve(frontend, '..', 'target', 'debug', 'shardwork');
+const anvilBin = process.env.ANVIL_BIN ?? resolve(frontend, '..', '.tools', 'bin', 'anvil');
+const chromiumBin = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+// A syntactically valid CID; a server that trains needs a model it holds (see the report).
+// The base model: SHARDWORK_E2E_MODEL_CID, or the generated sample model put into the server's
+// store before it starts (`shardwork model sample` + `shardwork model put`).
+let modelCid = process.env.SHARDWORK_E2E_MODEL_CID;
+const completeTimeoutMs = Number(process.env.SHARDWORK_E2E_COMPLETE_TIMEOUT_S ?? 600) * 1000;
+/** Anvil's dev account 4: accounts 0-2 are the server's deployer, operator and dev funder. */
+// Dev account 3: 0-2 deploy, operate and fund for the server, 4 is the in-process validator
+// and 5.. the workers of `shardwork up` (src/nodes.rs).
+const REQUESTER_INDEX = 3;
+
+const children = [];
+const results = [];
+
+function log(line) {
+  process.stdout.write(`${line}\n`);
+}
+
+async function freePort() {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+/** Starts a child whose output goes to an artifact log; it is killed when the test ends. */
+function start(name, command, args, options = {}) {
+  const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
+  const chunks = [];
+  const keep = (d) => chunks.push(d);
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  child.output = () => Buffer.concat(chunks).toString('utf8');
+  child.exited = new Promise((r) => child.on('exit', (code, signal) => r({ code, signal })));
+  child.on('error', (err) => chunks.push(Buffer.from(`spawn failed: ${err.message}\n`)));
+  children.push({ name, child });
+  return child;
+}
+
+async function waitFor(what, probe, timeoutMs, child) {
+  const deadline = Date.now() + timeoutMs;
+  let last = '';
+  while (Date.now() < deadline) {
+    if (child && child.exitCode !== null) {
+      throw new Error(`${what}: the process exited (${child.exitCode}) first:\n${child.output().slice(-3000)}`);
+    }
+    try {
+      if (await probe()) return;
+    } catch (err) {
+      last = err.message;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`${what}: not ready after ${timeoutMs / 1000} s${last ? ` (${last})` : ''}`);
+}
+
+async function rpc(url, method, params = []) {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  });
+  return response.json();
+}
+
+/** A classification dataset with a learnable signal: sentiment words decide the label. */
+function dataset() {
+  const good = ['great', 'wonderful', 'delightful', 'superb', 'moving', 'brilliant'];
+  const bad = ['dull', 'awful', 'tedious', 'clumsy', 'boring', 'lifeless'];
+  const things = ['film', 'plot', 'acting', 'score', 'script', 'ending'];
+  const lines = [];
+  for (let i = 0; i < 72; i++) {
+    const positive = i % 2 === 0;
+    const word = (positive ? good : bad)[i % 6];
+    lines.push(JSON.stringify({ text: `The ${things[(i >> 1) % 6]} was ${word}.`, label: positive ? 1 : 0 }));
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** The injected wallet: EIP-1193 in the page, every call forwarded to anvil from Node. */
+function walletScript({ account, chainIdHex }) {
+  const listeners = {};
+  // As a real wallet: no account is shared with the site until it asks (eth_requestAccounts).
+  let shared = sessionStorage.getItem('test-wallet-shared') === '1';
+  const provider = {
+    isShardworkTestWallet: true,
+    async request({ method, params }) {
+      if (method === 'eth_requestAccounts') {
+        shared = true;
+        sessionStorage.setItem('test-wallet-shared', '1');
+        return [account];
+      }
+      if (method === 'eth_accounts') return shared ? [account] : [];
+      if (method === 'eth_chainId') return chainIdHex;
+      if (method === 'wallet_switchEthereumChain') {
+        const err = new Error('this test wallet cannot switch chains');
+        err.code = 4902;
+        throw err;
+      }
+      const reply = await window.__anvilRpc(method, params ?? []);
+      if (reply.error) {
+        const err = new Error(reply.error.message);
+        err.code = reply.error.code;
+        err.data = reply.error.data;
+        throw err;
+      }
+      return reply.result;
+    },
+    on(event, fn) {
+      (listeners[event] ??= []).push(fn);
+      return provider;
+    },
+    removeListener(event, fn) {
+      listeners[event] = (listeners[event] ?? []).filter((f) => f !== fn);
+      return provider;
+    },
+  };
+  window.ethereum = provider;
+}
+
+/**
+ * Runs one step. A failed step stops the walk-through (later steps build on it) unless `soft`:
+ * a soft step checks something the later steps do not need.
+ */
+async function step(name, body, { soft = false } = {}) {
+  const started = Date.now();
+  try {
+    await body();
+    results.push({ name, ok: true });
+    log(`  ok    ${name} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+  } catch (err) {
+    results.push({ name, ok: false, error: err });
+    log(`  FAIL  ${name}: ${err.message.split('\n')[0]}`);
+    if (!soft) throw err;
+  }
+}
+
+async function main() {
+  await rm(artifacts, { recursive: true, force: true });
+  await mkdir(artifacts, { recursive: true });
+  const work = await mkdtemp(join(tmpdir(), 'shardwork-portal-e2e-'));
+  const anvilPort = await freePort();
+  const apiPort = await freePort();
+  const anvilUrl = `http://127.0.0.1:${anvilPort}`;
+  const origin = `http://localhost:${apiPort}`;
+  let browser;
+  const consoleErrors = [];
+  /** Console lines the walk-through causes on purpose, each allowed once. */
+  const expectedConsoleErrors = [/status of 422 .*\/v1\/jobs\)$/];
+  let failureShot = null;
+
+  try {
+    let account;
+    let chainIdHex;
+    await step('anvil answers JSON-RPC', async () => {
+      const anvil = start('anvil', anvilBin, ['--port', String(anvilPort), '--host', '127.0.0.1', '--chain-id', '31337']);
+      await waitFor('anvil', async () => (await rpc(anvilUrl, 'eth_chainId')).result, 30_000, anvil);
+      chainIdHex = (await rpc(anvilUrl, 'eth_chainId')).result;
+      account = (await rpc(anvilUrl, 'eth_accounts')).result[REQUESTER_INDEX];
+    });
+
+    await step('shardwork up serves the API and the portal', async () => {
+      // The portal must be opened on the host the server signs users in for.
+      const env = {
+        ...process.env,
+        SHARDWORK_DATA_DIR: join(work, 'data'),
+        SHARDWORK_API__BIND: `127.0.0.1:${apiPort}`,
+        SHARDWORK_API__SIWE_DOMAIN: `localhost:${apiPort}`,
+        SHARDWORK_API__PORTAL_DIR: join(frontend, 'dist'),
+        SHARDWORK_API__RATE_LIMIT_PER_MINUTE: '0',
+        // Short-lived access tokens, so the walk-through renews its session through the real
+        // /v1/auth/refresh several times (the portal renews 30 s before expiry).
+        SHARDWORK_API__ACCESS_TOKEN_TTL_SECS: '40',
+        // Follow anvil (not the embedded EVM), so the page's wallet and the server share a chain;
+        // funding comes from the wallet, not the server's development account.
+        SHARDWORK_CHAIN__KIND: 'rpc',
+        SHARDWORK_CHAIN__RPC_URL: anvilUrl,
+        SHARDWORK_CHAIN__DEV_FUNDING: 'false',
+        RUST_LOG: process.env.RUST_LOG ?? 'info',
+      };
+      if (!modelCid) {
+        const modelDir = join(work, 'model');
+        execFileSync(shardworkBin, ['model', 'sample', modelDir], { cwd: work, env, stdio: 'ignore' });
+        modelCid = execFileSync(shardworkBin, ['model', 'put', modelDir], { cwd: work, env }).toString().trim();
+      }
+      const server = start('shardwork', shardworkBin, ['up'], { cwd: work, env });
+      await waitFor('the API', async () => (await fetch(`${origin}/healthz`)).ok, 120_000, server);
+      const page = await fetch(`${origin}/jobs`);
+      const html = await page.text();
+      if (!page.ok || !html.includes('<div id="root">')) {
+        throw new Error(`GET /jobs did not serve the portal's index.html (${page.status}): ${html.slice(0, 200)}`);
+      }
+    });
+
+    await step('GET /v1/chain names anvil and an escrow', async () => {
+      const response = await fetch(`${origin}/v1/chain`);
+      const body = await response.text();
+      if (!response.ok) throw new Error(`GET /v1/chain answered ${response.status}: ${body.slice(0, 300)}`);
+      const chain = JSON.parse(body);
+      if (Number(chain.chain_id) !== 31337 || !/^0x[0-9a-fA-F]{40}$/.test(chain.escrow_address ?? '')) {
+        throw new Error(`unexpected chain info ${body}`);
+      }
+    }, { soft: true });
+
+    // A persistent context on a new, empty profile folder: Playwright passes it to Chromium as
+    // --user-data-dir (it refuses the flag in `args`).
+    const context = await chromium.launchPersistentContext(join(work, 'chromium-profile'), {
+      executablePath: chromiumBin,
+      headless: true,
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
+      baseURL: origin,
+      viewport: { width: 1280, height: 900 },
+      acceptDownloads: true,
+    });
+    browser = context;
+    await context.exposeFunction('__anvilRpc', (method, params) => rpc(anvilUrl, method, params));
+    await context.addInitScript(walletScript, { account, chainIdHex });
+    const page = await context.newPage();
+    page.on('console', (m) => {
+      if (m.type() !== 'error') return;
+      const line = `${m.text()} (${m.location().url})`;
+      // Chromium logs every 4xx answer; the one the test provokes on purpose is not an error.
+      const expected = expectedConsoleErrors.findIndex((re) => re.test(line));
+      if (expected >= 0) expectedConsoleErrors.splice(expected, 1);
+      else consoleErrors.push(line);
+    });
+    page.on('pageerror', (err) => consoleErrors.push(`uncaught: ${err.message}`));
+    failureShot = () => page.screenshot({ path: join(artifacts, 'failure.png'), fullPage: true });
+    const shot = (name, options = {}) => page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true, ...options });
+
+    await step('keyboard: the first Tab reaches the skip link', async () => {
+      await page.goto('/');
+      await page.getByRole('heading', { level: 1 }).waitFor();
+      await page.keyboard.press('Tab');
+      const focused = await page.evaluate(() => document.activeElement?.textContent);
+      if (focused !== 'Skip to content') throw new Error(`first Tab focused ${JSON.stringify(focused)}`);
+    });
+
+    await step('connect the wallet: address, network and balance', async () => {
+      await page.goto('/');
+      await page.getByRole('button', { name: 'Connect wallet' }).first().click();
+      await page.getByTestId('wallet-network').filter({ hasText: 'Local (anvil) (31337)' }).waitFor();
+      await page.getByTestId('wallet-balance').filter({ hasText: /^10000 ETH$/ }).waitFor();
+      const shown = await page.getByTestId('wallet-address').getAttribute('title');
+      if (shown?.toLowerCase() !== account.toLowerCase()) throw new Error(`wallet shows ${shown}, expected ${account}`);
+    });
+
+    await step('sign in with Ethereum (EIP-4361, personal_sign through anvil)', async () => {
+      await page.getByRole('button', { name: 'Sign in with Ethereum' }).first().click();
+      await page.getByRole('button', { name: 'Sign out' }).waitFor({ timeout: 15_000 });
+      await shot('01-home-signed-in');
+    });
+
+    const files = join(work, 'files');
+    await mkdir(files);
+    await writeFile(join(files, 'reviews.jsonl'), dataset());
+    // Valid JSON objects, so only the server can say what is wrong: no `label`.
+    await writeFile(join(files, 'unlabelled.jsonl'), '{"text": "no label here"}\n{"text": "nor here"}\n{"text": "a third"}\n');
+
+    await step('the session renews itself before the access token expires', async () => {
+      const token = () => page.evaluate(() => JSON.parse(sessionStorage.getItem('shardwork.session') ?? '{}').accessToken);
+      const first = await token();
+      // 40 s tokens are renewed from 10 s on, at the next request.
+      await page.waitForTimeout(11_000);
+      await page.getByRole('link', { name: 'My jobs' }).first().click();
+      await page.getByRole('heading', { name: 'My jobs' }).waitFor();
+      await waitFor('a renewed access token', async () => (await token()) !== first, 10_000);
+    });
+
+    await step('post form: inline validation names the inputs at fault', async () => {
+      await page.getByRole('link', { name: 'Post a job' }).first().click();
+      await page.getByLabel('Model CID').fill(modelCid);
+      await page.getByLabel('Rank (r)').fill('0');
+      await page.getByRole('button', { name: 'Get a quote' }).click();
+      await page.locator('[data-field="lora.r"]').filter({ hasText: '0 is outside 1..=256' }).waitFor();
+      await page.locator('[data-field="dataset"]').filter({ hasText: 'choose a JSONL file' }).waitFor();
+      if ((await page.getByLabel('Rank (r)').getAttribute('aria-invalid')) !== 'true') {
+        throw new Error('the rank input is not marked aria-invalid');
+      }
+      await shot('02-post-inline-errors');
+    });
+
+    await step("server validation: the dataset's problems land on the dataset input", async () => {
+      await page.getByLabel('Rank (r)').fill('4');
+      await page.getByLabel('Alpha').fill('8');
+      await page.getByLabel('Shards').fill('2');
+      await page.getByLabel('Rounds').fill('1');
+      await page.getByLabel('Held-out fraction').fill('0.2');
+      await page.getByLabel('Sequence length').fill('32');
+      await page.getByLabel('Stake (ETH)').fill('0.5');
+      await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'unlabelled.jsonl'));
+      await page.getByTestId('dataset-scan').filter({ hasText: '3 records' }).waitFor();
+      await page.getByRole('button', { name: 'Get a quote' }).click();
+      await page.getByTestId('quote').waitFor({ timeout: 15_000 });
+      await page.getByRole('button', { name: 'Post job' }).click();
+      await page.locator('[data-field="dataset"]').filter({ hasText: /line 1:/ }).waitFor({ timeout: 15_000 });
+      await shot('03-post-server-errors');
+    });
+
+    let jobUrl;
+    await step('quote, then post with the upload progress, and land on the job', async () => {
+      await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'reviews.jsonl'));
+      await page.getByTestId('dataset-scan').filter({ hasText: '72 records' }).waitFor();
+      await page.getByRole('button', { name: 'Get a quote' }).click();
+      await page.getByTestId('quote').filter({ hasText: 'held out' }).waitFor({ timeout: 15_000 });
+      await shot('04-post-quote');
+      await page.getByRole('button', { name: 'Post job' }).click();
+      await page.waitForURL(/\/jobs\/[0-9a-f-]{36}$/, { timeout: 60_000 });
+      jobUrl = page.url();
+      await page.getByTestId('job-status').filter({ hasText: 'Awaiting funding' }).waitFor();
+      await page.getByTestId('event-log').filter({ hasText: 'created' }).waitFor({ timeout: 15_000 });
+      await shot('05-job-awaiting-funding');
+      await page.setViewportSize({ width: 390, height: 844 });
+      await shot('05b-job-awaiting-funding-mobile');
+      await page.setViewportSize({ width: 1280, height: 900 });
+    });
+
+    await step('fund the escrow from the wallet: transaction, confirmation, job open', async () => {
+      const panel = page.getByTestId('fund-panel');
+      await panel.waitFor({ timeout: 15_000 });
+      await panel.getByRole('button', { name: /^Fund / }).click();
+      await page.getByTestId('fund-confirmed').waitFor({ timeout: 60_000 });
+      await page.getByTestId('job-status').filter({ hasText: 'Open' }).waitFor({ timeout: 60_000 });
+      await page.getByTestId('event-log').filter({ hasText: 'funded' }).waitFor();
+      await shot('06-job-open');
+      await page.setViewportSize({ width: 390, height: 844 });
+      await shot('06b-job-open-mobile');
+      await page.setViewportSize({ width: 1280, height: 900 });
+    });
+
+    await step('my jobs lists the job', async () => {
+      await page.getByRole('link', { name: 'My jobs' }).first().click();
+      const id = jobUrl.split('/').pop();
+      await page.getByRole('link', { name: id.slice(0, 8) }).waitFor({ timeout: 15_000 });
+      await shot('07-my-jobs');
+      await page.getByRole('link', { name: id.slice(0, 8) }).click();
+      await page.waitForURL(jobUrl);
+    });
+
+    await step('the job runs to completed: verdicts, metric chart, payouts, adapter download', async () => {
+      await page.getByTestId('job-status').filter({ hasText: 'Completed' }).waitFor({ timeout: completeTimeoutMs });
+      await page.getByRole('img', { name: /Held-out metric/ }).waitFor();
+      await page.getByRole('heading', { name: 'Payouts' }).waitFor();
+      const result = page.getByTestId('result');
+      await result.getByRole('button', { name: /^Download / }).first().waitFor({ timeout: 15_000 });
+      const download = page.waitForEvent('download');
+      await result.getByRole('button', { name: /^Download / }).first().click();
+      const file = await download;
+      await file.saveAs(join(artifacts, file.suggestedFilename()));
+      await shot('08-job-completed');
+      await page.setViewportSize({ width: 390, height: 844 });
+      await shot('09-job-completed-mobile');
+    });
+
+    await step('no console errors', async () => {
+      if (consoleErrors.length) throw new Error(consoleErrors.join('\n'));
+    }, { soft: true });
+  } catch {
+    // The failing step is recorded; fall through to report and clean up.
+    await failureShot?.().catch(() => {});
+    if (consoleErrors.length) results.push({ name: 'no console errors', ok: false, error: new Error(consoleErrors.join('\n')) });
+  } finally {
+    if (browser) await browser.close().catch(() => {});
+    for (const { name, child } of children.reverse()) {
+      if (child.exitCode === null) child.kill('SIGTERM');
+      await Promise.race([child.exited, new Promise((r) => setTimeout(r, 5000))]);
+      await writeFile(join(artifacts, `${name}.log`), child.output());
+    }
+    if (consoleErrors.length) await writeFile(join(artifacts, 'console-errors.txt'), consoleErrors.join('\n'));
+    await rm(work, { recursive: true, force: true });
+  }
+
+  const passed = results.filter((r) => r.ok).length;
+  const failed = results.filter((r) => !r.ok);
+  for (const f of failed) log(`\n${f.name}:\n${f.error.stack ?? f.error.message}`);
+  log(`\nscreenshots and logs: ${artifacts}`);
+  log(`portal e2e: ${passed} passed, ${failed.length} failed`);
+  process.exit(failed.length ? 1 : 0);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

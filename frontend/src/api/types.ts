@@ -1,0 +1,33 @@
+// Names for the generated schema types the portal uses, in one place: when the spec renames a
+// schema, this file is the one to follow.
+import type { components } from './schema';
+import type { Funding } from '../wallet/escrow';
+
+type Schemas = components['schemas'];
+
+export type JobView = Schemas['JobView'];
+export type JobPage = Schemas['JobPage'];
+export type EventView = Schemas['EventView'];
+export type QuoteResponse = Schemas['QuoteResponse'];
+export type NonceResponse = Schemas['NonceResponse'];
+export type TokenResponse = Schemas['TokenResponse'];
+export type ChainInfo = Schemas['ChainInfo'];
+export type JobResult = Schemas['JobResult'];
+
+/**
+ * What funding an `awaiting_funding` job takes: its terms, sent to the escrow of the chain the
+ * API follows. Null while either is unknown.
+ */
+export function fundingOf(job: JobView, chain: { chainId: number | null; escrowAddress: string | null }): Funding | null {
+  const terms = job.funding;
+  const escrow = chain.escrowAddress ?? job.escrow_address ?? null;
+  if (!terms || !escrow || chain.chainId === null) return null;
+  return { ...terms, chain_id: chain.chainId, escrow_address: escrow };
+}
+
+export const JOB_STATUSES = ['awaiting_funding', 'open', 'completed', 'cancelled', 'refunded'] as const;
+export type JobStatus = (typeof JOB_STATUSES)[number];
+
+export function isTerminal(status: string): boolean {
+  return status === 'completed' || status === 'cancelled' || status === 'refunded';
+}

@@ -1,0 +1,17 @@
+import { describe, expect, it } from 'vitest';
+import { bytes, eth, shortAddress } from './format';
+
+describe('format', () => {
+  it('shows wei as ETH with few decimals', () => {
+    expect(eth(1500000000000000000n)).toBe('1.5 ETH');
+    expect(eth('100000000000000000')).toBe('0.1 ETH');
+    expect(eth(0n)).toBe('0 ETH');
+    expect(eth(123456789n)).toBe('0.123 gwei');
+    expect(eth(8492658000n, 6)).toBe('8.492 gwei');
+    expect(eth(12n)).toBe('12 wei');
+  });
+  it('shortens addresses and sizes', () => {
+    expect(shortAddress('0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266')).toBe('0xf39F…2266');
+    expect(bytes(2048)).toBe('2.0 KiB');
+  });
+});

@@ -1,0 +1,301 @@
+// The job spec (core/src/protocol/job_spec.rs) as a form edits it: every input is a string named
+// by the spec path it sets, checked here with the server's own limits and wording so most
+// mistakes are caught before a round trip. The server stays the authority: its problem+json
+// errors map onto the same inputs (api/problem.ts).
+import { parseEther } from 'viem';
+
+export const PROTOCOL_VERSION = 1;
+export const MAX_LORA_RANK = 256;
+export const MAX_SHARDS = 1024;
+export const MAX_ROUNDS = 100;
+export const MAX_EPOCHS = 100;
+export const MAX_BATCH_SIZE = 4096;
+export const MIN_SEQ_LEN = 8;
+export const MAX_SEQ_LEN = 32768;
+export const MAX_HELD_OUT_FRACTION = 0.5;
+export const MAX_REPUTATION_BPS = 10000;
+export const MAX_DEADLINE_DAYS = 365;
+/** TrainingArgs defaults in core/src/protocol/job_spec.rs. */
+export const DEFAULT_WARMUP_RATIO = 0.06;
+export const DEFAULT_GRADIENT_ACCUMULATION = 1;
+
+export type JobKind = 'lora' | 'federated';
+export type Architecture = 'llama' | 'bert';
+export type TrainingTask = 'causal_lm' | 'sequence_classification';
+export type ModelFormat = 'safetensors' | 'gguf';
+
+/** The spec exactly as `POST /v1/jobs` takes it. */
+export interface JobSpec {
+  version: number;
+  kind: JobKind;
+  base_model: {
+    cid: string;
+    format: ModelFormat;
+    architecture: Architecture;
+    task: TrainingTask;
+    num_labels?: number;
+  };
+  lora: {
+    r: number;
+    alpha: number;
+    dropout: number;
+    target_modules: string[];
+    modules_to_save: string[];
+  };
+  training: {
+    epochs: number;
+    learning_rate: number;
+    batch_size: number;
+    max_seq_len: number;
+    seed: number;
+    warmup_ratio: number;
+    gradient_accumulation: number;
+  };
+  shards: number;
+  rounds: number;
+  held_out_fraction: number;
+  min_reputation: number;
+  deadline: string;
+  stake: { amount: string; token?: string };
+}
+
+/** Every input of the form, named by the spec path it edits. */
+export const SPEC_INPUTS = [
+  'kind',
+  'base_model.cid',
+  'base_model.format',
+  'base_model.architecture',
+  'base_model.task',
+  'base_model.num_labels',
+  'lora.r',
+  'lora.alpha',
+  'lora.dropout',
+  'lora.target_modules',
+  'lora.modules_to_save',
+  'training.epochs',
+  'training.learning_rate',
+  'training.batch_size',
+  'training.max_seq_len',
+  'training.seed',
+  'shards',
+  'rounds',
+  'held_out_fraction',
+  'min_reputation',
+  'deadline',
+  'stake.amount',
+] as const;
+
+export type SpecInput = (typeof SPEC_INPUTS)[number];
+export type SpecForm = Record<SpecInput, string>;
+export type FormErrors = Partial<Record<SpecInput | 'dataset', string[]>>;
+
+/** Architecture decides both the task and the layer names LoRA targets. */
+export const ARCHITECTURE_DEFAULTS: Record<Architecture, { task: TrainingTask; targets: string; save: string }> = {
+  bert: { task: 'sequence_classification', targets: 'query, value', save: 'classifier' },
+  llama: { task: 'causal_lm', targets: 'q_proj, v_proj', save: '' },
+};
+
+/** `datetime-local` value (local time, minutes) `days` from `now`. */
+export function localDateTime(now: Date, days: number): string {
+  const d = new Date(now.getTime() + days * 86_400_000);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+}
+
+export function defaultForm(now: Date): SpecForm {
+  return {
+    kind: 'federated',
+    'base_model.cid': '',
+    'base_model.format': 'safetensors',
+    'base_model.architecture': 'bert',
+    'base_model.task': 'sequence_classification',
+    'base_model.num_labels': '2',
+    'lora.r': '8',
+    'lora.alpha': '16',
+    'lora.dropout': '0.05',
+    'lora.target_modules': ARCHITECTURE_DEFAULTS.bert.targets,
+    'lora.modules_to_save': ARCHITECTURE_DEFAULTS.bert.save,
+    'training.epochs': '1',
+    'training.learning_rate': '0.0005',
+    'training.batch_size': '16',
+    'training.max_seq_len': '128',
+    'training.seed': '7',
+    shards: '3',
+    rounds: '2',
+    held_out_fraction: '0.1',
+    min_reputation: '0',
+    deadline: localDateTime(now, 7),
+    'stake.amount': '0.1',
+  };
+}
+
+/** Splits a comma- or space-separated list of module names. */
+export function moduleList(text: string): string[] {
+  return text
+    .split(/[\s,]+/)
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+const MODULE_NAME = /^[A-Za-z0-9_.]{1,128}$/;
+// CIDv0 (base58btc, "Qm…") or CIDv1 in base32 ("b…") — the forms Kubo and the API print.
+const CID = /^(Qm[1-9A-HJ-NP-Za-km-z]{44}|b[a-z2-7]{20,})$/;
+
+class Collector {
+  readonly errors: FormErrors = {};
+
+  add(path: SpecInput | 'dataset', message: string): void {
+    (this.errors[path] ??= []).push(message);
+  }
+
+  check(ok: boolean, path: SpecInput, message: () => string): void {
+    if (!ok) this.add(path, message());
+  }
+
+  /** An integer in `lo..=hi`, or an error and NaN. */
+  int(form: SpecForm, path: SpecInput, lo: number, hi: number): number {
+    const text = form[path].trim();
+    if (!/^-?\d+$/.test(text)) {
+      this.add(path, text ? `${JSON.stringify(text)} is not a whole number` : 'required');
+      return Number.NaN;
+    }
+    const n = Number(text);
+    this.check(n >= lo && n <= hi, path, () => `${n} is outside ${lo}..=${hi}`);
+    return n;
+  }
+
+  /** A finite number, or an error and NaN. */
+  num(form: SpecForm, path: SpecInput): number {
+    const text = form[path].trim();
+    const n = text === '' ? Number.NaN : Number(text);
+    if (!Number.isFinite(n)) {
+      this.add(path, text ? `${JSON.stringify(text)} is not a number` : 'required');
+      return Number.NaN;
+    }
+    return n;
+  }
+}
+
+export interface Checked {
+  spec: JobSpec | null;
+  errors: FormErrors;
+}
+
+/** Checks the form as the server would and builds the spec when nothing is wrong. */
+export function checkSpecForm(form: SpecForm, now: Date): Checked {
+  const c = new Collector();
+  const kind = form.kind as JobKind;
+  c.check(kind === 'lora' || kind === 'federated', 'kind', () => 'choose lora or federated');
+
+  const cid = form['base_model.cid'].trim();
+  c.check(CID.test(cid), 'base_model.cid', () =>
+    cid ? `${JSON.stringify(cid)} is not a CID (Qm… or b…)` : 'required: the CID of the base model in the content store',
+  );
+  const format = form['base_model.format'] as ModelFormat;
+  c.check(format === 'safetensors' || format === 'gguf', 'base_model.format', () => 'choose safetensors or gguf');
+  const architecture = form['base_model.architecture'] as Architecture;
+  const task = form['base_model.task'] as TrainingTask;
+  const pairOk =
+    (architecture === 'llama' && task === 'causal_lm') || (architecture === 'bert' && task === 'sequence_classification');
+  c.check(pairOk, 'base_model.task', () => `${architecture} models are not trained for ${task}`);
+  let numLabels: number | undefined;
+  if (task === 'sequence_classification') {
+    numLabels = c.int(form, 'base_model.num_labels', 2, 1000);
+  } else if (form['base_model.num_labels'].trim() !== '') {
+    c.add('base_model.num_labels', 'num_labels applies to classification only');
+  }
+
+  const r = c.int(form, 'lora.r', 1, MAX_LORA_RANK);
+  const alpha = c.num(form, 'lora.alpha');
+  c.check(Number.isNaN(alpha) || (alpha > 0 && alpha <= 4096), 'lora.alpha', () => `${alpha} is outside (0, 4096]`);
+  const dropout = c.num(form, 'lora.dropout');
+  c.check(Number.isNaN(dropout) || (dropout >= 0 && dropout < 1), 'lora.dropout', () => `${dropout} is outside [0, 1)`);
+  const targets = moduleList(form['lora.target_modules']);
+  const toSave = moduleList(form['lora.modules_to_save']);
+  c.check(targets.length > 0, 'lora.target_modules', () => 'name at least one module to adapt (e.g. q_proj, v_proj)');
+  for (const [path, names] of [
+    ['lora.target_modules', targets],
+    ['lora.modules_to_save', toSave],
+  ] as const) {
+    names.forEach((name, i) => {
+      c.check(MODULE_NAME.test(name), path, () => `${JSON.stringify(name)} is not a module name (letters, digits, '_' and '.')`);
+      c.check(names.indexOf(name) === i, path, () => `${JSON.stringify(name)} is listed twice`);
+    });
+  }
+
+  const epochs = c.int(form, 'training.epochs', 1, MAX_EPOCHS);
+  const lr = c.num(form, 'training.learning_rate');
+  c.check(Number.isNaN(lr) || (lr > 0 && lr <= 1), 'training.learning_rate', () => `${lr} is outside (0, 1]`);
+  const batch = c.int(form, 'training.batch_size', 1, MAX_BATCH_SIZE);
+  const seqLen = c.int(form, 'training.max_seq_len', MIN_SEQ_LEN, MAX_SEQ_LEN);
+  const seed = c.int(form, 'training.seed', 0, Number.MAX_SAFE_INTEGER);
+
+  const shards = c.int(form, 'shards', 1, MAX_SHARDS);
+  const rounds = c.int(form, 'rounds', 1, MAX_ROUNDS);
+  if (kind === 'lora') {
+    c.check(Number.isNaN(shards) || shards === 1, 'shards', () => `a lora job has exactly 1 shard, not ${shards}; use kind federated to split`);
+    c.check(Number.isNaN(rounds) || rounds === 1, 'rounds', () => `a lora job has exactly 1 round, not ${rounds}`);
+  }
+  const heldOut = c.num(form, 'held_out_fraction');
+  c.check(
+    Number.isNaN(heldOut) || (heldOut > 0 && heldOut <= MAX_HELD_OUT_FRACTION),
+    'held_out_fraction',
+    () => `${heldOut} is outside (0, ${MAX_HELD_OUT_FRACTION}]: the validator needs held-out data`,
+  );
+  const minReputation = c.int(form, 'min_reputation', 0, MAX_REPUTATION_BPS);
+
+  const deadlineText = form.deadline.trim();
+  const deadline = deadlineText ? new Date(deadlineText) : new Date(Number.NaN);
+  if (Number.isNaN(deadline.getTime())) {
+    c.add('deadline', deadlineText ? `${JSON.stringify(deadlineText)} is not a date and time` : 'required');
+  } else {
+    c.check(deadline.getTime() > now.getTime(), 'deadline', () => `${deadline.toISOString()} is not in the future`);
+    c.check(
+      deadline.getTime() <= now.getTime() + MAX_DEADLINE_DAYS * 86_400_000,
+      'deadline',
+      () => `${deadline.toISOString()} is more than ${MAX_DEADLINE_DAYS} days away`,
+    );
+  }
+
+  let stakeWei = 0n;
+  const stakeText = form['stake.amount'].trim();
+  if (!/^\d+(\.\d{1,18})?$/.test(stakeText)) {
+    c.add('stake.amount', stakeText ? `${JSON.stringify(stakeText)} is not an amount of ETH (up to 18 decimals)` : 'required');
+  } else {
+    stakeWei = parseEther(stakeText);
+    c.check(stakeWei > 0n, 'stake.amount', () => 'a job needs a stake above 0 to pay its contributors');
+  }
+
+  if (Object.keys(c.errors).length > 0) return { spec: null, errors: c.errors };
+  const spec: JobSpec = {
+    version: PROTOCOL_VERSION,
+    kind,
+    base_model: { cid, format, architecture, task, ...(numLabels === undefined ? {} : { num_labels: numLabels }) },
+    lora: { r, alpha, dropout, target_modules: targets, modules_to_save: toSave },
+    // The server's defaults, sent explicitly so the posted spec reads complete.
+    training: {
+      epochs,
+      learning_rate: lr,
+      batch_size: batch,
+      max_seq_len: seqLen,
+      seed,
+      warmup_ratio: DEFAULT_WARMUP_RATIO,
+      gradient_accumulation: DEFAULT_GRADIENT_ACCUMULATION,
+    },
+    shards,
+    rounds,
+    held_out_fraction: heldOut,
+    min_reputation: minReputation,
+    // Whole seconds: the chain stores the deadline as a uint64 of seconds.
+    deadline: new Date(Math.floor(deadline.getTime() / 1000) * 1000).toISOString().replace('.000Z', 'Z'),
+    stake: { amount: stakeWei.toString() },
+  };
+  return { spec, errors: {} };
+}
+
+/** Records in a JSONL dataset as the server counts them: non-blank lines. */
+export function countRecords(text: string): number {
+  let n = 0;
+  for (const line of text.split('\n')) if (line.trim() !== '') n += 1;
+  return n;
+}

@@ -1,0 +1,522 @@
+// One job: its status and progress live over SSE, funding from the wallet while it awaits it,
+// the held-out metric per round, submissions with verdicts, payouts and the final adapter.
+import { useCallback, useEffect, useRef, useState } from 'react';
+import type { Hash, TransactionReceipt } from 'viem';
+import { unwrap } from '../api/client';
+import { followStream } from '../api/sse';
+import { fundingOf, isTerminal, type JobResult, type JobView } from '../api/types';
+import { Alert } from '../components/Alert';
+import { SignInFirst } from '../components/Layout';
+import { MetricChart } from '../components/MetricChart';
+import { eth, shortAddress, statusLabel, when } from '../format';
+import { applyEvents, EMPTY_PROGRESS, metricSeries, roundDone, type JobEvent, type JobProgress } from '../jobs/progress';
+import { errorMessage, usePortal } from '../state';
+import { escrowJobId, sendCreateJob, waitForReceipt, type Funding } from '../wallet/escrow';
+import { chainName, txUrl, walletErrorMessage, wrongChain } from '../wallet/wallet';
+
+/** Events after which the job row itself (status, round, result) has changed. */
+const REFETCH_ON = new Set(['funded', 'round_opened', 'aggregated', 'completed', 'cancelled', 'refunded']);
+
+export function JobPage({ id }: { id: string }) {
+  const p = usePortal();
+  const [job, setJob] = useState<JobView | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const [progress, setProgress] = useState<JobProgress>(EMPTY_PROGRESS);
+  const [events, setEvents] = useState<JobEvent[]>([]);
+  const [live, setLive] = useState<'connecting' | 'live' | 'retrying' | 'ended'>('connecting');
+  const signedIn = Boolean(p.session);
+
+  const refetch = useCallback(async () => {
+    try {
+      setJob(await unwrap(p.api.GET('/v1/jobs/{id}', { params: { path: { id } } })));
+      setError(null);
+    } catch (err) {
+      setError(errorMessage(err));
+    }
+  }, [p.api, id]);
+
+  useEffect(() => {
+    if (signedIn) void refetch();
+  }, [refetch, signedIn]);
+
+  useEffect(() => {
+    if (!signedIn) return;
+    const controller = new AbortController();
+    setProgress(EMPTY_PROGRESS);
+    setEvents([]);
+    setLive('connecting');
+    followStream({
+      url: `/v1/jobs/${id}/events/stream`,
+      token: () => p.keeper.accessToken(),
+      signal: controller.signal,
+      onOpen: () => setLive('live'),
+      onError: () => setLive('retrying'),
+      onMessage: (m) => {
+        let event: JobEvent;
+        try {
+          event = JSON.parse(m.data) as JobEvent;
+        } catch {
+          return;
+        }
+        setEvents((old) => (old.some((e) => e.id === event.id) ? old : [...old, event]));
+        setProgress((old) => applyEvents(old, [event]));
+        if (REFETCH_ON.has(event.kind)) void refetch();
+      },
+    })
+      .then(() => {
+        if (!controller.signal.aborted) {
+          setLive('ended');
+          void refetch();
+        }
+      })
+      .catch((err: unknown) => {
+        if (!controller.signal.aborted) {
+          setLive('ended');
+          setError(errorMessage(err));
+        }
+      });
+    return () => controller.abort();
+  }, [id, signedIn, p.keeper, refetch]);
+
+  if (!p.session) return <SignInFirst what="follow this job" />;
+  if (!job) return error ? <Alert kind="error">{error}</Alert> : <p role="status">Loading the job…</p>;
+
+  const mine = job.requester.toLowerCase() === p.session.address.toLowerCase();
+  const series = metricSeries(progress);
+  const current = progress.rounds.find((r) => r.round === job.current_round) ?? progress.rounds.at(-1);
+
+  return (
+    <div className="job">
+      {error && <Alert kind="error">{error}</Alert>}
+      <section className="card" aria-labelledby="status-title">
+        <h2 id="status-title">Status</h2>
+        <p className="status-line">
+          <span className={`badge badge--${job.status}`} data-testid="job-status">
+            {statusLabel(job.status)}
+          </span>{' '}
+          <span className="muted" aria-live="polite">
+            {live === 'live' ? 'live' : live === 'retrying' ? 'reconnecting…' : live === 'connecting' ? 'connecting…' : 'final'}
+          </span>
+        </p>
+        <dl className="facts">
+          <div>
+            <dt>Job</dt>
+            <dd>
+              <code>{job.id}</code>
+            </dd>
+          </div>
+          <div>
+            <dt>Kind</dt>
+            <dd>{job.kind}</dd>
+          </div>
+          <div>
+            <dt>Round</dt>
+            <dd data-testid="job-round">
+              {job.current_round} of {job.rounds}
+            </dd>
+          </div>
+          <div>
+            <dt>Shards</dt>
+            <dd data-testid="shard-progress">
+              {current && current.tasks !== null
+                ? `${roundDone(current).done}/${current.tasks} contributors done`
+                : `${job.shards} shard${job.shards === 1 ? '' : 's'}`}
+            </dd>
+          </div>
+          <div>
+            <dt>Stake</dt>
+            <dd>
+              {eth(job.stake_wei)}
+              {job.dev_funded && ' (funded by the development key)'}
+            </dd>
+          </div>
+          <div>
+            <dt>Deadline</dt>
+            <dd>{when(job.deadline)}</dd>
+          </div>
+          {job.spec_cid && (
+            <div>
+              <dt>Spec</dt>
+              <dd>
+                <code>{job.spec_cid}</code>
+              </dd>
+            </div>
+          )}
+        </dl>
+        {job.status === 'awaiting_funding' && mine && <Cancel id={job.id} onDone={refetch} />}
+      </section>
+
+      {job.status === 'awaiting_funding' && mine && <FundPanel job={job} funded={progress.funded} onFunded={refetch} />}
+      {progress.funded && (
+        <Alert kind="success">
+          Funded on chain{progress.funded.escrow_job_id ? ` as escrow job ${progress.funded.escrow_job_id}` : ''}
+          {progress.funded.tx_hash && (
+            <>
+              {' '}
+              in <TxLink chainId={p.chain.chainId} hash={progress.funded.tx_hash} />
+            </>
+          )}
+          .
+        </Alert>
+      )}
+
+      <section className="card" aria-labelledby="metric-title">
+        <h2 id="metric-title">Held-out metric per round</h2>
+        <MetricChart points={series} label="Held-out metric of the merged adapter per round, against the base model" />
+      </section>
+
+      <section className="card" aria-labelledby="subs-title">
+        <h2 id="subs-title">Rounds and submissions</h2>
+        {progress.rounds.length === 0 ? (
+          <p className="muted">No round has opened yet.</p>
+        ) : (
+          progress.rounds.map((r) => (
+            <div key={r.round} className="round">
+              <h3>
+                Round {r.round}
+                {r.tasks !== null && ` · ${roundDone(r).done}/${r.tasks} contributors done`}
+                {r.aggregated && ` · merged${r.aggregated.metric !== null ? `, metric ${r.aggregated.metric}` : ''}`}
+              </h3>
+              {r.claims.length > 0 && (
+                <p className="muted">
+                  Claimed: {r.claims.map((c) => `shard ${c.shard} by ${shortAddress(c.worker)}`).join('; ')}
+                </p>
+              )}
+              {r.submissions.length > 0 && (
+                <div className="table-wrap">
+                  <table>
+                    <thead>
+                      <tr>
+                        <th scope="col">Shard</th>
+                        <th scope="col">Worker</th>
+                        <th scope="col">Samples</th>
+                        <th scope="col">Verdict</th>
+                        <th scope="col">Quality</th>
+                        <th scope="col">Metric (base)</th>
+                      </tr>
+                    </thead>
+                    <tbody>
+                      {r.submissions.map((s) => (
+                        <tr key={s.submission_id}>
+                          <td>{s.shard}</td>
+                          <td title={s.worker}>{shortAddress(s.worker)}</td>
+                          <td>{s.samples ?? '—'}</td>
+                          <td>
+                            {s.verdict === null ? (
+                              <span className="muted">being scored</span>
+                            ) : s.verdict.accepted ? (
+                              <span className="verdict verdict--ok">accepted</span>
+                            ) : (
+                              <span className="verdict verdict--no">rejected{s.verdict.reason ? `: ${s.verdict.reason}` : ''}</span>
+                            )}
+                          </td>
+                          <td>{s.verdict?.quality ?? '—'}</td>
+                          <td>
+                            {s.verdict?.metric ?? '—'}
+                            {s.verdict?.base_metric !== null && s.verdict?.base_metric !== undefined && ` (${s.verdict.base_metric})`}
+                          </td>
+                        </tr>
+                      ))}
+                    </tbody>
+                  </table>
+                </div>
+              )}
+            </div>
+          ))
+        )}
+      </section>
+
+      {progress.completed && (
+        <section className="card" aria-labelledby="payout-title">
+          <h2 id="payout-title">Payouts</h2>
+          {progress.completed.tx_hash && (
+            <p>
+              Settled in <TxLink chainId={p.chain.chainId} hash={progress.completed.tx_hash} />.
+            </p>
+          )}
+          <div className="table-wrap">
+            <table>
+              <thead>
+                <tr>
+                  <th scope="col">Contributor</th>
+                  <th scope="col">Amount</th>
+                  <th scope="col">Quality</th>
+                </tr>
+              </thead>
+              <tbody>
+                {progress.completed.payouts.map((x) => (
+                  <tr key={x.address}>
+                    <td title={x.address}>
+                      <code>{x.address}</code>
+                    </td>
+                    <td>{eth(x.amount_wei, 6)}</td>
+                    <td>{x.quality ?? '—'}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        </section>
+      )}
+      {progress.refunded && (
+        <Alert kind="info">
+          The deadline passed and the stake was refunded
+          {progress.refunded.tx_hash && (
+            <>
+              {' '}
+              in <TxLink chainId={p.chain.chainId} hash={progress.refunded.tx_hash} />
+            </>
+          )}
+          .
+        </Alert>
+      )}
+
+      {job.status === 'completed' && <ResultPanel id={job.id} />}
+
+      <section className="card" aria-labelledby="log-title">
+        <h2 id="log-title">Event log</h2>
+        <ol className="events" data-testid="event-log">
+          {events.map((e) => (
+            <li key={e.id}>
+              <span className="event-kind">{e.kind}</span> <time dateTime={e.created_at}>{when(e.created_at)}</time>
+              <details>
+                <summary>Details</summary>
+                <pre>{JSON.stringify(e.payload, null, 2)}</pre>
+              </details>
+            </li>
+          ))}
+        </ol>
+        {isTerminal(job.status) && live === 'ended' && <p className="muted">This job is {statusLabel(job.status).toLowerCase()}; no more events will come.</p>}
+      </section>
+    </div>
+  );
+}
+
+function TxLink({ chainId, hash }: { chainId: number | null; hash: string }) {
+  const url = txUrl(chainId, hash);
+  const text = <code title={hash}>{shortAddress(hash)}</code>;
+  return url ? (
+    <a href={url} target="_blank" rel="noreferrer">
+      transaction {text}
+    </a>
+  ) : (
+    <span>transaction {text}</span>
+  );
+}
+
+function Cancel({ id, onDone }: { id: string; onDone: () => Promise<void> }) {
+  const p = usePortal();
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  return (
+    <div className="actions">
+      <button
+        type="button"
+        disabled={busy}
+        onClick={async () => {
+          if (!window.confirm('Withdraw this job? It has not been funded, so nothing is spent.')) return;
+          setBusy(true);
+          try {
+            await unwrap(p.api.POST('/v1/jobs/{id}/cancel', { params: { path: { id } } }));
+            await onDone();
+          } catch (err) {
+            setError(errorMessage(err));
+          } finally {
+            setBusy(false);
+          }
+        }}
+      >
+        Withdraw job
+      </button>
+      {error && <Alert kind="error">{error}</Alert>}
+    </div>
+  );
+}
+
+type FundStage =
+  | { step: 'idle' }
+  | { step: 'signing' }
+  | { step: 'sent'; hash: Hash }
+  | { step: 'confirmed'; hash: Hash; receipt: TransactionReceipt; escrowId: bigint | null }
+  | { step: 'failed'; message: string; hash?: Hash };
+
+function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgress['funded']; onFunded: () => Promise<void> }) {
+  const p = usePortal();
+  const funding = fundingOf(job, p.chain);
+  const [stage, setStage] = useState<FundStage>({ step: 'idle' });
+  const [devFunded, setDevFunded] = useState<string | null>(null);
+  const poll = useRef<number | null>(null);
+
+  // After confirmation the API needs a moment to see the chain event; look again every 2 s
+  // in case the event stream is slower than the job row.
+  useEffect(() => {
+    if ((stage.step !== 'confirmed' && !devFunded) || funded) return;
+    poll.current = window.setInterval(() => void onFunded(), 2000);
+    return () => {
+      if (poll.current !== null) window.clearInterval(poll.current);
+    };
+  }, [stage.step, devFunded, funded, onFunded]);
+
+  if (!funding) {
+    return (
+      <Alert kind="warning">
+        This job awaits funding, but the server has not said how: it gave no funding terms or names no escrow contract
+        (<code>GET /v1/chain</code>).
+      </Alert>
+    );
+  }
+  const chainIssue = p.wallet.chainId !== null ? wrongChain(p.wallet.chainId, funding.chain_id) : null;
+  const stake = BigInt(funding.stake_wei);
+  const short = p.wallet.balanceWei !== null && p.wallet.balanceWei < stake;
+
+  const devFund = async () => {
+    setStage({ step: 'signing' });
+    try {
+      const r = await unwrap(p.api.POST('/v1/jobs/{id}/dev-fund', { params: { path: { id: job.id } } }));
+      setDevFunded(r.tx_hash);
+      setStage({ step: 'idle' });
+      await onFunded();
+    } catch (err) {
+      setStage({ step: 'failed', message: errorMessage(err) });
+    }
+  };
+
+  const fund = async (f: Funding) => {
+    const { clients, address } = p.wallet;
+    if (!clients || !address) {
+      setStage({ step: 'failed', message: 'Connect your wallet first.' });
+      return;
+    }
+    setStage({ step: 'signing' });
+    let hash: Hash | undefined;
+    try {
+      hash = await sendCreateJob(clients.wallet, address, f);
+      setStage({ step: 'sent', hash });
+      const receipt = await waitForReceipt(clients.public, hash);
+      if (receipt.status !== 'success') throw new Error('The transaction was reverted by the escrow contract.');
+      setStage({ step: 'confirmed', hash, receipt, escrowId: escrowJobId(receipt, f.escrow_address) });
+      await p.refreshBalance();
+      await onFunded();
+    } catch (err) {
+      setStage({ step: 'failed', message: walletErrorMessage(err), ...(hash ? { hash } : {}) });
+    }
+  };
+
+  return (
+    <section className="card" aria-labelledby="fund-title" data-testid="fund-panel">
+      <h2 id="fund-title">Fund the escrow</h2>
+      <p>
+        Escrow {eth(stake, 6)} on {chainName(funding.chain_id)} in the contract <code>{funding.escrow_address}</code>. Workers start
+        once the marketplace sees the deposit.
+      </p>
+      {chainIssue && <Alert kind="warning">{chainIssue}</Alert>}
+      {short && !chainIssue && <Alert kind="warning">Your balance ({eth(p.wallet.balanceWei!)}) is below the stake.</Alert>}
+      {stage.step === 'signing' && <Alert kind="info">Confirm the transaction in your wallet…</Alert>}
+      {stage.step === 'sent' && (
+        <Alert kind="info">
+          Sent <TxLink chainId={funding.chain_id} hash={stage.hash} />; waiting for it to be mined…
+        </Alert>
+      )}
+      {stage.step === 'confirmed' && (
+        <Alert kind="success">
+          <span data-testid="fund-confirmed">
+            Confirmed in block {stage.receipt.blockNumber.toString()}
+            {stage.escrowId !== null && ` as escrow job ${stage.escrowId.toString()}`}
+          </span>
+          . {funded ? 'The job is open.' : 'Waiting for the marketplace to open the job…'}
+        </Alert>
+      )}
+      {stage.step === 'failed' && (
+        <Alert kind="error">
+          {stage.message}
+          {stage.hash && (
+            <>
+              {' '}
+              (<TxLink chainId={funding.chain_id} hash={stage.hash} />)
+            </>
+          )}
+        </Alert>
+      )}
+      <div className="actions">
+        <button
+          type="button"
+          className="primary"
+          disabled={Boolean(chainIssue) || !p.wallet.address || stage.step === 'signing' || stage.step === 'sent' || stage.step === 'confirmed'}
+          onClick={() => void fund(funding)}
+        >
+          Fund {eth(stake, 6)}
+        </button>
+        {p.chain.devFunding && (
+          <button type="button" disabled={stage.step === 'signing' || stage.step === 'sent' || Boolean(devFunded)} onClick={() => void devFund()}>
+            Fund from the development account
+          </button>
+        )}
+      </div>
+      {devFunded && (
+        <Alert kind="info">
+          The server funded the escrow from its development account in <TxLink chainId={funding.chain_id} hash={devFunded} />;
+          waiting for the job to open…
+        </Alert>
+      )}
+    </section>
+  );
+}
+
+function ResultPanel({ id }: { id: string }) {
+  const p = usePortal();
+  const [result, setResult] = useState<JobResult | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    unwrap(p.api.GET('/v1/jobs/{id}/result', { params: { path: { id } } }))
+      .then(setResult)
+      .catch((err: unknown) => setError(errorMessage(err)));
+  }, [p.api, id]);
+
+  // Same-origin API files need the bearer token, which a plain link cannot carry.
+  const download = async (name: string, url: string) => {
+    try {
+      const token = await p.keeper.accessToken();
+      const response = await fetch(url, { headers: token ? { authorization: `Bearer ${token}` } : {} });
+      if (!response.ok) throw new Error(`${name}: the server answered ${response.status}`);
+      const href = URL.createObjectURL(await response.blob());
+      const a = document.createElement('a');
+      a.href = href;
+      a.download = name;
+      a.click();
+      setTimeout(() => URL.revokeObjectURL(href), 10_000);
+    } catch (err) {
+      setError(errorMessage(err));
+    }
+  };
+
+  return (
+    <section className="card" aria-labelledby="result-title" data-testid="result">
+      <h2 id="result-title">Final adapter</h2>
+      {error && <Alert kind="error">{error}</Alert>}
+      {result && (
+        <>
+          <p>
+            Adapter <code>{result.adapter_cid}</code> in Hugging Face PEFT format.
+          </p>
+          <ul className="files">
+            {result.files.map((f) =>
+              new URL(f.url, location.href).origin === location.origin ? (
+                <li key={f.name}>
+                  <button type="button" className="link" onClick={() => void download(f.name, f.url)}>
+                    Download {f.name}
+                  </button>
+                </li>
+              ) : (
+                <li key={f.name}>
+                  <a href={f.url} download={f.name}>
+                    Download {f.name}
+                  </a>
+                </li>
+              ),
+            )}
+          </ul>
+        </>
+      )}
+    </section>
+  );
+}

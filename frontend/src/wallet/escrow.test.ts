@@ -1,0 +1,44 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { encodeFunctionData, toFunctionSelector, toEventSelector, type AbiFunction, type AbiEvent } from 'viem';
+import { createJobCall, escrowAbi } from './escrow';
+
+const artifact = JSON.parse(
+  readFileSync(resolve(__dirname, '../../../contracts/artifacts/JobEscrow.json'), 'utf8'),
+) as { abi: (AbiFunction | AbiEvent)[] };
+
+describe('escrowAbi', () => {
+  it('matches the committed JobEscrow artifact', () => {
+    for (const ours of escrowAbi) {
+      const theirs = artifact.abi.find((x) => x.type === ours.type && x.name === ours.name);
+      expect(theirs, ours.name).toBeDefined();
+      const sig = (x: AbiFunction | AbiEvent) => (x.type === 'function' ? toFunctionSelector(x) : toEventSelector(x));
+      expect(sig(ours as AbiFunction | AbiEvent)).toBe(sig(theirs!));
+      if (ours.type === 'function') expect((theirs as AbiFunction).stateMutability).toBe(ours.stateMutability);
+    }
+  });
+});
+
+describe('createJobCall', () => {
+  const funding = {
+    chain_id: 31337,
+    escrow_address: '0x5FbDB2315678afecb367f032d93F642f64180aa3',
+    token: '0x0000000000000000000000000000000000000000',
+    stake_wei: '100000000000000000',
+    spec_cid: 'bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku',
+    deadline_unix: 1_800_000_000,
+    kind: 1,
+  };
+
+  it('sends an ETH stake as the value of the call', () => {
+    const call = createJobCall(funding);
+    expect(call.value).toBe(100000000000000000n);
+    expect(call.args).toEqual([funding.token, 100000000000000000n, funding.spec_cid, 1_800_000_000n, 1]);
+    expect(encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args })).toMatch(/^0x/);
+  });
+
+  it('sends no value with an ERC-20 stake', () => {
+    expect(createJobCall({ ...funding, token: '0x1111111111111111111111111111111111111111' }).value).toBe(0n);
+  });
+});

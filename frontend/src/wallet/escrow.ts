@@ -1,0 +1,93 @@
+// The part of JobEscrow (contracts/src/JobEscrow.sol) the portal calls. Written out as a
+// constant so viem types the call; escrow.test.ts checks it against the committed artifact.
+import { decodeEventLog, type Address, type Hash, type PublicClient, type TransactionReceipt, type WalletClient } from 'viem';
+
+export const escrowAbi = [
+  {
+    type: 'function',
+    name: 'createJob',
+    stateMutability: 'payable',
+    inputs: [
+      { name: 'token', type: 'address', internalType: 'address' },
+      { name: 'stake', type: 'uint256', internalType: 'uint256' },
+      { name: 'specCid', type: 'string', internalType: 'string' },
+      { name: 'deadline', type: 'uint64', internalType: 'uint64' },
+      { name: 'kind', type: 'uint8', internalType: 'enum JobEscrow.JobKind' },
+    ],
+    outputs: [{ name: 'jobId', type: 'uint256', internalType: 'uint256' }],
+  },
+  {
+    type: 'event',
+    name: 'JobCreated',
+    anonymous: false,
+    inputs: [
+      { name: 'jobId', type: 'uint256', indexed: true, internalType: 'uint256' },
+      { name: 'requester', type: 'address', indexed: true, internalType: 'address' },
+      { name: 'token', type: 'address', indexed: true, internalType: 'address' },
+      { name: 'stake', type: 'uint256', indexed: false, internalType: 'uint256' },
+      { name: 'deadline', type: 'uint64', indexed: false, internalType: 'uint64' },
+      { name: 'kind', type: 'uint8', indexed: false, internalType: 'enum JobEscrow.JobKind' },
+      { name: 'feeBps', type: 'uint16', indexed: false, internalType: 'uint16' },
+      { name: 'specHash', type: 'bytes32', indexed: false, internalType: 'bytes32' },
+      { name: 'specCid', type: 'string', indexed: false, internalType: 'string' },
+    ],
+  },
+] as const;
+
+export const ETH: Address = '0x0000000000000000000000000000000000000000';
+
+/**
+ * The `createJob` arguments `GET /v1/jobs/{id}` carries as `funding` while a job is
+ * `awaiting_funding`; the contract is the one `GET /v1/chain` names.
+ */
+export interface FundingTerms {
+  /** The zero address for ETH. */
+  token: string;
+  stake_wei: string;
+  spec_cid: string;
+  deadline_unix: number;
+  /** JobEscrow.JobKind: 0 LoRA, 1 Federated. */
+  kind: number;
+}
+
+/** Terms plus where to send them. */
+export interface Funding extends FundingTerms {
+  chain_id: number;
+  escrow_address: string;
+}
+
+/** The createJob call a funding object asks for; ETH stakes travel as the call's value. */
+export function createJobCall(funding: Funding) {
+  const token = funding.token as Address;
+  const stake = BigInt(funding.stake_wei);
+  return {
+    address: funding.escrow_address as Address,
+    abi: escrowAbi,
+    functionName: 'createJob' as const,
+    args: [token, stake, funding.spec_cid, BigInt(funding.deadline_unix), funding.kind] as const,
+    value: token.toLowerCase() === ETH ? stake : 0n,
+  };
+}
+
+/** Sends createJob from `account`; returns the transaction hash once the wallet has sent it. */
+export async function sendCreateJob(wallet: WalletClient, account: Address, funding: Funding): Promise<Hash> {
+  return wallet.writeContract({ ...createJobCall(funding), account, chain: null });
+}
+
+/** The escrow's job id from a createJob receipt, or null if the receipt has no JobCreated. */
+export function escrowJobId(receipt: TransactionReceipt, escrow: string): bigint | null {
+  for (const log of receipt.logs) {
+    if (log.address.toLowerCase() !== escrow.toLowerCase()) continue;
+    try {
+      const decoded = decodeEventLog({ abi: escrowAbi, data: log.data, topics: log.topics });
+      if (decoded.eventName === 'JobCreated') return decoded.args.jobId;
+    } catch {
+      // Another event of the escrow.
+    }
+  }
+  return null;
+}
+
+export async function waitForReceipt(client: PublicClient, hash: Hash): Promise<TransactionReceipt> {
+  return client.waitForTransactionReceipt({ hash, pollingInterval: 1_000 });
+}
