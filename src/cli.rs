@@ -27,8 +27,22 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the marketplace in one process on embedded defaults (no servers needed).
-    Up,
+    /// Run the marketplace in one process on embedded defaults (no servers needed): the API,
+    /// the validator and N workers.
+    Up {
+        /// In-process workers (1..=5).
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+    },
+    /// Run the marketplace in one process and a sample federated job through it to payout.
+    Demo(crate::demo::DemoArgs),
+    /// Put a base model into the content store, or write the generated sample model.
+    #[command(subcommand)]
+    Model(crate::model_cmd::ModelCommand),
+    /// Run one worker against a served API (its key in SHARDWORK_NODE_KEY or --key-file).
+    Worker(NodeArgs),
+    /// Run the validator against a served API (its key in SHARDWORK_NODE_KEY or --key-file).
+    Validator(NodeArgs),
     /// Run the API server on the configured adapters (secrets must be configured).
     Serve,
     /// Print the effective configuration (secrets redacted) and exit.
@@ -41,10 +55,33 @@ pub enum Command {
     Bench(crate::bench::BenchCommand),
 }
 
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    /// The API's root URL.
+    #[arg(
+        long,
+        env = "SHARDWORK_API_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub api: String,
+    /// File holding the node's hex private key (default: SHARDWORK_NODE_KEY).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+    /// Where models are cached and tasks run.
+    #[arg(long, default_value = ".shardwork/node")]
+    pub work_dir: PathBuf,
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
-        Command::Up => crate::up::run(config).await,
+        Command::Up { workers } => crate::up::run(config, workers).await,
+        Command::Demo(args) => crate::demo::run(config, args).await,
+        Command::Model(command) => crate::model_cmd::run(config, command).await,
+        Command::Worker(a) => crate::nodes::run_worker(config, a.api, a.key_file, a.work_dir).await,
+        Command::Validator(a) => {
+            crate::nodes::run_validator(config, a.api, a.key_file, a.work_dir).await
+        }
         Command::Serve => crate::serve::run(config).await,
         Command::Bench(command) => crate::bench::run(command).await,
         Command::Contracts(command) => crate::contracts_cmd::run(command).await,

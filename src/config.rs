@@ -10,6 +10,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 use shardwork_api::ApiConfig;
+use shardwork_api::configuration::Secret;
 
 // Defaults come from serde (`#[serde(default)]` on every section) rather than from a serialized
 // default provider: a provider would round-trip the API secrets through their redacting
@@ -23,7 +24,50 @@ pub struct Config {
     pub database_url: String,
     pub store: StoreConfig,
     pub queue: QueueConfig,
+    pub chain: ChainConfig,
     pub api: ApiConfig,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChainKind {
+    /// revm in-process, state in `data_dir/chain.json`, the dev accounts funded.
+    Embedded,
+    /// An Ethereum JSON-RPC node (anvil, Sepolia, mainnet, an L2).
+    Rpc,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChainConfig {
+    pub kind: ChainKind,
+    pub rpc_url: String,
+    /// The JobEscrow the API follows. Empty on a development chain: one is deployed at first
+    /// start and remembered in `data_dir/escrow.toml`.
+    pub escrow_address: String,
+    /// Hex private key of the account holding the escrow's VALIDATOR_ROLE (markStarted,
+    /// payouts). Empty on a development chain (chain id 31337): the second dev account.
+    pub operator_key: Secret,
+    /// Let requesters have the server fund their escrow from a development account
+    /// (`POST /v1/jobs/{id}/dev-fund`). Refused on any chain but a development one.
+    pub dev_funding: bool,
+    /// Blocks an event must be under before it is believed (0 on dev chains, which never reorg).
+    pub confirmations: u64,
+    pub poll_interval_ms: u64,
+}
+
+impl Default for ChainConfig {
+    fn default() -> Self {
+        ChainConfig {
+            kind: ChainKind::Embedded,
+            rpc_url: "http://127.0.0.1:8545".into(),
+            escrow_address: String::new(),
+            operator_key: Secret::default(),
+            dev_funding: true,
+            confirmations: 0,
+            poll_interval_ms: 500,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +116,7 @@ impl Default for Config {
             database_url: String::new(),
             store: StoreConfig::default(),
             queue: QueueConfig::default(),
+            chain: ChainConfig::default(),
             api: ApiConfig::default(),
         }
     }
@@ -100,7 +145,7 @@ impl Default for QueueConfig {
 }
 
 /// Top-level keys of [`Config`], the only `SHARDWORK_…` variables read as configuration.
-const SECTIONS: [&str; 5] = ["data_dir", "database_url", "store", "queue", "api"];
+const SECTIONS: [&str; 6] = ["data_dir", "database_url", "store", "queue", "chain", "api"];
 
 impl Config {
     /// Loads defaults < `file` (or ./shardwork.toml if present) < `SHARDWORK_…` environment.

@@ -4,7 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
+use alloy::primitives::Address;
+use alloy::signers::local::PrivateKeySigner;
+use anyhow::{Context, bail};
+use shardwork_api::chain::Chain;
+use shardwork_contracts::Ledger;
+use shardwork_contracts::dev_keys;
+use shardwork_contracts::ledger::DeployParams;
+use shardwork_contracts::ledger::embedded::EmbeddedLedger;
+use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_core::queue::rabbitmq::{RabbitQueue, RabbitSettings};
 use shardwork_core::queue::table::TableQueue;
 use shardwork_core::queue::{QueueOptions, TaskQueue};
@@ -14,7 +22,7 @@ use shardwork_core::store::kubo::{KuboConfig, KuboStore};
 use shardwork_migrations::sea_orm::{ConnectOptions, Database, DatabaseConnection};
 use shardwork_migrations::{Migrator, MigratorTrait};
 
-use crate::config::{Config, QueueKind, StoreKind, redact_url};
+use crate::config::{ChainKind, Config, QueueKind, StoreKind, redact_url};
 
 /// Connects to the configured database and applies every pending migration.
 pub async fn connect_database(url: &str) -> anyhow::Result<DatabaseConnection> {
@@ -62,13 +70,19 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Arc<dyn ContentStore>
     })
 }
 
-/// The configured task queue; the embedded one lives in `db`.
+/// The configured task queue; the embedded one lives in `db` (a process without database
+/// access, a remote worker, can only use RabbitMQ).
 pub async fn open_queue(
     config: &Config,
-    db: &DatabaseConnection,
+    db: Option<&DatabaseConnection>,
 ) -> anyhow::Result<Arc<dyn TaskQueue>> {
     Ok(match config.queue.kind {
-        QueueKind::Embedded => Arc::new(TableQueue::new(db.clone())),
+        QueueKind::Embedded => {
+            let db = db.context(
+                "the embedded queue lives in the database; give this process the database or                  use queue.kind = \"rabbitmq\"",
+            )?;
+            Arc::new(TableQueue::new(db.clone()))
+        }
         QueueKind::RabbitMq => Arc::new(
             RabbitQueue::connect(&config.queue.amqp_url, RabbitSettings::default())
                 .await
@@ -84,4 +98,139 @@ pub fn queue_options(config: &Config) -> QueueOptions {
         visibility_timeout: Duration::from_secs(config.queue.visibility_timeout_secs),
         prefetch: config.queue.prefetch,
     }
+}
+
+/// Chain id of development chains (anvil, hardhat, the embedded EVM): their dev keys are public.
+const DEV_CHAIN_ID: u64 = 31337;
+
+/// Where a development deployment of the escrow is remembered between runs.
+fn escrow_file(config: &Config, chain_id: u64) -> std::path::PathBuf {
+    config.data_dir.join(format!("escrow-{chain_id}.toml"))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RememberedEscrow {
+    address: Address,
+    block: u64,
+}
+
+/// The configured chain with the escrow the API follows: connects (or opens the embedded
+/// EVM), picks the operator key, and on a development chain without a configured escrow
+/// deploys one (remembered in the data folder, so a restart follows the same contract).
+pub async fn open_chain(config: &Config) -> anyhow::Result<Chain> {
+    let chain_config = &config.chain;
+    let operator_key = chain_config.operator_key.expose().trim();
+    let dev_signers = dev_keys::dev_signers();
+    let ledger: Arc<dyn Ledger> = match chain_config.kind {
+        ChainKind::Embedded => Arc::new(
+            EmbeddedLedger::open(config.data_dir.join("chain.json"))
+                .context("opening the embedded chain")?,
+        ),
+        ChainKind::Rpc => {
+            let mut signers = dev_signers.clone();
+            if !operator_key.is_empty() {
+                let key: PrivateKeySigner = operator_key
+                    .parse()
+                    .context("chain.operator_key is not a hex secp256k1 private key")?;
+                signers = vec![key];
+            }
+            Arc::new(
+                RpcLedger::connect(RpcConfig::new(chain_config.rpc_url.clone()), signers)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "connecting to the chain at {}",
+                            redact_url(&chain_config.rpc_url)
+                        )
+                    })?,
+            )
+        }
+    };
+    let chain_id = ledger.chain_id().await.context("reading the chain id")?;
+    let dev_chain = chain_id == DEV_CHAIN_ID;
+    // Dev account 0 deploys and administers, 1 operates (validator role), 2 funds on
+    // requesters' behalf: the roles stay distinct even on a laptop.
+    let operator = if operator_key.is_empty() {
+        if !dev_chain {
+            bail!("chain.operator_key must be set on chain {chain_id} (not a development chain)");
+        }
+        dev_signers[1].address()
+    } else {
+        operator_key
+            .parse::<PrivateKeySigner>()
+            .context("chain.operator_key is not a hex secp256k1 private key")?
+            .address()
+    };
+    if chain_config.dev_funding && !dev_chain {
+        bail!("chain.dev_funding is only allowed on a development chain (31337), not {chain_id}");
+    }
+    let dev_funder = chain_config.dev_funding.then(|| dev_signers[2].address());
+    let (escrow, start_block) = if chain_config.escrow_address.trim().is_empty() {
+        if !dev_chain {
+            bail!(
+                "chain.escrow_address must be set on chain {chain_id}; deploy with `shardwork contracts deploy`"
+            );
+        }
+        dev_escrow(config, ledger.as_ref(), chain_id, operator).await?
+    } else {
+        let address: Address = chain_config
+            .escrow_address
+            .trim()
+            .parse()
+            .context("chain.escrow_address is not an address")?;
+        if ledger.code_at(address).await?.is_empty() {
+            bail!("no contract at chain.escrow_address {address} on chain {chain_id}");
+        }
+        (address, 0)
+    };
+    Ok(Chain {
+        ledger,
+        chain_id,
+        escrow,
+        operator,
+        dev_funder,
+        poll_interval: Duration::from_millis(chain_config.poll_interval_ms.max(50)),
+        confirmations: chain_config.confirmations,
+        start_block,
+    })
+}
+
+/// The development escrow: the remembered one if its code is still on chain, else a new one.
+async fn dev_escrow(
+    config: &Config,
+    ledger: &dyn Ledger,
+    chain_id: u64,
+    operator: Address,
+) -> anyhow::Result<(Address, u64)> {
+    let file = escrow_file(config, chain_id);
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        let remembered: RememberedEscrow =
+            toml::from_str(&text).with_context(|| format!("reading {}", file.display()))?;
+        if !ledger.code_at(remembered.address).await?.is_empty() {
+            return Ok((remembered.address, remembered.block));
+        }
+    }
+    let admin = dev_keys::dev_addresses()[0];
+    let block = ledger.block_number().await?;
+    let params = DeployParams {
+        admin,
+        validator: operator,
+        fee_manager: admin,
+        treasury: admin,
+        fee_bps: 250,
+    };
+    let escrow = ledger
+        .deploy_escrow(admin, &params)
+        .await
+        .context("deploying the development escrow")?;
+    std::fs::create_dir_all(&config.data_dir)?;
+    std::fs::write(
+        &file,
+        toml::to_string(&RememberedEscrow {
+            address: escrow,
+            block,
+        })?,
+    )
+    .with_context(|| format!("writing {}", file.display()))?;
+    Ok((escrow, block))
 }

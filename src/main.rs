@@ -7,8 +7,11 @@ mod bench;
 mod cli;
 mod config;
 mod contracts_cmd;
+mod demo;
 mod dev_secrets;
 mod infra;
+mod model_cmd;
+mod nodes;
 mod serve;
 mod up;
 

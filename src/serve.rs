@@ -10,7 +10,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let db = infra::connect_database(&url).await?;
     tracing::info!(database = %redact_url(&url), "database migrated");
     let store = infra::open_store(&config).await?;
-    let queue = infra::open_queue(&config, &db).await?;
-    shardwork_api::serve(config.api, shardwork_api::Ports { db, store, queue }).await?;
+    let queue = infra::open_queue(&config, Some(&db)).await?;
+    let chain = infra::open_chain(&config).await?;
+    tracing::info!(chain_id = chain.chain_id, escrow = %chain.escrow, operator = %chain.operator, dev_funding = chain.dev_funder.is_some(), "following the escrow");
+    let ports = shardwork_api::Ports {
+        db,
+        store,
+        queue,
+        chain: Some(chain),
+    };
+    let queue_options = infra::queue_options(&config);
+    shardwork_api::serve(config.api, ports, &queue_options).await?;
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! `shardwork up`: everything in one process on the configured (by default embedded) adapters.
 //!
-//! It brings the infrastructure up, proves each port works end to end, then serves the API on
-//! it. The in-process workers and validator join it with the end-to-end issue.
+//! It brings the infrastructure up, proves each port works end to end, starts the API (with its
+//! outbox, chain follower and reaper), and runs the validator and N workers in the same
+//! process against it. `shardwork demo` does the same and then posts a job.
 
 use std::time::Duration;
 
@@ -15,7 +16,32 @@ use crate::infra;
 /// Queue used only by the start-up self-check, so real task queues are never touched.
 const SELF_CHECK_QUEUE: &str = "shardwork.self-check";
 
-pub async fn run(mut config: Config) -> anyhow::Result<()> {
+/// A running marketplace: the API, its background work and the in-process nodes.
+pub struct Deployment {
+    pub running: shardwork_api::Running,
+    pub nodes: crate::nodes::NodeSet,
+    pub api_url: String,
+    pub store: std::sync::Arc<dyn shardwork_core::store::ContentStore>,
+}
+
+/// `shardwork up`: starts everything and serves until Ctrl-C.
+pub async fn run(config: Config, workers: usize) -> anyhow::Result<()> {
+    let deployment = start(config, workers, 0).await?;
+    println!(
+        "marketplace serving on {} with the validator and {workers} worker(s) (Ctrl-C stops)",
+        deployment.api_url
+    );
+    let Deployment { running, nodes, .. } = deployment;
+    let result = running.wait().await;
+    nodes.stop().await;
+    Ok(result?)
+}
+
+pub async fn start(
+    mut config: Config,
+    workers: usize,
+    adversaries: usize,
+) -> anyhow::Result<Deployment> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data folder {}", config.data_dir.display()))?;
     if crate::dev_secrets::fill_unset(&mut config)? {
@@ -54,7 +80,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         config.store.kind
     );
 
-    let queue = infra::open_queue(&config, &db).await?;
+    let queue = infra::open_queue(&config, Some(&db)).await?;
     queue
         .declare(SELF_CHECK_QUEUE, &infra::queue_options(&config))
         .await?;
@@ -87,12 +113,56 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     );
     drop(consumer);
 
+    let chain = infra::open_chain(&config).await?;
     println!(
-        "api         serving on http://{} (Ctrl-C stops). Workers and the validator are not \
-         built yet (issue 6).",
-        config.api.bind
+        "chain       ready: {:?} chain {}, escrow {}, operator {}{}",
+        config.chain.kind,
+        chain.chain_id,
+        chain.escrow,
+        chain.operator,
+        if chain.dev_funder.is_some() {
+            ", development funding on"
+        } else {
+            ""
+        }
     );
-    let ports = shardwork_api::Ports { db, store, queue };
-    shardwork_api::serve(config.api, ports).await?;
-    Ok(())
+    // The in-process validator signs in with its development key, which needs the role; only
+    // on a development chain, where that key is public anyway.
+    let validator =
+        crate::nodes::address_of(&crate::nodes::dev_key(crate::nodes::VALIDATOR_DEV_KEY));
+    if chain.chain_id == 31337 && !config.api.validator_addresses.contains(&validator) {
+        config.api.validator_addresses.push(validator);
+    }
+    let ports = shardwork_api::Ports {
+        db,
+        store: store.clone(),
+        queue: queue.clone(),
+        chain: Some(chain),
+    };
+    let running =
+        shardwork_api::start(config.api.clone(), ports, &infra::queue_options(&config)).await?;
+    let api_url = format!("http://127.0.0.1:{}", running.port);
+    println!("api         serving on {api_url}");
+    let nodes = crate::nodes::spawn_in_process(crate::nodes::InProcess {
+        api_url: api_url.clone(),
+        store: store.clone(),
+        queue,
+        work_dir: &config.data_dir.join("nodes"),
+        workers,
+        adversaries,
+    })?;
+    println!(
+        "nodes       ready: validator {validator}, {workers} worker(s){}",
+        if adversaries > 0 {
+            format!(" ({adversaries} submitting random noise)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(Deployment {
+        running,
+        nodes,
+        api_url,
+        store,
+    })
 }

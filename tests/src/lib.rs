@@ -1,3 +1,121 @@
-//! Whole-system tests that drive Shardwork as its users do (a federated job to payout, crash
-//! and restart drills, a malicious worker, deadline refunds). They arrive with the end-to-end
-//! issue; until then this crate holds no tests and claims none.
+//! Whole-system tests that drive Shardwork as its users do: the `shardwork` binary started as
+//! separate processes, killed and restarted, and talked to over HTTP with the same client the
+//! workers use. This library holds what they share: finding the binary, running it with a
+//! configuration, and waiting for the API.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `shardwork` binary under test: `SHARDWORK_BIN` when set (a copy, when several checkouts
+/// share one target folder and link over each other's binaries), else the one this build made
+/// beside the tests (`cargo nextest run --bins`: target/<profile>/shardwork).
+pub fn binary() -> PathBuf {
+    if let Some(bin) = std::env::var_os("SHARDWORK_BIN") {
+        return PathBuf::from(bin);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("tests run from target/<profile>/deps");
+    let bin = profile_dir.join(format!("shardwork{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build --workspace --bins` (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A `shardwork` process, killed (SIGKILL) when dropped.
+pub struct Process {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Process {
+    /// Starts `shardwork <args>` with `env`, logging to `log`.
+    pub fn start(args: &[&str], env: &[(String, String)], log: &Path) -> Process {
+        let out = std::fs::File::create(log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let mut command = Command::new(binary());
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        Process {
+            child: command.spawn().expect("start shardwork"),
+            log: log.to_path_buf(),
+        }
+    }
+
+    /// SIGKILL: no shutdown code runs, as in a crash.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `url`/healthz answers, or panics with the process log.
+pub async fn wait_healthy(url: &str, process: &mut Process, within: Duration) {
+    let deadline = Instant::now() + within;
+    let addr = url.trim_start_matches("http://").to_owned();
+    loop {
+        if let Ok(Some(status)) = process.child.try_wait() {
+            panic!("shardwork exited with {status}:\n{}", process.log_text());
+        }
+        if tokio::net::TcpStream::connect(&addr).await.is_ok() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "the API did not come up within {within:?}:\n{}",
+                process.log_text()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `within` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("{what}: not within {within:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,393 @@
+//! `shardwork demo`: the whole marketplace in one process, then a sample federated job posted
+//! by a requester, funded, trained by the workers, merged by the validator and paid out on the
+//! (embedded) chain. Prints per contributor what they did and earned, the final adapter's
+//! held-out metric against the base model's, and where the time went.
+//!
+//! The job is MiniLM on Rotten Tomatoes when the fixture packages are installed
+//! (`scripts/install/python-fixtures`), otherwise a small generated model and dataset, so it runs
+//! on any fresh machine.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use shardwork_worker::node::api::ApiClient;
+use shardwork_worker::node::content::{StoreBlobs, put_bundle};
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::nodes;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Workers to run (1..=5).
+    #[arg(long, default_value_t = 3)]
+    pub workers: usize,
+    /// Of them, how many submit random noise (the validator must reject them).
+    #[arg(long, default_value_t = 0)]
+    pub adversaries: usize,
+    #[arg(long, default_value_t = 3)]
+    pub shards: u32,
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
+    /// Use the generated sample model even when MiniLM is installed.
+    #[arg(long)]
+    pub sample_model: bool,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    pub timeout_secs: u64,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What the demo measured, also the `--json` output.
+#[derive(Debug, serde::Serialize)]
+pub struct DemoReport {
+    pub job_id: Uuid,
+    pub model: String,
+    pub status: String,
+    pub wall_seconds: f64,
+    pub training_critical_path_seconds: f64,
+    pub platform_overhead: f64,
+    pub metric_name: String,
+    pub final_metric: Option<f64>,
+    pub base_metric: Option<f64>,
+    pub adapter_cid: Option<String>,
+    pub contributors: Vec<Value>,
+}
+
+pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
+    let deployment = crate::up::start(config, args.workers, args.adversaries).await?;
+    let outcome = drive(&deployment, &args).await;
+    let crate::up::Deployment { running, nodes, .. } = deployment;
+    nodes.stop().await;
+    running.handle().stop(true).await;
+    let report = outcome?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    if report.status != "completed" {
+        bail!("the demo job ended {}", report.status);
+    }
+    Ok(())
+}
+
+/// The sample job's model bundle, spec and dataset.
+async fn sample_job(
+    deployment: &crate::up::Deployment,
+    args: &DemoArgs,
+) -> anyhow::Result<(String, Value, String)> {
+    let blobs = StoreBlobs(deployment.store.clone());
+    let minilm = shardwork_worker::fixtures::minilm_dir();
+    let rotten = shardwork_worker::fixtures::rotten_tomatoes();
+    let (label, model_dir, dataset, max_seq_len, lr, epochs) = match (minilm, rotten) {
+        (Some(dir), Some(rt)) if !args.sample_model => {
+            let reviews = shardwork_worker::data::rotten::load(&rt)?;
+            // 1,200 reviews, evenly spread, keep the demo to minutes on a laptop CPU.
+            let stride = (reviews.len() / 1_200).max(1);
+            let mut jsonl = String::new();
+            for i in (0..reviews.len()).step_by(stride).take(1_200) {
+                jsonl.push_str(
+                    &json!({ "text": reviews.texts[i], "label": reviews.labels[i] }).to_string(),
+                );
+                jsonl.push('\n');
+            }
+            (
+                "all-MiniLM-L6-v2 + Rotten Tomatoes (1,200 reviews)".to_owned(),
+                dir,
+                jsonl,
+                48,
+                1e-3,
+                2,
+            )
+        }
+        _ => {
+            let dir = deployment_dir("sample-model")?;
+            shardwork_worker::node::sample::write_model(&dir, 42)?;
+            let data = shardwork_worker::node::sample::dataset(900, 11);
+            (
+                "generated 2-layer BERT + generated reviews (900)".to_owned(),
+                dir,
+                data,
+                16,
+                1e-2,
+                3,
+            )
+        }
+    };
+    let files: Vec<&str> = ["config.json", "model.safetensors", "tokenizer.json"].to_vec();
+    let model_cid = put_bundle(&blobs, "model", &model_dir, &files).await?;
+    let spec = json!({
+        "version": 1,
+        "kind": "federated",
+        "base_model": { "cid": model_cid, "format": "safetensors", "architecture": "bert",
+                        "task": "sequence_classification", "num_labels": 2 },
+        "lora": { "r": 8, "alpha": 16, "dropout": 0.05, "target_modules": ["query", "value"],
+                  "modules_to_save": ["classifier"] },
+        "training": { "epochs": epochs, "learning_rate": lr, "batch_size": 16,
+                      "max_seq_len": max_seq_len, "seed": 42 },
+        "shards": args.shards,
+        "rounds": args.rounds,
+        "held_out_fraction": 0.2,
+        "deadline": (Utc::now() + chrono::Duration::hours(2)).to_rfc3339(),
+        "stake": { "amount": "1000000000000000000" }
+    });
+    Ok((label, spec, dataset))
+}
+
+fn deployment_dir(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("shardwork-{name}"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::Result<DemoReport> {
+    let (model, spec, dataset) = sample_job(deployment, args).await?;
+    let requester = Arc::new(ApiClient::new(
+        &deployment.api_url,
+        nodes::dev_key(nodes::REQUESTER_DEV_KEY),
+        &[],
+    )?);
+    let started = Instant::now();
+    let job = requester.post_job(&spec, Bytes::from(dataset)).await?;
+    let job_id: Uuid = job["id"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .context("the API answered a job without an id")?;
+    eprintln!("job         {job_id} posted: {model}");
+    let funded = requester.dev_fund(job_id).await?;
+    eprintln!(
+        "escrow      funded by the development account (escrow job {}, tx {})",
+        funded["escrow_job_id"].as_str().unwrap_or("?"),
+        funded["tx_hash"].as_str().unwrap_or("?")
+    );
+    let mut after = 0;
+    let mut events: Vec<Value> = Vec::new();
+    let status = loop {
+        if started.elapsed() > Duration::from_secs(args.timeout_secs) {
+            bail!("the demo job did not finish within {} s", args.timeout_secs);
+        }
+        for event in requester.events(job_id, after).await? {
+            after = event["id"].as_i64().unwrap_or(after);
+            print_event(&event, args.json);
+            if event["kind"] == "task_failed" {
+                bail!(
+                    "a task of job {job_id} failed after all its attempts, so the job cannot \
+                     finish; its stake is refunded at the deadline"
+                );
+            }
+            events.push(event);
+        }
+        let job = requester.job(job_id).await?;
+        let status = job["status"].as_str().unwrap_or_default().to_owned();
+        if matches!(status.as_str(), "completed" | "cancelled" | "refunded") {
+            for event in requester.events(job_id, after).await? {
+                print_event(&event, args.json);
+                events.push(event);
+            }
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let wall = started.elapsed().as_secs_f64();
+    Ok(summarise(job_id, model, status, wall, &events))
+}
+
+/// One line per event: on stdout for people, on stderr when stdout carries `--json`.
+fn print_event(event: &Value, json_output: bool) {
+    let p = &event["payload"];
+    let line = match event["kind"].as_str().unwrap_or_default() {
+        "funded" => "escrow funding seen on chain; the job is open".to_owned(),
+        "round_opened" => format!("round {} opened: {} tasks queued", p["round"], p["tasks"]),
+        "task_claimed" => format!(
+            "round {} shard {} claimed by {}",
+            p["round"],
+            p["shard"],
+            p["worker"].as_str().unwrap_or("?")
+        ),
+        "submitted" => format!(
+            "round {} shard {} adapter submitted ({} samples)",
+            p["round"], p["shard"], p["samples"]
+        ),
+        "verdict" => format!(
+            "round {} verdict on {}: {}{}",
+            p["round"],
+            p["worker"].as_str().unwrap_or("?"),
+            if p["accepted"].as_bool() == Some(true) {
+                format!(
+                    "accepted, quality {:.3}",
+                    p["quality"].as_f64().unwrap_or(0.0)
+                )
+            } else {
+                "REJECTED".into()
+            },
+            p["reason"]
+                .as_str()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
+        "aggregated" => format!(
+            "round {} merged: held-out {} {:.4} (base {:.4})",
+            p["round"],
+            p["metric_name"].as_str().unwrap_or("metric"),
+            p["metric"].as_f64().unwrap_or(f64::NAN),
+            p["base_metric"].as_f64().unwrap_or(f64::NAN)
+        ),
+        "task_requeued" => format!("task requeued: {}", p["reason"].as_str().unwrap_or("?")),
+        "task_failed" => format!("task failed after {} attempts", p["attempts"]),
+        "completed" => format!(
+            "completed on chain (tx {})",
+            p["tx_hash"].as_str().unwrap_or("?")
+        ),
+        other => other.to_owned(),
+    };
+    if json_output {
+        eprintln!("event       {line}");
+    } else {
+        println!("event       {line}");
+    }
+}
+
+fn time_of(event: &Value) -> Option<DateTime<Utc>> {
+    event["created_at"].as_str()?.parse().ok()
+}
+
+/// Per round, the slowest task from claim to submission: the training on the critical path.
+fn critical_training(events: &[Value]) -> f64 {
+    let mut claimed: BTreeMap<(i64, i64), DateTime<Utc>> = BTreeMap::new();
+    let mut slowest: BTreeMap<i64, f64> = BTreeMap::new();
+    for e in events {
+        let p = &e["payload"];
+        let key = (
+            p["round"].as_i64().unwrap_or(0),
+            p["shard"].as_i64().unwrap_or(0),
+        );
+        match e["kind"].as_str() {
+            Some("task_claimed") => {
+                if let Some(t) = time_of(e) {
+                    claimed.insert(key, t);
+                }
+            }
+            Some("submitted") => {
+                if let (Some(start), Some(end)) = (claimed.get(&key), time_of(e)) {
+                    let secs = (end - *start).num_milliseconds() as f64 / 1000.0;
+                    let slot = slowest.entry(key.0).or_default();
+                    *slot = slot.max(secs);
+                }
+            }
+            _ => {}
+        }
+    }
+    slowest.values().sum()
+}
+
+fn summarise(
+    job_id: Uuid,
+    model: String,
+    status: String,
+    wall: f64,
+    events: &[Value],
+) -> DemoReport {
+    let last = |kind: &str| {
+        events
+            .iter()
+            .rev()
+            .find(|e| e["kind"] == kind)
+            .map(|e| e["payload"].clone())
+    };
+    let aggregated = last("aggregated");
+    let completed = last("completed");
+    let finalize_contribs: Vec<Value> = last("finalize")
+        .and_then(|p| p["contributions"].as_array().cloned())
+        .unwrap_or_default();
+    let payouts: BTreeMap<String, Value> = completed
+        .as_ref()
+        .and_then(|p| p["payouts"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p["address"].as_str().unwrap_or_default().to_owned(), p))
+        .collect();
+    let contributors = finalize_contribs
+        .into_iter()
+        .map(|c| {
+            let address = c["address"].as_str().unwrap_or_default().to_owned();
+            let paid = payouts.get(&address);
+            json!({
+                "address": address,
+                "samples": c["samples"],
+                "accepted": c["accepted"],
+                "rejected": c["rejected"],
+                "quality_bps": c["quality_bps"],
+                "reputation": paid.map(|p| p["reputation"].clone()).unwrap_or(Value::Null),
+                "paid_wei": paid.map(|p| p["amount_wei"].clone()).unwrap_or(json!("0")),
+            })
+        })
+        .collect();
+    let training = critical_training(events);
+    DemoReport {
+        job_id,
+        model,
+        status,
+        wall_seconds: wall,
+        training_critical_path_seconds: training,
+        platform_overhead: if wall > 0.0 {
+            (wall - training) / wall
+        } else {
+            0.0
+        },
+        metric_name: aggregated
+            .as_ref()
+            .and_then(|a| a["metric_name"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| "accuracy".into()),
+        final_metric: aggregated.as_ref().and_then(|a| a["metric"].as_f64()),
+        base_metric: aggregated.as_ref().and_then(|a| a["base_metric"].as_f64()),
+        adapter_cid: completed
+            .as_ref()
+            .and_then(|c| c["adapter_cid"].as_str().map(str::to_owned)),
+        contributors,
+    }
+}
+
+fn print_report(r: &DemoReport) {
+    println!();
+    println!("job {} {} — {}", r.job_id, r.status, r.model);
+    println!(
+        "final adapter {}: held-out {} {:.4} against the base model's {:.4}",
+        r.adapter_cid.as_deref().unwrap_or("-"),
+        r.metric_name,
+        r.final_metric.unwrap_or(f64::NAN),
+        r.base_metric.unwrap_or(f64::NAN)
+    );
+    println!(
+        "{:<44} {:>8} {:>9} {:>8} {:>11} {:>24}",
+        "contributor", "samples", "accepted", "quality", "reputation", "paid (wei)"
+    );
+    for c in &r.contributors {
+        println!(
+            "{:<44} {:>8} {:>9} {:>8} {:>11} {:>24}",
+            c["address"].as_str().unwrap_or("?"),
+            c["samples"].to_string(),
+            format!(
+                "{}/{}",
+                c["accepted"],
+                c["accepted"].as_u64().unwrap_or(0) + c["rejected"].as_u64().unwrap_or(0)
+            ),
+            c["quality_bps"].to_string(),
+            c["reputation"].to_string(),
+            c["paid_wei"].as_str().unwrap_or("0"),
+        );
+    }
+    println!(
+        "wall {:.1} s, training on the critical path {:.1} s, platform overhead {:.1}%",
+        r.wall_seconds,
+        r.training_critical_path_seconds,
+        100.0 * r.platform_overhead
+    );
+}

@@ -1,0 +1,48 @@
+//! `shardwork model …`: put a base model folder into the content store as a bundle (its CID is
+//! what a job spec's `base_model.cid` names), or write the generated sample model.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Subcommand;
+use shardwork_worker::node::content::{StoreBlobs, put_bundle};
+
+use crate::config::Config;
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Write the small generated BERT model (config.json, model.safetensors, tokenizer.json).
+    Sample {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Store every file of a model folder in the configured content store; prints the bundle
+    /// CID to name in a job spec.
+    Put { dir: PathBuf },
+}
+
+pub async fn run(config: Config, command: ModelCommand) -> anyhow::Result<()> {
+    match command {
+        ModelCommand::Sample { dir, seed } => {
+            shardwork_worker::node::sample::write_model(&dir, seed)?;
+            println!("{}", dir.display());
+        }
+        ModelCommand::Put { dir } => {
+            let mut names: Vec<String> = std::fs::read_dir(&dir)
+                .with_context(|| format!("reading {}", dir.display()))?
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| !n.starts_with('.'))
+                .collect();
+            names.sort();
+            anyhow::ensure!(!names.is_empty(), "{} holds no files", dir.display());
+            let store = crate::infra::open_store(&config).await?;
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let cid = put_bundle(&StoreBlobs(store), "model", &dir, &refs).await?;
+            println!("{cid}");
+        }
+    }
+    Ok(())
+}

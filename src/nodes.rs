@@ -1,0 +1,248 @@
+//! Workers and the validator: in-process for `shardwork up` and `demo`, or one per process for
+//! `shardwork worker` / `shardwork validator` against a served API.
+//!
+//! Development accounts (public keys, `shardwork_contracts::dev_keys`) have fixed jobs so a laptop
+//! run keeps the roles apart: 0 deploys the escrow, 1 is the API's operator (validator role on
+//! chain), 2 funds jobs in development mode, 3 is the demo's requester, 4 the validator
+//! service, 5 and up the workers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy::signers::local::PrivateKeySigner;
+use anyhow::Context;
+use candle_core::Device;
+use shardwork_core::protocol::EthAddress;
+use shardwork_core::queue::TaskQueue;
+use shardwork_core::store::ContentStore;
+use shardwork_worker::node::api::ApiClient;
+use shardwork_worker::node::content::{ApiBlobs, Blobs, StoreBlobs};
+use shardwork_worker::node::validator::{Rules, ValidatorNode};
+use shardwork_worker::node::worker::{Behaviour, WorkerNode};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub const REQUESTER_DEV_KEY: usize = 3;
+pub const VALIDATOR_DEV_KEY: usize = 4;
+pub const FIRST_WORKER_DEV_KEY: usize = 5;
+/// Dev keys 5..=9 are the workers a development deployment can run.
+pub const MAX_DEV_WORKERS: usize = 5;
+
+pub fn dev_key(index: usize) -> PrivateKeySigner {
+    shardwork_contracts::dev_keys::dev_signers()[index].clone()
+}
+
+pub fn address_of(key: &PrivateKeySigner) -> EthAddress {
+    EthAddress(key.address().into_array())
+}
+
+/// How often a worker extends its lease while training.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+const VALIDATOR_POLL: Duration = Duration::from_millis(300);
+
+/// The device training runs on: the first CUDA GPU when built with `cuda` and one is present.
+pub fn training_device() -> Device {
+    Device::cuda_if_available(0).unwrap_or(Device::Cpu)
+}
+
+/// Running nodes; [`NodeSet::stop`] asks them to finish their current work and waits.
+pub struct NodeSet {
+    shutdown: watch::Sender<bool>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl NodeSet {
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        for handle in self.handles {
+            let _ = handle.await;
+        }
+    }
+}
+
+/// What an in-process deployment runs beside the API.
+pub struct InProcess<'a> {
+    pub api_url: String,
+    pub store: Arc<dyn ContentStore>,
+    pub queue: Arc<dyn TaskQueue>,
+    pub work_dir: &'a Path,
+    pub workers: usize,
+    /// Of the workers, how many submit random noise instead of training (demo, tests).
+    pub adversaries: usize,
+}
+
+pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
+    anyhow::ensure!(
+        setup.workers <= MAX_DEV_WORKERS,
+        "at most {MAX_DEV_WORKERS} development workers (dev keys 5..=9), not {}",
+        setup.workers
+    );
+    let (shutdown, receiver) = watch::channel(false);
+    let blobs: Arc<dyn Blobs> = Arc::new(StoreBlobs(setup.store.clone()));
+    let device = training_device();
+    let mut handles = Vec::new();
+    let validator = ValidatorNode {
+        api: Arc::new(ApiClient::new(
+            &setup.api_url,
+            dev_key(VALIDATOR_DEV_KEY),
+            &["validator"],
+        )?),
+        blobs: blobs.clone(),
+        device: device.clone(),
+        work_dir: setup.work_dir.join("validator"),
+        poll: VALIDATOR_POLL,
+        rules: Rules::default(),
+    };
+    let rx = receiver.clone();
+    handles.push(tokio::spawn(async move {
+        if let Err(e) = validator.run(rx).await {
+            tracing::error!(error = %e, "validator stopped");
+        }
+    }));
+    for i in 0..setup.workers {
+        let behaviour = if i < setup.adversaries {
+            Behaviour::RandomNoise
+        } else {
+            Behaviour::Honest
+        };
+        let node = WorkerNode {
+            api: Arc::new(ApiClient::new(
+                &setup.api_url,
+                dev_key(FIRST_WORKER_DEV_KEY + i),
+                &["worker"],
+            )?),
+            blobs: blobs.clone(),
+            queue: setup.queue.clone(),
+            device: device.clone(),
+            work_dir: setup.work_dir.join(format!("worker-{i}")),
+            heartbeat: HEARTBEAT,
+            behaviour,
+        };
+        let rx = receiver.clone();
+        handles.push(tokio::spawn(async move {
+            if let Err(e) = node.run(rx).await {
+                tracing::error!(error = %e, "worker stopped");
+            }
+        }));
+    }
+    Ok(NodeSet { shutdown, handles })
+}
+
+/// A node's signing key: `SHARDWORK_NODE_KEY` (hex), or the file given.
+pub fn node_key(key_file: Option<&Path>) -> anyhow::Result<PrivateKeySigner> {
+    let text = match key_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the node key {}", path.display()))?,
+        None => std::env::var("SHARDWORK_NODE_KEY")
+            .context("no node key: set SHARDWORK_NODE_KEY (hex private key) or pass --key-file")?,
+    };
+    text.trim()
+        .parse()
+        .context("the node key is not a hex secp256k1 private key")
+}
+
+/// Content access for a node in its own process: straight to Kubo when the deployment uses
+/// Kubo, else through the API.
+pub async fn remote_blobs(
+    config: &crate::config::Config,
+    api: Arc<ApiClient>,
+) -> anyhow::Result<Arc<dyn Blobs>> {
+    Ok(match config.store.kind {
+        crate::config::StoreKind::Kubo => {
+            Arc::new(StoreBlobs(crate::infra::open_store(config).await?))
+        }
+        crate::config::StoreKind::Embedded => Arc::new(ApiBlobs(api)),
+    })
+}
+
+/// Stops on Ctrl-C or SIGTERM (what `docker stop` sends).
+pub fn shutdown_on_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: finishing the current task");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// `shardwork worker`: one worker process.
+pub async fn run_worker(
+    config: crate::config::Config,
+    api_url: String,
+    key_file: Option<PathBuf>,
+    work_dir: PathBuf,
+) -> anyhow::Result<()> {
+    let api = Arc::new(ApiClient::new(
+        &api_url,
+        node_key(key_file.as_deref())?,
+        &["worker"],
+    )?);
+    let db = match config.queue.kind {
+        crate::config::QueueKind::Embedded => {
+            Some(crate::infra::connect_database(&config.effective_database_url()).await?)
+        }
+        crate::config::QueueKind::RabbitMq => None,
+    };
+    let queue = crate::infra::open_queue(&config, db.as_ref()).await?;
+    queue
+        .declare(
+            shardwork_core::protocol::TASK_QUEUE,
+            &crate::infra::queue_options(&config),
+        )
+        .await?;
+    let node = WorkerNode {
+        blobs: remote_blobs(&config, api.clone()).await?,
+        api,
+        queue,
+        device: training_device(),
+        work_dir,
+        heartbeat: HEARTBEAT,
+        behaviour: Behaviour::Honest,
+    };
+    println!(
+        "worker {} serving {api_url}",
+        address_of(&node_key(key_file.as_deref())?)
+    );
+    node.run(shutdown_on_signal()).await?;
+    Ok(())
+}
+
+/// `shardwork validator`: the validator service in its own process.
+pub async fn run_validator(
+    config: crate::config::Config,
+    api_url: String,
+    key_file: Option<PathBuf>,
+    work_dir: PathBuf,
+) -> anyhow::Result<()> {
+    let api = Arc::new(ApiClient::new(
+        &api_url,
+        node_key(key_file.as_deref())?,
+        &["validator"],
+    )?);
+    let node = ValidatorNode {
+        blobs: remote_blobs(&config, api.clone()).await?,
+        api,
+        device: training_device(),
+        work_dir,
+        poll: VALIDATOR_POLL,
+        rules: Rules::default(),
+    };
+    println!(
+        "validator {} serving {api_url}",
+        address_of(&node_key(key_file.as_deref())?)
+    );
+    node.run(shutdown_on_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! The whole marketplace in one process on embedded defaults, driven as a user drives it:
+//! `shardwork demo` posts a federated job (3 shards x 2 rounds, the generated sample model) with
+//! one of its three workers submitting random noise, and runs it to payout.
+//!
+//! Checked: the job completes; the final adapter beats the base model on the held-out set; the
+//! noise worker is rejected and paid nothing; the honest workers are paid; what the chain
+//! credited each contributor equals what the database recorded and what the demo reported.
+
+use std::process::Command;
+
+use alloy::primitives::U256;
+use serde_json::Value;
+use shardwork_contracts::Ledger;
+use shardwork_contracts::ledger::ETH;
+use shardwork_contracts::ledger::embedded::EmbeddedLedger;
+use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
+
+fn report(stdout: &str) -> Value {
+    let start = stdout.rfind("\n{\n").map(|i| i + 1).unwrap_or(0);
+    serde_json::from_str(&stdout[start..])
+        .unwrap_or_else(|e| panic!("no JSON report ({e}):\n{stdout}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(shardwork_tests::binary())
+        .args([
+            "demo",
+            "--sample-model",
+            "--json",
+            "--workers",
+            "3",
+            "--adversaries",
+            "1",
+            "--shards",
+            "3",
+            "--rounds",
+            "2",
+            "--timeout-secs",
+            "900",
+        ])
+        .env("SHARDWORK_DATA_DIR", dir.path())
+        .env(
+            "SHARDWORK_API__BIND",
+            format!("127.0.0.1:{}", shardwork_tests::free_port()),
+        )
+        .env("SHARDWORK_LOG", "warn")
+        .output()
+        .expect("run shardwork demo");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    let report = report(&stdout);
+    assert_eq!(report["status"], "completed", "{report}");
+    let (metric, base) = (
+        report["final_metric"].as_f64().unwrap(),
+        report["base_metric"].as_f64().unwrap(),
+    );
+    assert!(
+        metric > base + 0.1,
+        "final {metric} does not beat base {base}: {report}"
+    );
+
+    let dev = shardwork_contracts::dev_keys::dev_addresses();
+    let noise = format!("{:#x}", dev[5]);
+    let contributors = report["contributors"].as_array().unwrap();
+    let by_address = |a: &str| {
+        contributors
+            .iter()
+            .find(|c| c["address"] == a)
+            .unwrap_or_else(|| panic!("{a} not among {contributors:?}"))
+    };
+    let adversary = by_address(&noise);
+    assert_eq!(adversary["accepted"], 0, "{adversary}");
+    assert!(adversary["rejected"].as_u64().unwrap() >= 1, "{adversary}");
+    assert_eq!(adversary["paid_wei"], "0");
+
+    // The chain's credits, the database's earnings and the report agree, contributor by
+    // contributor; someone honest was paid.
+    let ledger = EmbeddedLedger::open(dir.path().join("chain.json")).unwrap();
+    let escrow_file = std::fs::read_to_string(dir.path().join("escrow-31337.toml")).unwrap();
+    let escrow: alloy::primitives::Address = escrow_file
+        .lines()
+        .find_map(|l| l.strip_prefix("address = "))
+        .map(|v| v.trim_matches('"').parse().unwrap())
+        .unwrap();
+    let db = Database::connect(format!(
+        "sqlite://{}?mode=ro",
+        dir.path().join("shardwork.db").display()
+    ))
+    .await
+    .unwrap();
+    let mut honest_paid = U256::ZERO;
+    for c in contributors {
+        let address: alloy::primitives::Address = c["address"].as_str().unwrap().parse().unwrap();
+        let on_chain = ledger.withdrawable(escrow, address, ETH).await.unwrap();
+        let reported: U256 = c["paid_wei"].as_str().unwrap().parse().unwrap();
+        assert_eq!(on_chain, reported, "{c}");
+        let row = db
+            .query_one_raw(Statement::from_string(
+                db.get_database_backend(),
+                format!(
+                    "SELECT earnings_wei FROM workers WHERE address = '{}'",
+                    c["address"].as_str().unwrap()
+                ),
+            ))
+            .await
+            .unwrap()
+            .expect("worker row");
+        let in_db: String = row.try_get_by_index(0).unwrap();
+        assert_eq!(in_db.parse::<U256>().unwrap(), on_chain, "{c}");
+        if c["address"] != noise.as_str() {
+            honest_paid += on_chain;
+        }
+    }
+    assert!(honest_paid > U256::ZERO, "{report}");
+}

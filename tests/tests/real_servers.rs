@@ -1,0 +1,245 @@
+//! Real mode: `shardwork serve`, `shardwork validator` and two `shardwork worker` processes on
+//! PostgreSQL, RabbitMQ and anvil (the embedded content store stands in for Kubo, which has no
+//! binary here; the workers reach it through the API). A federated job (3 shards x 2 rounds) is
+//! posted and funded; one worker is SIGKILLed as soon as it holds a lease, mid-training.
+//!
+//! Checked: the job still completes (the lease expires, the reaper republishes, the other worker
+//! trains); the final adapter beats the base model; each contributor is paid once on chain, and
+//! what anvil's escrow credits equals what the database recorded.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy::primitives::{Address, U256};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use shardwork_contracts::Ledger;
+use shardwork_contracts::ledger::ETH;
+use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
+use shardwork_contracts::testkit::anvil::Anvil;
+use shardwork_core::testkit::services::{Service, service_url};
+use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
+use shardwork_tests::{Process, eventually, free_port, wait_healthy};
+use shardwork_worker::node::api::ApiClient;
+use shardwork_worker::node::content::{ApiBlobs, put_bundle};
+
+fn key_hex(index: usize) -> String {
+    shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[index].to_owned()
+}
+
+async fn fresh_database(admin_url: &str) -> String {
+    let admin = Database::connect(admin_url)
+        .await
+        .expect("connect to PostgreSQL");
+    let name = format!("shardwork_e2e_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .execute_raw(Statement::from_string(
+            admin.get_database_backend(),
+            format!("CREATE DATABASE {name}"),
+        ))
+        .await
+        .expect("create database");
+    let slash = admin_url.rfind('/').expect("URL names a database");
+    format!("{}/{name}", &admin_url[..slash])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn separate_processes_complete_a_federated_job_despite_a_killed_worker() {
+    let Some(pg) = service_url(Service::Postgres, "end to end on real servers") else {
+        return;
+    };
+    let Some(amqp) = service_url(Service::RabbitMq, "end to end on real servers") else {
+        return;
+    };
+    let Some(anvil) = Anvil::start("end to end on real servers") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let database_url = fresh_database(&pg).await;
+    let port = free_port();
+    let api_url = format!("http://127.0.0.1:{port}");
+    let validator_address = shardwork_contracts::dev_keys::dev_addresses()[4];
+    let common: Vec<(String, String)> = [
+        ("SHARDWORK_DATABASE_URL", database_url.clone()),
+        ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
+        ("SHARDWORK_QUEUE__AMQP_URL", amqp.clone()),
+        ("SHARDWORK_CHAIN__KIND", "rpc".into()),
+        ("SHARDWORK_CHAIN__RPC_URL", anvil.url().to_owned()),
+        ("SHARDWORK_CHAIN__POLL_INTERVAL_MS", "200".into()),
+        ("SHARDWORK_API_URL", api_url.clone()),
+        ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let with = |extra: &[(&str, String)]| {
+        let mut env = common.clone();
+        env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+        env
+    };
+    let mut api = Process::start(
+        &["serve"],
+        &with(&[
+            (
+                "SHARDWORK_DATA_DIR",
+                dir.path().join("api").display().to_string(),
+            ),
+            ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
+            (
+                "SHARDWORK_API__JWT_SECRET",
+                "e2e-jwt-secret-of-at-least-32-bytes!!".into(),
+            ),
+            (
+                "SHARDWORK_API__SEALING_SECRET",
+                "e2e-sealing-secret-at-least-32-bytes!".into(),
+            ),
+            (
+                "SHARDWORK_API__VALIDATOR_ADDRESSES",
+                format!("[\"{validator_address:#x}\"]"),
+            ),
+            ("SHARDWORK_API__LEASE_SECS", "8".into()),
+            ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
+        ]),
+        &dir.path().join("api.log"),
+    );
+    wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
+    let node = |name: &str, key: usize| {
+        Process::start(
+            &[
+                name,
+                "--work-dir",
+                &dir.path()
+                    .join(format!("{name}-{key}"))
+                    .display()
+                    .to_string(),
+            ],
+            &with(&[("SHARDWORK_NODE_KEY", key_hex(key))]),
+            &dir.path().join(format!("{name}-{key}.log")),
+        )
+    };
+    let _validator = node("validator", 4);
+    let doomed = node("worker", 5);
+    let _survivor = node("worker", 6);
+
+    // The requester uploads the sample model through the API, posts and funds the job.
+    let requester = Arc::new(
+        ApiClient::new(
+            &api_url,
+            shardwork_contracts::dev_keys::dev_signers()[3].clone(),
+            &[],
+        )
+        .unwrap(),
+    );
+    let model_dir = dir.path().join("model");
+    shardwork_worker::node::sample::write_model(&model_dir, 42).unwrap();
+    let blobs = ApiBlobs(requester.clone());
+    let model_cid = put_bundle(
+        &blobs,
+        "model",
+        &model_dir,
+        &["config.json", "model.safetensors", "tokenizer.json"],
+    )
+    .await
+    .unwrap();
+    let spec = json!({
+        "version": 1, "kind": "federated",
+        "base_model": { "cid": model_cid, "format": "safetensors", "architecture": "bert",
+                        "task": "sequence_classification", "num_labels": 2 },
+        "lora": { "r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["query", "value"] },
+        "training": { "epochs": 3, "learning_rate": 0.01, "batch_size": 16, "max_seq_len": 16, "seed": 42 },
+        "shards": 3, "rounds": 2, "held_out_fraction": 0.2,
+        "deadline": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(), "stake": { "amount": "1000000000000000000" }
+    });
+    let dataset = shardwork_worker::node::sample::dataset(600, 11);
+    let job = requester
+        .post_job(&spec, Bytes::from(dataset))
+        .await
+        .unwrap();
+    let job_id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    requester.dev_fund(job_id).await.unwrap();
+
+    // Kill worker 5 the moment it holds a lease.
+    let doomed_address = format!("{:#x}", shardwork_contracts::dev_keys::dev_addresses()[5]);
+    let claimed_by_doomed = |events: &[Value]| {
+        events.iter().any(|e| {
+            e["kind"] == "task_claimed" && e["payload"]["worker"] == doomed_address.as_str()
+        })
+    };
+    let r = requester.clone();
+    eventually("worker 5 claims a task", Duration::from_secs(120), || {
+        let r = r.clone();
+        async move {
+            let events = r.events(job_id, 0).await.ok()?;
+            claimed_by_doomed(&events).then_some(())
+        }
+    })
+    .await;
+    doomed.kill();
+
+    let r = requester.clone();
+    let status = eventually("the job finishes", Duration::from_secs(600), || {
+        let r = r.clone();
+        async move {
+            let job = r.job(job_id).await.ok()?;
+            let s = job["status"].as_str()?.to_owned();
+            matches!(s.as_str(), "completed" | "refunded" | "cancelled").then_some(s)
+        }
+    })
+    .await;
+    assert_eq!(status, "completed", "api log:\n{}", api.log_text());
+    let events = requester.events(job_id, 0).await.unwrap();
+    assert!(
+        events.iter().any(|e| e["kind"] == "task_requeued"),
+        "the killed worker's lease expired and its task went back"
+    );
+    let last_merge = events
+        .iter()
+        .rev()
+        .find(|e| e["kind"] == "aggregated")
+        .unwrap();
+    let (metric, base) = (
+        last_merge["payload"]["metric"].as_f64().unwrap(),
+        last_merge["payload"]["base_metric"].as_f64().unwrap(),
+    );
+    assert!(metric > base + 0.1, "final {metric} vs base {base}");
+
+    // Paid once each, and the chain agrees with the database.
+    let completed = events.iter().find(|e| e["kind"] == "completed").unwrap();
+    let payouts = completed["payload"]["payouts"].as_array().unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for p in payouts {
+        assert!(
+            seen.insert(p["address"].as_str().unwrap().to_owned()),
+            "paid twice: {p}"
+        );
+    }
+    let ledger = RpcLedger::connect(RpcConfig::new(anvil.url()), Vec::new())
+        .await
+        .unwrap();
+    let escrow: Address = std::fs::read_to_string(dir.path().join("api").join("escrow-31337.toml"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("address = "))
+        .map(|v| v.trim_matches('"').parse().unwrap())
+        .unwrap();
+    let db = Database::connect(&database_url).await.unwrap();
+    for p in payouts {
+        let address: Address = p["address"].as_str().unwrap().parse().unwrap();
+        let on_chain = ledger.withdrawable(escrow, address, ETH).await.unwrap();
+        assert_eq!(on_chain.to_string(), p["amount_wei"].as_str().unwrap());
+        let row = db
+            .query_one_raw(Statement::from_string(
+                db.get_database_backend(),
+                format!(
+                    "SELECT earnings_wei FROM workers WHERE address = '{}'",
+                    p["address"].as_str().unwrap()
+                ),
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        let in_db: String = row.try_get_by_index(0).unwrap();
+        assert_eq!(in_db.parse::<U256>().unwrap(), on_chain);
+    }
+    api.kill();
+}
