@@ -30,12 +30,21 @@ pub enum Command {
     /// Run the marketplace in one process on embedded defaults (no servers needed): the API,
     /// the validator and N workers.
     Up {
-        /// In-process workers (1..=5).
+        /// In-process workers (0..=5; with 0, only workers started separately train).
         #[arg(long, default_value_t = 2)]
         workers: usize,
     },
     /// Run the marketplace in one process and a sample federated job through it to payout.
     Demo(crate::demo::DemoArgs),
+    /// Requester commands: post a job, fund it (development mode), watch it, fetch its adapter.
+    Job(crate::job_cmd::JobArgs),
+    /// Train a LoRA adapter (PEFT layout) on a BERT-family folder (classification) or a
+    /// Llama-family GGUF (SFT), with a progress bar.
+    Train(crate::train_cmd::TrainArgs),
+    /// Score a model, with or without an adapter, on held-out JSONL.
+    Eval(crate::train_cmd::EvalArgs),
+    /// Merge PEFT adapters: exact (weighted ΔW, truncated SVD), naive, median or trimmed mean.
+    Merge(crate::train_cmd::MergeArgs),
     /// Put a base model into the content store, or write the generated sample model.
     #[command(subcommand)]
     Model(crate::model_cmd::ModelCommand),
@@ -77,13 +86,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Up { workers } => crate::up::run(config, workers).await,
         Command::Demo(args) => crate::demo::run(config, args).await,
+        Command::Job(args) => crate::job_cmd::run(args).await,
+        Command::Train(args) => crate::train_cmd::train(args).await,
+        Command::Eval(args) => crate::train_cmd::eval(args).await,
+        Command::Merge(args) => crate::train_cmd::merge(args).await,
         Command::Model(command) => crate::model_cmd::run(config, command).await,
         Command::Worker(a) => crate::nodes::run_worker(config, a.api, a.key_file, a.work_dir).await,
         Command::Validator(a) => {
             crate::nodes::run_validator(config, a.api, a.key_file, a.work_dir).await
         }
         Command::Serve => crate::serve::run(config).await,
-        Command::Bench(command) => crate::bench::run(command).await,
+        Command::Bench(command) => crate::bench::run(config, command).await,
         Command::Contracts(command) => crate::contracts_cmd::run(command).await,
         Command::Config => {
             print!("{}", config.redacted_toml());

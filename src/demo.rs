@@ -79,10 +79,27 @@ pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The sample job's model bundle, spec and dataset.
-async fn sample_job(
+/// What a sample job looks like: which model, how it is cut.
+pub(crate) struct SampleShape {
+    pub sample_model: bool,
+    pub shards: u32,
+    pub rounds: u32,
+}
+
+impl From<&DemoArgs> for SampleShape {
+    fn from(args: &DemoArgs) -> Self {
+        SampleShape {
+            sample_model: args.sample_model,
+            shards: args.shards,
+            rounds: args.rounds,
+        }
+    }
+}
+
+/// The sample job's model bundle (stored in the deployment's content store), spec and dataset.
+pub(crate) async fn sample_job(
     deployment: &crate::up::Deployment,
-    args: &DemoArgs,
+    args: &SampleShape,
 ) -> anyhow::Result<(String, Value, String)> {
     let blobs = StoreBlobs(deployment.store.clone());
     let minilm = shardwork_worker::fixtures::minilm_dir();
@@ -149,7 +166,7 @@ fn deployment_dir(name: &str) -> anyhow::Result<std::path::PathBuf> {
 }
 
 async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::Result<DemoReport> {
-    let (model, spec, dataset) = sample_job(deployment, args).await?;
+    let (model, spec, dataset) = sample_job(deployment, &SampleShape::from(args)).await?;
     let requester = Arc::new(ApiClient::new(
         &deployment.api_url,
         nodes::dev_key(nodes::REQUESTER_DEV_KEY),
@@ -202,52 +219,7 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
 
 /// One line per event: on stdout for people, on stderr when stdout carries `--json`.
 fn print_event(event: &Value, json_output: bool) {
-    let p = &event["payload"];
-    let line = match event["kind"].as_str().unwrap_or_default() {
-        "funded" => "escrow funding seen on chain; the job is open".to_owned(),
-        "round_opened" => format!("round {} opened: {} tasks queued", p["round"], p["tasks"]),
-        "task_claimed" => format!(
-            "round {} shard {} claimed by {}",
-            p["round"],
-            p["shard"],
-            p["worker"].as_str().unwrap_or("?")
-        ),
-        "submitted" => format!(
-            "round {} shard {} adapter submitted ({} samples)",
-            p["round"], p["shard"], p["samples"]
-        ),
-        "verdict" => format!(
-            "round {} verdict on {}: {}{}",
-            p["round"],
-            p["worker"].as_str().unwrap_or("?"),
-            if p["accepted"].as_bool() == Some(true) {
-                format!(
-                    "accepted, quality {:.3}",
-                    p["quality"].as_f64().unwrap_or(0.0)
-                )
-            } else {
-                "REJECTED".into()
-            },
-            p["reason"]
-                .as_str()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default()
-        ),
-        "aggregated" => format!(
-            "round {} merged: held-out {} {:.4} (base {:.4})",
-            p["round"],
-            p["metric_name"].as_str().unwrap_or("metric"),
-            p["metric"].as_f64().unwrap_or(f64::NAN),
-            p["base_metric"].as_f64().unwrap_or(f64::NAN)
-        ),
-        "task_requeued" => format!("task requeued: {}", p["reason"].as_str().unwrap_or("?")),
-        "task_failed" => format!("task failed after {} attempts", p["attempts"]),
-        "completed" => format!(
-            "completed on chain (tx {})",
-            p["tx_hash"].as_str().unwrap_or("?")
-        ),
-        other => other.to_owned(),
-    };
+    let line = crate::job_events::describe(event);
     if json_output {
         eprintln!("event       {line}");
     } else {

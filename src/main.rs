@@ -10,9 +10,13 @@ mod contracts_cmd;
 mod demo;
 mod dev_secrets;
 mod infra;
+mod job_cmd;
+mod job_events;
 mod model_cmd;
 mod nodes;
+mod progress;
 mod serve;
+mod train_cmd;
 mod up;
 
 use clap::Parser;

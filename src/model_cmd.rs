@@ -17,6 +17,15 @@ pub enum ModelCommand {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// Write the generated labelled reviews (JSONL) the sample model can learn from: its words
+    /// are in the sample tokenizer's vocabulary, so a job on them can beat the base model.
+    SampleData {
+        out: PathBuf,
+        #[arg(long, default_value_t = 900)]
+        records: usize,
+        #[arg(long, default_value_t = 11)]
+        seed: u64,
+    },
     /// Store every file of a model folder in the configured content store; prints the bundle
     /// CID to name in a job spec.
     Put { dir: PathBuf },
@@ -27,6 +36,12 @@ pub async fn run(config: Config, command: ModelCommand) -> anyhow::Result<()> {
         ModelCommand::Sample { dir, seed } => {
             shardwork_worker::node::sample::write_model(&dir, seed)?;
             println!("{}", dir.display());
+        }
+        ModelCommand::SampleData { out, records, seed } => {
+            anyhow::ensure!(records >= 2, "--records must be at least 2");
+            let jsonl = shardwork_worker::node::sample::dataset(records, seed);
+            std::fs::write(&out, jsonl).with_context(|| format!("writing {}", out.display()))?;
+            println!("{}", out.display());
         }
         ModelCommand::Put { dir } => {
             let mut names: Vec<String> = std::fs::read_dir(&dir)

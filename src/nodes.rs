@@ -131,15 +131,22 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
 
 /// A node's signing key: `SHARDWORK_NODE_KEY` (hex), or the file given.
 pub fn node_key(key_file: Option<&Path>) -> anyhow::Result<PrivateKeySigner> {
+    signing_key(key_file, "SHARDWORK_NODE_KEY")
+}
+
+/// A hex secp256k1 private key from `key_file`, else from the environment variable `variable`.
+pub fn signing_key(key_file: Option<&Path>, variable: &str) -> anyhow::Result<PrivateKeySigner> {
     let text = match key_file {
         Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading the node key {}", path.display()))?,
-        None => std::env::var("SHARDWORK_NODE_KEY")
-            .context("no node key: set SHARDWORK_NODE_KEY (hex private key) or pass --key-file")?,
+            .with_context(|| format!("reading the key file {}", path.display()))?,
+        None => std::env::var(variable).with_context(|| {
+            format!("no key: set {variable} (hex private key) or pass --key-file")
+        })?,
     };
-    text.trim()
-        .parse()
-        .context("the node key is not a hex secp256k1 private key")
+    text.trim().parse().with_context(|| match key_file {
+        Some(path) => format!("{} is not a hex secp256k1 private key", path.display()),
+        None => format!("{variable} is not a hex secp256k1 private key"),
+    })
 }
 
 /// Content access for a node in its own process: straight to Kubo when the deployment uses

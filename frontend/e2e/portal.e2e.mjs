@@ -27,6 +27,7 @@ const chromiumBin = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
 // The base model: SHARDWORK_E2E_MODEL_CID, or the generated sample model put into the server's
 // store before it starts (`shardwork model sample` + `shardwork model put`).
 let modelCid = process.env.SHARDWORK_E2E_MODEL_CID;
+const reviewCount = 900;
 const completeTimeoutMs = Number(process.env.SHARDWORK_E2E_COMPLETE_TIMEOUT_S ?? 600) * 1000;
 /** Anvil's dev account 4: accounts 0-2 are the server's deployer, operator and dev funder. */
 // Dev account 3: 0-2 deploy, operate and fund for the server, 4 is the in-process validator
@@ -90,20 +91,6 @@ async function rpc(url, method, params = []) {
     body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
   });
   return response.json();
-}
-
-/** A classification dataset with a learnable signal: sentiment words decide the label. */
-function dataset() {
-  const good = ['great', 'wonderful', 'delightful', 'superb', 'moving', 'brilliant'];
-  const bad = ['dull', 'awful', 'tedious', 'clumsy', 'boring', 'lifeless'];
-  const things = ['film', 'plot', 'acting', 'score', 'script', 'ending'];
-  const lines = [];
-  for (let i = 0; i < 72; i++) {
-    const positive = i % 2 === 0;
-    const word = (positive ? good : bad)[i % 6];
-    lines.push(JSON.stringify({ text: `The ${things[(i >> 1) % 6]} was ${word}.`, label: positive ? 1 : 0 }));
-  }
-  return `${lines.join('\n')}\n`;
 }
 
 /** The injected wallet: EIP-1193 in the page, every call forwarded to anvil from Node. */
@@ -291,7 +278,9 @@ async function main() {
 
     const files = join(work, 'files');
     await mkdir(files);
-    await writeFile(join(files, 'reviews.jsonl'), dataset());
+    // The generated reviews the sample model's vocabulary covers (`shardwork model sample-data`):
+    // enough signal that the trained adapter beats the base and the job completes.
+    execFileSync(shardworkBin, ['model', 'sample-data', join(files, 'reviews.jsonl'), '--records', String(reviewCount)], { stdio: 'ignore' });
     // Valid JSON objects, so only the server can say what is wrong: no `label`.
     await writeFile(join(files, 'unlabelled.jsonl'), '{"text": "no label here"}\n{"text": "nor here"}\n{"text": "a third"}\n');
 
@@ -324,7 +313,9 @@ async function main() {
       await page.getByLabel('Shards').fill('2');
       await page.getByLabel('Rounds').fill('1');
       await page.getByLabel('Held-out fraction').fill('0.2');
-      await page.getByLabel('Sequence length').fill('32');
+      await page.getByLabel('Sequence length').fill('16');
+      await page.getByLabel('Epochs').fill('3');
+      await page.getByLabel('Learning rate').fill('0.01');
       await page.getByLabel('Stake (ETH)').fill('0.5');
       await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'unlabelled.jsonl'));
       await page.getByTestId('dataset-scan').filter({ hasText: '3 records' }).waitFor();
@@ -338,7 +329,7 @@ async function main() {
     let jobUrl;
     await step('quote, then post with the upload progress, and land on the job', async () => {
       await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'reviews.jsonl'));
-      await page.getByTestId('dataset-scan').filter({ hasText: '72 records' }).waitFor();
+      await page.getByTestId('dataset-scan').filter({ hasText: `${reviewCount} records` }).waitFor();
       await page.getByRole('button', { name: 'Get a quote' }).click();
       await page.getByTestId('quote').filter({ hasText: 'held out' }).waitFor({ timeout: 15_000 });
       await shot('04-post-quote');

@@ -1,6 +1,7 @@
 //! `shardwork bench …`: benchmarks that print their figure beside a baseline measured in the same
 //! run. They are not tests; `scripts/test` does not run them.
 
+pub mod api;
 pub mod llm;
 pub mod queue;
 pub mod store;
@@ -18,6 +19,24 @@ use crate::infra;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
+    /// Authenticated `GET /v1/jobs/{id}` on PostgreSQL beside the static `/healthz`, same
+    /// server, same run: requests/s, p50/p99 and the ratio.
+    Api {
+        #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/test")]
+        database_url: String,
+        /// Concurrent keep-alive connections.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// Seconds per route per round.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Rounds; the routes alternate within each.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// LoRA SFT training tokens/s and MFU on SmolLM2-135M (GGUF from the PyPI fixture), beside
     /// the f32 matmul peak measured in the same run.
     Llm {
@@ -58,8 +77,28 @@ pub enum QueueAdapter {
     Rabbitmq,
 }
 
-pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
+pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow::Result<()> {
     match command {
+        BenchCommand::Api {
+            database_url,
+            connections,
+            seconds,
+            rounds,
+            json,
+        } => {
+            let bench = api::ApiBenchConfig {
+                database_url,
+                connections,
+                seconds,
+                rounds,
+            };
+            let report = api::run(config, &bench).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+        }
         BenchCommand::Llm { gguf } => {
             let gguf = gguf
                 .or_else(shardwork_worker::fixtures::smollm2_gguf)

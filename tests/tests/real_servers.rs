@@ -1,11 +1,14 @@
 //! Real mode: `shardwork serve`, `shardwork validator` and two `shardwork worker` processes on
 //! PostgreSQL, RabbitMQ and anvil (the embedded content store stands in for Kubo, which has no
 //! binary here; the workers reach it through the API). A federated job (3 shards x 2 rounds) is
-//! posted and funded; one worker is SIGKILLed as soon as it holds a lease, mid-training.
+//! posted and funded; one worker is SIGKILLed as soon as it holds a lease, mid-training, and later
+//! the API itself is SIGKILLed once round 2 is being trained and started again.
 //!
 //! Checked: the job still completes (the lease expires, the reaper republishes, the other worker
-//! trains); the final adapter beats the base model; each contributor is paid once on chain, and
-//! what anvil's escrow credits equals what the database recorded.
+//! trains; the nodes ride out the API's absence); no task is lost or duplicated (one task per
+//! shard and round, one accepted adapter each); the final adapter beats the base model; each
+//! contributor is paid once on chain, and what anvil's escrow credits equals what the database
+//! recorded.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +47,7 @@ async fn fresh_database(admin_url: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn separate_processes_complete_a_federated_job_despite_a_killed_worker() {
+async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and_api() {
     let Some(pg) = service_url(Service::Postgres, "end to end on real servers") else {
         return;
     };
@@ -77,31 +80,28 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker() {
         env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
         env
     };
-    let mut api = Process::start(
-        &["serve"],
-        &with(&[
-            (
-                "SHARDWORK_DATA_DIR",
-                dir.path().join("api").display().to_string(),
-            ),
-            ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
-            (
-                "SHARDWORK_API__JWT_SECRET",
-                "e2e-jwt-secret-of-at-least-32-bytes!!".into(),
-            ),
-            (
-                "SHARDWORK_API__SEALING_SECRET",
-                "e2e-sealing-secret-at-least-32-bytes!".into(),
-            ),
-            (
-                "SHARDWORK_API__VALIDATOR_ADDRESSES",
-                format!("[\"{validator_address:#x}\"]"),
-            ),
-            ("SHARDWORK_API__LEASE_SECS", "8".into()),
-            ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
-        ]),
-        &dir.path().join("api.log"),
-    );
+    let api_env = with(&[
+        (
+            "SHARDWORK_DATA_DIR",
+            dir.path().join("api").display().to_string(),
+        ),
+        ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
+        (
+            "SHARDWORK_API__JWT_SECRET",
+            "e2e-jwt-secret-of-at-least-32-bytes!!".into(),
+        ),
+        (
+            "SHARDWORK_API__SEALING_SECRET",
+            "e2e-sealing-secret-at-least-32-bytes!".into(),
+        ),
+        (
+            "SHARDWORK_API__VALIDATOR_ADDRESSES",
+            format!("[\"{validator_address:#x}\"]"),
+        ),
+        ("SHARDWORK_API__LEASE_SECS", "8".into()),
+        ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
+    ]);
+    let mut api = Process::start(&["serve"], &api_env, &dir.path().join("api.log"));
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
     let node = |name: &str, key: usize| {
         Process::start(
@@ -176,6 +176,24 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker() {
     .await;
     doomed.kill();
 
+    // Kill the API while round 2 trains, then start it again on the same database and port.
+    let r = requester.clone();
+    eventually("round 2 is being trained", Duration::from_secs(300), || {
+        let r = r.clone();
+        async move {
+            let events = r.events(job_id, 0).await.ok()?;
+            events
+                .iter()
+                .any(|e| e["kind"] == "task_claimed" && e["payload"]["round"] == 2)
+                .then_some(())
+        }
+    })
+    .await;
+    api.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut api = Process::start(&["serve"], &api_env, &dir.path().join("api-restarted.log"));
+    wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
+
     let r = requester.clone();
     let status = eventually("the job finishes", Duration::from_secs(600), || {
         let r = r.clone();
@@ -223,6 +241,37 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker() {
         .map(|v| v.trim_matches('"').parse().unwrap())
         .unwrap();
     let db = Database::connect(&database_url).await.unwrap();
+
+    // Nothing lost, nothing doubled: one task per (round, shard), each with exactly one
+    // accepted adapter.
+    let count = |sql: &str| {
+        let db = db.clone();
+        let sql = sql.to_owned();
+        async move {
+            db.query_all_raw(Statement::from_string(db.get_database_backend(), sql))
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.try_get_by_index::<i64>(0).unwrap())
+                .collect::<Vec<i64>>()
+        }
+    };
+    assert_eq!(
+        count("SELECT COUNT(*) FROM tasks").await,
+        vec![6],
+        "3 shards x 2 rounds"
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM submissions WHERE verdict = 'accepted' \
+             GROUP BY task_id ORDER BY task_id"
+        )
+        .await,
+        vec![1; 6],
+        "one accepted adapter per task; api logs:\n{}\n{}",
+        std::fs::read_to_string(dir.path().join("api.log")).unwrap_or_default(),
+        api.log_text()
+    );
     for p in payouts {
         let address: Address = p["address"].as_str().unwrap().parse().unwrap();
         let on_chain = ledger.withdrawable(escrow, address, ETH).await.unwrap();

@@ -45,7 +45,24 @@ impl ApiError {
             _ => None,
         }
     }
+
+    /// The API could not be reached or said it is not ready (502/503): worth retrying.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            ApiError::Transport { source, .. } => {
+                source.is_connect()
+                    || source.is_request()
+                    || source.is_timeout()
+                    || source.is_body()
+            }
+            ApiError::Problem { status, .. } => matches!(status, 502 | 503),
+            _ => false,
+        }
+    }
 }
+
+/// How long an idempotent call keeps retrying while the API is unreachable.
+pub const TRANSPORT_RETRY_WINDOW: Duration = Duration::from_secs(90);
 
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
@@ -167,6 +184,11 @@ impl ApiClient {
         })
     }
 
+    /// The API's root URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     pub fn address(&self) -> EthAddress {
         EthAddress(self.signer.address().into_array())
     }
@@ -205,6 +227,12 @@ impl ApiClient {
             .send_raw("POST", "/v1/auth/verify", Some(body), None, None)
             .await?;
         Ok(tokens.access_token)
+    }
+
+    /// The current access token, signing in first when there is none (for callers that make
+    /// their own requests, such as the API benchmark).
+    pub async fn access_token(&self) -> Result<String> {
+        self.token(false).await
     }
 
     async fn token(&self, refresh: bool) -> Result<String> {
@@ -284,7 +312,42 @@ impl ApiClient {
     }
 
     /// An authenticated call; signs in again once when the token was refused (expired).
+    ///
+    /// While the API cannot be reached (restarting, say) the call is retried with backoff for
+    /// up to [`TRANSPORT_RETRY_WINDOW`], so a worker keeps its finished adapter instead of
+    /// losing the task: every call but a claim is idempotent on the server (a submit, an
+    /// extension, a verdict or an aggregate repeated is answered as the first was, or 409). A
+    /// claim is not retried: its message goes back to the queue instead.
     async fn call<T: DeserializeOwned>(
+        &self,
+        method: &'static str,
+        path: &str,
+        json: Option<serde_json::Value>,
+        body: Option<Bytes>,
+    ) -> Result<T> {
+        let retry = !path.ends_with("/claim");
+        let started = std::time::Instant::now();
+        let mut backoff = Duration::from_millis(250);
+        loop {
+            match self
+                .call_once(method, path, json.clone(), body.clone())
+                .await
+            {
+                Err(e)
+                    if retry
+                        && e.is_unavailable()
+                        && started.elapsed() < TRANSPORT_RETRY_WINDOW =>
+                {
+                    tracing::warn!(error = %e, "API unavailable; retrying in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(4));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn call_once<T: DeserializeOwned>(
         &self,
         method: &'static str,
         path: &str,
@@ -492,6 +555,22 @@ impl ApiClient {
             )
             .await?;
         Ok(page["events"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The signed-in requester's jobs, newest first (one page of at most 100).
+    pub async fn my_jobs(&self, status: Option<&str>) -> Result<Vec<serde_json::Value>> {
+        let mut path = format!("/v1/jobs?limit=100&requester={:#x}", self.signer.address());
+        if let Some(status) = status {
+            path.push_str(&format!("&status={status}"));
+        }
+        let page: serde_json::Value = self.call("GET", &path, None, None).await?;
+        Ok(page["jobs"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Cancels a job that has not started (requester role, own jobs only).
+    pub async fn cancel_job(&self, job_id: Uuid) -> Result<serde_json::Value> {
+        self.call("POST", &format!("/v1/jobs/{job_id}/cancel"), None, None)
+            .await
     }
 
     pub async fn result(&self, job_id: Uuid) -> Result<serde_json::Value> {

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use candle_core::Device;
+use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
 use shardwork_core::protocol::{JobSpec, TrainingTask};
 
 use crate::bert::{BertClassifier, BertWeights, ClassifierSpec, Pooling};
@@ -24,7 +25,7 @@ const EVAL_BATCH: usize = 64;
 
 /// The model, tokenizer and label names of a classification job.
 pub struct ClassifyJob {
-    pub spec: JobSpec,
+    pub training: TrainingArgs,
     pub weights: BertWeights,
     pub tokenizer: TextTokenizer,
     pub label_names: Vec<String>,
@@ -42,36 +43,37 @@ impl ClassifyJob {
             )));
         }
         let num_labels = spec.base_model.num_labels.unwrap_or(2) as usize;
-        let targets: Vec<&str> = spec
-            .lora
-            .target_modules
-            .iter()
-            .map(String::as_str)
-            .collect();
-        let mut to_save: Vec<&str> = spec
-            .lora
-            .modules_to_save
-            .iter()
-            .map(String::as_str)
-            .collect();
+        Self::from_args(&spec.lora, spec.training, num_labels, model_dir, device)
+    }
+
+    /// The same from LoRA and training arguments alone (`shardwork train`, no job spec).
+    pub fn from_args(
+        lora: &LoraSpec,
+        training: TrainingArgs,
+        num_labels: usize,
+        model_dir: &Path,
+        device: &Device,
+    ) -> Result<ClassifyJob> {
+        let targets: Vec<&str> = lora.target_modules.iter().map(String::as_str).collect();
+        let mut to_save: Vec<&str> = lora.modules_to_save.iter().map(String::as_str).collect();
         if !to_save.contains(&"classifier") {
             to_save.push("classifier");
         }
         let lora = LoraConfig::new(
-            spec.lora.r as usize,
-            spec.lora.alpha,
-            spec.lora.dropout as f32,
+            lora.r as usize,
+            lora.alpha,
+            lora.dropout as f32,
             &targets,
             &to_save,
         )?;
         let weights = BertWeights::load(model_dir, device)?;
         let tokenizer = TextTokenizer::from_file(
             &model_dir.join("tokenizer.json"),
-            spec.training.max_seq_len as usize,
+            training.max_seq_len as usize,
         )?;
         Ok(ClassifyJob {
             label_names: (0..num_labels).map(|i| i.to_string()).collect(),
-            spec,
+            training,
             weights,
             tokenizer,
             lora,
@@ -88,7 +90,7 @@ impl ClassifyJob {
                 lora: self.lora.clone(),
                 pooling: Pooling::Mean,
                 encoder_dropout: Some(0.0),
-                seed: self.spec.training.seed,
+                seed: self.training.seed,
             },
         )
     }
@@ -112,7 +114,7 @@ impl ClassifyJob {
 
     /// Optimiser steps for `records` training records under the spec's epochs and batch.
     pub fn total_steps(&self, records: usize) -> usize {
-        let t = &self.spec.training;
+        let t = &self.training;
         let batch = t.batch_size.max(1) as usize;
         let accum = t.gradient_accumulation.max(1) as usize;
         let micro = records.div_ceil(batch);
@@ -128,7 +130,7 @@ impl ClassifyJob {
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(Adapter, TrainReport)> {
         let (model, trainables) = self.build_from(start)?;
-        let t = &self.spec.training;
+        let t = &self.training;
         let total_steps = self.total_steps(data.len());
         let config = ClassifyConfig {
             batch_size: t.batch_size.max(1) as usize,

@@ -386,7 +386,7 @@ impl ValidatorNode {
                     mode: MergeMode::Exact,
                     rank: None,
                     clip_norm: (median > 0.0).then_some(median * clip_factor),
-                    seed: context.job.spec.training.seed,
+                    seed: context.job.training.seed,
                 },
             )?;
             let metric = context

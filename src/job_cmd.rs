@@ -1,0 +1,339 @@
+//! `shardwork job …`: the requester's side from a terminal: post a job (spec + dataset), fund
+//! it in development mode, watch it train with a progress bar, fetch the final adapter, list and
+//! cancel. Everything goes through the API as the portal does, signed in with the requester's key.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use clap::{Args, Subcommand};
+use serde_json::Value;
+use shardwork_worker::node::api::ApiClient;
+use shardwork_worker::node::content::{ApiBlobs, fetch_bundle};
+use uuid::Uuid;
+
+use crate::progress::ProgressLine;
+
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    /// The API's root URL.
+    #[arg(
+        long,
+        env = "SHARDWORK_API_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    pub api: String,
+    /// File holding the requester's hex private key (default: SHARDWORK_REQUESTER_KEY).
+    #[arg(long, global = true)]
+    pub key_file: Option<PathBuf>,
+    /// Sign in with the public development requester key (account 3 of the development
+    /// mnemonic): only for a local marketplace on a development chain.
+    #[arg(long, global = true)]
+    pub dev_requester: bool,
+    /// Machine-readable output on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: JobCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Post a job: a spec (JSON) and a dataset (JSONL). Prints the job id.
+    Post {
+        #[arg(long)]
+        spec: PathBuf,
+        #[arg(long)]
+        data: PathBuf,
+        /// Development mode: have the server fund the escrow from its development account.
+        #[arg(long)]
+        dev_fund: bool,
+        /// Then follow the job until it ends (as `job watch`).
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Development mode: have the server fund a posted job's escrow.
+    Fund { id: Uuid },
+    /// Follow a job with a progress bar until it completes, is refunded or is cancelled; exits
+    /// non-zero unless it completed.
+    Watch {
+        id: Uuid,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 24 * 3600)]
+        timeout_secs: u64,
+    },
+    /// Show a job.
+    Show { id: Uuid },
+    /// List your jobs, newest first.
+    List {
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Cancel a job that has not started.
+    Cancel { id: Uuid },
+    /// Download the final adapter (adapter_config.json, adapter_model.safetensors, report).
+    Result {
+        id: Uuid,
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
+}
+
+pub async fn run(args: JobArgs) -> anyhow::Result<()> {
+    let key = if args.dev_requester {
+        crate::nodes::dev_key(crate::nodes::REQUESTER_DEV_KEY)
+    } else {
+        crate::nodes::signing_key(args.key_file.as_deref(), "SHARDWORK_REQUESTER_KEY")?
+    };
+    let api = Arc::new(ApiClient::new(&args.api, key, &[])?);
+    match args.command {
+        JobCommand::Post {
+            spec,
+            data,
+            dev_fund,
+            watch,
+        } => {
+            let id = post(&api, &spec, &data, args.json).await?;
+            if dev_fund {
+                fund(&api, id, args.json).await?;
+            }
+            if watch {
+                follow(&api, id, Duration::from_secs(24 * 3600), args.json).await?;
+            }
+        }
+        JobCommand::Fund { id } => fund(&api, id, args.json).await?,
+        JobCommand::Watch { id, timeout_secs } => {
+            follow(&api, id, Duration::from_secs(timeout_secs), args.json).await?
+        }
+        JobCommand::Show { id } => {
+            let job = api.job(id).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&job)?);
+            } else {
+                print_job(&job);
+            }
+        }
+        JobCommand::List { status } => {
+            let jobs = api.my_jobs(status.as_deref()).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&jobs)?);
+            } else if jobs.is_empty() {
+                println!("no jobs");
+            } else {
+                for job in &jobs {
+                    println!(
+                        "{}  {:<16} round {}/{}  {}",
+                        job["id"].as_str().unwrap_or("?"),
+                        job["status"].as_str().unwrap_or("?"),
+                        job["current_round"],
+                        job["rounds"],
+                        job["created_at"].as_str().unwrap_or("")
+                    );
+                }
+            }
+        }
+        JobCommand::Cancel { id } => {
+            let job = api.cancel_job(id).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&job)?);
+            } else {
+                println!("job {id} {}", job["status"].as_str().unwrap_or("cancelled"));
+            }
+        }
+        JobCommand::Result { id, out } => {
+            let result = api.result(id).await?;
+            let cid = result["adapter_cid"]
+                .as_str()
+                .context("the API's result names no adapter_cid")?;
+            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            let blobs = ApiBlobs(api.clone());
+            let bundle = fetch_bundle(&blobs, cid, &out).await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&result)?);
+            } else {
+                println!("adapter {cid} written to {}:", out.display());
+                for name in bundle.files.keys() {
+                    println!("  {}", out.join(name).display());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn post(api: &ApiClient, spec: &Path, data: &Path, json: bool) -> anyhow::Result<Uuid> {
+    let spec_text =
+        std::fs::read_to_string(spec).with_context(|| format!("reading {}", spec.display()))?;
+    let spec_value: Value = serde_json::from_str(&spec_text).with_context(|| {
+        format!(
+            "{} is not JSON (a job spec is a JSON object)",
+            spec.display()
+        )
+    })?;
+    let dataset = std::fs::read(data).with_context(|| format!("reading {}", data.display()))?;
+    eprintln!(
+        "posting {} with {} ({:.1} MiB) to {}",
+        spec.display(),
+        data.display(),
+        dataset.len() as f64 / (1 << 20) as f64,
+        api.base()
+    );
+    let job = api.post_job(&spec_value, Bytes::from(dataset)).await?;
+    let id: Uuid = job["id"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .context("the API answered a job without an id")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&job)?);
+    } else {
+        println!("{id}");
+        eprintln!(
+            "job {id} posted: {} shard(s) x {} round(s), stake {} wei, status {}",
+            job["shards"],
+            job["rounds"],
+            job["stake_wei"].as_str().unwrap_or("?"),
+            job["status"].as_str().unwrap_or("?")
+        );
+        if let Some(funding) = job.get("funding").filter(|f| !f.is_null()) {
+            eprintln!("fund it on chain with: {funding}");
+        }
+    }
+    Ok(id)
+}
+
+async fn fund(api: &ApiClient, id: Uuid, json: bool) -> anyhow::Result<()> {
+    let funded = api.dev_fund(id).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&funded)?);
+    } else {
+        eprintln!(
+            "escrow funded by the development account (escrow job {}, tx {})",
+            funded["escrow_job_id"].as_str().unwrap_or("?"),
+            funded["tx_hash"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
+/// Where a job stands, read off its events.
+#[derive(Debug, Default)]
+struct Standing {
+    round: i64,
+    rounds: i64,
+    shards: i64,
+    accepted_in_round: i64,
+}
+
+impl Standing {
+    fn apply(&mut self, event: &Value) {
+        let p = &event["payload"];
+        match event["kind"].as_str() {
+            Some("round_opened") => {
+                self.round = p["round"].as_i64().unwrap_or(self.round);
+                self.accepted_in_round = 0;
+            }
+            Some("verdict")
+                if p["accepted"].as_bool() == Some(true)
+                    && p["round"].as_i64() == Some(self.round) =>
+            {
+                self.accepted_in_round += 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// Progress over the whole job: accepted shards across rounds.
+    fn done(&self) -> u64 {
+        ((self.round - 1).max(0) * self.shards + self.accepted_in_round).max(0) as u64
+    }
+}
+
+/// Follows a job until it ends; `Ok` only when it completed.
+async fn follow(api: &ApiClient, id: Uuid, timeout: Duration, json: bool) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let job = api.job(id).await?;
+    let mut standing = Standing {
+        rounds: job["rounds"].as_i64().unwrap_or(1),
+        shards: job["shards"].as_i64().unwrap_or(1),
+        ..Standing::default()
+    };
+    let mut bar = ProgressLine::new();
+    let mut after = 0;
+    let mut status;
+    loop {
+        for event in api.events(id, after).await? {
+            after = event["id"].as_i64().unwrap_or(after);
+            standing.apply(&event);
+            if json {
+                println!("{}", serde_json::to_string(&event)?);
+            } else {
+                bar.println(&format!(
+                    "{}  {}",
+                    event["created_at"].as_str().unwrap_or(""),
+                    crate::job_events::describe(&event)
+                ));
+            }
+        }
+        let job = api.job(id).await?;
+        status = job["status"].as_str().unwrap_or_default().to_owned();
+        bar.draw(
+            standing.done(),
+            (standing.rounds * standing.shards) as u64,
+            &format!(
+                "shard-rounds accepted · round {}/{} · {status} · {:.0}s",
+                standing.round.max(1),
+                standing.rounds,
+                started.elapsed().as_secs_f64()
+            ),
+        );
+        if matches!(status.as_str(), "completed" | "refunded" | "cancelled") {
+            break;
+        }
+        if started.elapsed() > timeout {
+            bar.finish();
+            bail!("job {id} is still {status} after {} s", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bar.finish();
+    if status != "completed" {
+        bail!("job {id} ended {status}");
+    }
+    let result = api.result(id).await?;
+    if !json {
+        eprintln!(
+            "job {id} completed in {:.0} s; final adapter {} (fetch it with `shardwork job result {id}`)",
+            started.elapsed().as_secs_f64(),
+            result["adapter_cid"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
+fn print_job(job: &Value) {
+    let field = |name: &str| match &job[name] {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    for name in [
+        "id",
+        "status",
+        "kind",
+        "requester",
+        "shards",
+        "rounds",
+        "current_round",
+        "stake_wei",
+        "deadline",
+        "escrow_address",
+        "escrow_job_id",
+        "manifest_cid",
+        "result_adapter_cid",
+    ] {
+        println!("{name:<20} {}", field(name));
+    }
+}

@@ -1,0 +1,527 @@
+//! `shardwork train`, `shardwork eval`, `shardwork merge`: the trainer on its own, outside the
+//! marketplace. Adapters go in and out in Hugging Face PEFT layout (adapter_config.json +
+//! adapter_model.safetensors), so they load in PEFT unchanged.
+//!
+//! Two model kinds: a BERT-family folder (config.json, model.safetensors, tokenizer.json) trains
+//! sequence classification on `{"text","label"}` lines; a Llama-family GGUF file trains SFT on
+//! `{"text"}`, `{"instruction","input","output"}` or `{"messages":[…]}` lines.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use candle_core::Device;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
+use shardwork_worker::gguf::GgufFile;
+use shardwork_worker::llama::Llama;
+use shardwork_worker::lora::{LoraConfig, Trainables};
+use shardwork_worker::merge::{MergeMode, MergeOptions, MergeReport};
+use shardwork_worker::node::classify::ClassifyJob;
+use shardwork_worker::optim::OptimConfig;
+use shardwork_worker::peft::{Adapter, AdapterConfig};
+use shardwork_worker::tokenizer_gguf::LmTokenizer;
+use shardwork_worker::train::Progress;
+use shardwork_worker::train::sft::{self, SftConfig};
+use shardwork_worker::train::sft_data::{SftExample, read_sft_jsonl};
+
+use crate::progress::ProgressLine;
+
+/// Examples per batch when scoring (no gradients).
+const EVAL_BATCH: usize = 16;
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// A BERT-family model folder (classification) or a Llama-family .gguf file (SFT).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Training data (JSONL).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Folder to write the PEFT adapter to.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Held-out JSONL scored before and after training.
+    #[arg(long)]
+    pub held_out: Option<PathBuf>,
+    #[arg(long, default_value_t = 8)]
+    pub r: u32,
+    #[arg(long, default_value_t = 16.0)]
+    pub alpha: f64,
+    #[arg(long, default_value_t = 0.05)]
+    pub dropout: f64,
+    /// Modules to adapt, comma-separated (default: query,value for BERT; q_proj,v_proj for
+    /// Llama).
+    #[arg(long, value_delimiter = ',')]
+    pub targets: Vec<String>,
+    /// Classification: number of labels.
+    #[arg(long, default_value_t = 2)]
+    pub labels: usize,
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u32,
+    /// SFT: optimiser steps (default: what the epochs give).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    #[arg(long, default_value_t = 1e-3)]
+    pub lr: f64,
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: u32,
+    #[arg(long, default_value_t = 1)]
+    pub grad_accum: u32,
+    #[arg(long, default_value_t = 0.06)]
+    pub warmup_ratio: f64,
+    #[arg(long, default_value_t = 128)]
+    pub max_seq_len: u32,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// A BERT-family model folder or a Llama-family .gguf file.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Held-out JSONL.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// A PEFT adapter folder; without it the base model is scored.
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
+    #[arg(long, default_value_t = 2)]
+    pub labels: usize,
+    #[arg(long, default_value_t = 128)]
+    pub max_seq_len: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum MergeModeArg {
+    /// Weighted sum of ΔW = B·A per module, truncated SVD back to rank r.
+    Exact,
+    /// Weighted mean of the A's and of the B's (wrong in general; for comparison).
+    Naive,
+    /// Coordinate-wise median of ΔW (robust; weights ignored).
+    Median,
+    /// Coordinate-wise trimmed mean of ΔW (robust; weights ignored).
+    Trimmed,
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// Adapter folders, each optionally `=WEIGHT` (default 1): `a/=3 b/=1`.
+    #[arg(required = true, num_args = 1..)]
+    pub adapters: Vec<String>,
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, value_enum, default_value_t = MergeModeArg::Exact)]
+    pub mode: MergeModeArg,
+    /// Trimmed mean: values dropped at each end.
+    #[arg(long, default_value_t = 1)]
+    pub trim: usize,
+    /// Rank of the merged adapter (default: the inputs' r).
+    #[arg(long)]
+    pub rank: Option<usize>,
+    /// Scale down any adapter whose ‖ΔW‖_F exceeds this before merging.
+    #[arg(long)]
+    pub clip_norm: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `model` points at.
+enum ModelKind {
+    Bert(PathBuf),
+    LlamaGguf(PathBuf),
+}
+
+fn model_kind(path: &Path) -> anyhow::Result<ModelKind> {
+    if path.is_file() && path.extension().is_some_and(|e| e == "gguf") {
+        return Ok(ModelKind::LlamaGguf(path.to_owned()));
+    }
+    if !path.is_dir() {
+        bail!(
+            "{}: expected a model folder (config.json, model.safetensors, tokenizer.json) or a \
+             .gguf file",
+            path.display()
+        );
+    }
+    let config_path = path.join("config.json");
+    let text = std::fs::read_to_string(&config_path)
+        .with_context(|| format!("reading {}", config_path.display()))?;
+    let config: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not JSON", config_path.display()))?;
+    match config["model_type"].as_str() {
+        Some("bert") => Ok(ModelKind::Bert(path.to_owned())),
+        Some(other) => bail!(
+            "{}: model_type {other:?}: `shardwork train` takes BERT-family folders and \
+             Llama-family GGUF files (convert a Llama safetensors folder to GGUF)",
+            config_path.display()
+        ),
+        None => bail!("{}: no model_type", config_path.display()),
+    }
+}
+
+fn default_targets(given: &[String], kind: &ModelKind) -> Vec<String> {
+    if !given.is_empty() {
+        return given.to_vec();
+    }
+    match kind {
+        ModelKind::Bert(_) => vec!["query".into(), "value".into()],
+        ModelKind::LlamaGguf(_) => vec!["q_proj".into(), "v_proj".into()],
+    }
+}
+
+/// Draws the progress bar for a training step.
+fn on_progress(bar: &mut ProgressLine) -> impl FnMut(&Progress) + '_ {
+    move |p: &Progress| {
+        bar.draw(
+            p.step as u64,
+            p.total_steps as u64,
+            &format!(
+                "steps  loss {:.4}  lr {:.2e}  {:.0} tok/s",
+                p.loss, p.lr, p.tokens_per_sec
+            ),
+        )
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct TrainOutput {
+    adapter_dir: PathBuf,
+    task: &'static str,
+    steps: usize,
+    seconds: f64,
+    tokens_per_sec: f64,
+    final_loss: f32,
+    /// Held-out scores before and after (accuracy/macro-F1, or loss/perplexity).
+    held_out_before: Option<serde_json::Value>,
+    held_out_after: Option<serde_json::Value>,
+}
+
+pub async fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let output = tokio::task::spawn_blocking(move || train_blocking(&args).map(|o| (o, args.json)))
+        .await??;
+    let (output, json) = output;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&output)?);
+    } else {
+        println!(
+            "{} adapter written to {}: {} steps in {:.1} s ({:.0} tok/s), final loss {:.4}",
+            output.task,
+            output.adapter_dir.display(),
+            output.steps,
+            output.seconds,
+            output.tokens_per_sec,
+            output.final_loss
+        );
+        if let (Some(before), Some(after)) = (&output.held_out_before, &output.held_out_after) {
+            println!("held-out before {before}\nheld-out after  {after}");
+        }
+    }
+    Ok(())
+}
+
+fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
+    let kind = model_kind(&args.model)?;
+    let targets = default_targets(&args.targets, &kind);
+    let device = crate::nodes::training_device();
+    let mut bar = ProgressLine::new();
+    let output = match &kind {
+        ModelKind::Bert(dir) => {
+            let job = ClassifyJob::from_args(
+                &LoraSpec {
+                    r: args.r,
+                    alpha: args.alpha,
+                    dropout: args.dropout,
+                    target_modules: targets,
+                    modules_to_save: vec!["classifier".into()],
+                },
+                TrainingArgs {
+                    epochs: args.epochs,
+                    learning_rate: args.lr,
+                    batch_size: args.batch_size,
+                    max_seq_len: args.max_seq_len,
+                    seed: args.seed,
+                    warmup_ratio: args.warmup_ratio,
+                    gradient_accumulation: args.grad_accum,
+                },
+                args.labels,
+                dir,
+                &device,
+            )?;
+            let data = job.dataset(&args.data)?;
+            let held_out = args
+                .held_out
+                .as_deref()
+                .map(|p| job.dataset(p))
+                .transpose()?;
+            let before = held_out
+                .as_ref()
+                .map(|h| job.evaluate(None, h, &device))
+                .transpose()?;
+            let (adapter, report) = job.train(None, &data, &device, &mut on_progress(&mut bar))?;
+            bar.finish();
+            adapter.save(&args.out)?;
+            let after = held_out
+                .as_ref()
+                .map(|h| job.evaluate(Some(&adapter), h, &device))
+                .transpose()?;
+            TrainOutput {
+                adapter_dir: args.out.clone(),
+                task: "sequence classification",
+                steps: report.steps,
+                seconds: report.seconds,
+                tokens_per_sec: report.tokens_per_sec,
+                final_loss: report.final_loss,
+                held_out_before: before.map(|m| serde_json::to_value(m).unwrap_or_default()),
+                held_out_after: after.map(|m| serde_json::to_value(m).unwrap_or_default()),
+            }
+        }
+        ModelKind::LlamaGguf(path) => {
+            let (mut model, tokenizer) = load_gguf(path, &device)?;
+            let train = encode_sft(&tokenizer, &args.data, args.max_seq_len)?;
+            let held_out = args
+                .held_out
+                .as_deref()
+                .map(|p| encode_sft(&tokenizer, p, args.max_seq_len))
+                .transpose()?;
+            let pad = tokenizer.eos_token_id;
+            let before = held_out
+                .as_ref()
+                .map(|h| sft::evaluate(&model, h, EVAL_BATCH, pad))
+                .transpose()?;
+            let batch = args.batch_size.max(1) as usize;
+            let accum = args.grad_accum.max(1) as usize;
+            let steps = args.steps.unwrap_or_else(|| {
+                (train.len().div_ceil(batch) * args.epochs.max(1) as usize)
+                    .div_ceil(accum)
+                    .max(1)
+            });
+            let cfg = SftConfig {
+                lora: lora_config(args, &targets, &[])?,
+                optim: OptimConfig {
+                    lr: args.lr,
+                    warmup_steps: ((steps as f64) * args.warmup_ratio).round() as usize,
+                    total_steps: steps,
+                    grad_accum: accum,
+                    max_grad_norm: Some(1.0),
+                    ..OptimConfig::default()
+                },
+                batch_size: batch,
+                max_seq_len: args.max_seq_len as usize,
+                seed: args.seed,
+            };
+            let trainables = sft::attach_lora(&mut model, &cfg.lora, cfg.seed)?;
+            let report = sft::train(
+                &model,
+                &trainables,
+                &train,
+                &cfg,
+                pad,
+                &mut on_progress(&mut bar),
+            )?;
+            bar.finish();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let adapter = Adapter::from_trainables(
+                AdapterConfig::from_lora(&cfg.lora, "CAUSAL_LM", name.as_deref()),
+                &trainables,
+            )?;
+            adapter.save(&args.out)?;
+            let after = held_out
+                .as_ref()
+                .map(|h| sft::evaluate(&model, h, EVAL_BATCH, pad))
+                .transpose()?;
+            TrainOutput {
+                adapter_dir: args.out.clone(),
+                task: "causal LM (SFT)",
+                steps: report.steps,
+                seconds: report.seconds,
+                tokens_per_sec: report.tokens_per_sec,
+                final_loss: report.final_loss,
+                held_out_before: before.map(|m| serde_json::to_value(m).unwrap_or_default()),
+                held_out_after: after.map(|m| serde_json::to_value(m).unwrap_or_default()),
+            }
+        }
+    };
+    Ok(output)
+}
+
+fn lora_config(args: &TrainArgs, targets: &[String], save: &[&str]) -> anyhow::Result<LoraConfig> {
+    let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
+    Ok(LoraConfig::new(
+        args.r as usize,
+        args.alpha,
+        args.dropout as f32,
+        &targets,
+        save,
+    )?)
+}
+
+fn load_gguf(path: &Path, device: &Device) -> anyhow::Result<(Llama, LmTokenizer)> {
+    let file = GgufFile::open(path)?;
+    let tokenizer = LmTokenizer::from_gguf(&file)
+        .with_context(|| format!("{}: tokenizer metadata", path.display()))?;
+    let model = file.load_model(device)?;
+    Ok((model, tokenizer))
+}
+
+fn encode_sft(
+    tokenizer: &LmTokenizer,
+    path: &Path,
+    max_seq_len: u32,
+) -> anyhow::Result<Vec<SftExample>> {
+    let records = read_sft_jsonl(path)?;
+    let examples = sft::encode_dataset(tokenizer, &records, max_seq_len as usize)
+        .with_context(|| format!("encoding {}", path.display()))?;
+    if examples.is_empty() {
+        bail!("{}: no example has tokens to learn", path.display());
+    }
+    Ok(examples)
+}
+
+pub async fn eval(args: EvalArgs) -> anyhow::Result<()> {
+    let json = args.json;
+    let scores = tokio::task::spawn_blocking(move || eval_blocking(&args)).await??;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&scores)?);
+    } else {
+        println!("{scores}");
+    }
+    Ok(())
+}
+
+fn eval_blocking(args: &EvalArgs) -> anyhow::Result<serde_json::Value> {
+    let device = crate::nodes::training_device();
+    let adapter = args
+        .adapter
+        .as_deref()
+        .map(|dir| Adapter::load(dir, &device))
+        .transpose()?;
+    Ok(match model_kind(&args.model)? {
+        ModelKind::Bert(dir) => {
+            let lora = match &adapter {
+                Some(a) => LoraSpec {
+                    r: a.config.r as u32,
+                    alpha: a.config.lora_alpha,
+                    dropout: 0.0,
+                    target_modules: a.config.target_modules.clone(),
+                    modules_to_save: a.config.modules_to_save.clone().unwrap_or_default(),
+                },
+                // No adapter: a LoRA with B = 0 scores exactly as the base with a fresh head.
+                None => LoraSpec {
+                    r: 1,
+                    alpha: 1.0,
+                    dropout: 0.0,
+                    target_modules: vec!["query".into()],
+                    modules_to_save: vec!["classifier".into()],
+                },
+            };
+            let job = ClassifyJob::from_args(
+                &lora,
+                TrainingArgs {
+                    epochs: 1,
+                    learning_rate: 1e-3,
+                    batch_size: EVAL_BATCH as u32,
+                    max_seq_len: args.max_seq_len,
+                    seed: 42,
+                    warmup_ratio: 0.0,
+                    gradient_accumulation: 1,
+                },
+                args.labels,
+                &dir,
+                &device,
+            )?;
+            let data = job.dataset(&args.data)?;
+            serde_json::to_value(job.evaluate(adapter.as_ref(), &data, &device)?)?
+        }
+        ModelKind::LlamaGguf(path) => {
+            let (mut model, tokenizer) = load_gguf(&path, &device)?;
+            if let Some(adapter) = &adapter {
+                let trainables: Trainables =
+                    sft::attach_lora(&mut model, &adapter.config.lora_config()?, 0)?;
+                trainables.load(&adapter.tensors)?;
+            }
+            let data = encode_sft(&tokenizer, &args.data, args.max_seq_len)?;
+            serde_json::to_value(sft::evaluate(
+                &model,
+                &data,
+                EVAL_BATCH,
+                tokenizer.eos_token_id,
+            )?)?
+        }
+    })
+}
+
+pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
+    let json = args.json;
+    let started = Instant::now();
+    let report = tokio::task::spawn_blocking(move || merge_blocking(&args)).await??;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "merged {} adapters ({:?}, rank {}) in {:.2} s; weights {:?}; clip factors {:?}; \
+             max relative truncation error {:.4}",
+            report.weights.len(),
+            report.mode,
+            report.rank,
+            started.elapsed().as_secs_f64(),
+            report
+                .weights
+                .iter()
+                .map(|w| (w * 1000.0).round() / 1000.0)
+                .collect::<Vec<_>>(),
+            report.clip_factors,
+            report.max_relative_error
+        );
+        for module in &report.modules {
+            println!(
+                "  {:<60} rank before {:>4}  relative error {:.4}",
+                module.module, module.rank_before, module.relative_error
+            );
+        }
+    }
+    Ok(())
+}
+
+fn merge_blocking(args: &MergeArgs) -> anyhow::Result<MergeReport> {
+    let mut adapters = Vec::new();
+    let mut weights = Vec::new();
+    for spec in &args.adapters {
+        let (dir, weight) = match spec.rsplit_once('=') {
+            Some((dir, w)) => (
+                dir,
+                w.parse::<f64>()
+                    .with_context(|| format!("{spec}: the weight after `=` is not a number"))?,
+            ),
+            None => (spec.as_str(), 1.0),
+        };
+        adapters.push(Adapter::load(Path::new(dir), &Device::Cpu)?);
+        weights.push(weight);
+    }
+    let mode = match args.mode {
+        MergeModeArg::Exact => MergeMode::Exact,
+        MergeModeArg::Naive => MergeMode::Naive,
+        MergeModeArg::Median => MergeMode::Median,
+        MergeModeArg::Trimmed => MergeMode::TrimmedMean { trim: args.trim },
+    };
+    let (merged, report) = shardwork_worker::merge::merge(
+        &adapters,
+        &weights,
+        &MergeOptions {
+            mode,
+            rank: args.rank,
+            clip_norm: args.clip_norm,
+            seed: args.seed,
+        },
+    )?;
+    merged.save(&args.out)?;
+    Ok(report)
+}
