@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { bytes, eth, shortAddress } from './format';
+import { bytes, eth, fixed, shortAddress } from './format';
 
 describe('format', () => {
   it('shows wei as ETH with few decimals', () => {
@@ -13,5 +13,14 @@ describe('format', () => {
   it('shortens addresses and sizes', () => {
     expect(shortAddress('0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266')).toBe('0xf39F…2266');
     expect(bytes(2048)).toBe('2.0 KiB');
+  });
+});
+
+describe('fixed', () => {
+  it('rounds a score and shows a missing one as a dash', () => {
+    expect(fixed(0.8833333333, 4)).toBe('0.8833');
+    expect(fixed(null, 3)).toBe('—');
+    expect(fixed(undefined, 3)).toBe('—');
+    expect(fixed(Number.NaN, 3)).toBe('—');
   });
 });

@@ -45,3 +45,8 @@ export const STATUS_LABEL: Record<string, string> = {
 export function statusLabel(status: string): string {
   return STATUS_LABEL[status] ?? status;
 }
+
+/** A score with `digits` decimals; a missing one as an em dash. */
+export function fixed(value: number | null | undefined, digits: number): string {
+  return value === null || value === undefined || !Number.isFinite(value) ? '—' : value.toFixed(digits);
+}

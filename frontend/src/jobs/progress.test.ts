@@ -14,10 +14,10 @@ describe('applyEvents', () => {
       ev('task_claimed', { round: 1, shard: 1, worker: '0xb' }),
       ev('submitted', { round: 1, shard: 0, worker: '0xa', submission_id: 's1', samples: 40 }),
       ev('submitted', { round: 1, shard: 1, worker: '0xb', submission_id: 's2', samples: 41 }),
-      ev('verdict', { submission_id: 's1', worker: '0xa', accepted: true, quality: 0.8, reason: null, metric: 0.7, base_metric: 0.5 }),
-      ev('verdict', { submission_id: 's2', worker: '0xb', accepted: false, quality: 0, reason: 'no improvement', metric: 0.4, base_metric: 0.5 }),
+      ev('verdict', { submission_id: 's1', worker: '0xa', accepted: true, quality: 0.8, reason: null, report: { metric: 0.7, base_metric: 0.5 } }),
+      ev('verdict', { submission_id: 's2', worker: '0xb', accepted: false, quality: 0, reason: 'no improvement', report: { metric: 0.4, base_metric: 0.5 } }),
       ev('aggregated', { round: 1, adapter_cid: 'bafyA', metric: 0.72, base_metric: 0.5, accepted: true }),
-      ev('completed', { adapter_cid: 'bafyA', tx_hash: '0xc', payouts: [{ address: '0xa', amount_wei: '900', quality: 0.8 }] }),
+      ev('completed', { adapter_cid: 'bafyA', tx_hash: '0xc', payouts: [{ address: '0xa', amount_wei: '900', reputation: 120 }] }),
     ];
     const p = applyEvents(EMPTY_PROGRESS, events);
     expect(p.funded).toEqual({ escrow_job_id: '4', tx_hash: '0xf' });
@@ -28,7 +28,7 @@ describe('applyEvents', () => {
     expect(r.submissions[1]!.verdict?.reason).toBe('no improvement');
     expect(roundDone(r)).toEqual({ done: 1, total: 2 });
     expect(metricSeries(p)).toEqual([{ round: 1, metric: 0.72, base: 0.5 }]);
-    expect(p.completed?.payouts).toEqual([{ address: '0xa', amount_wei: '900', quality: 0.8 }]);
+    expect(p.completed?.payouts).toEqual([{ address: '0xa', amount_wei: '900', reputation: 120 }]);
     expect(p.lastEventId).toBe(id);
   });
 

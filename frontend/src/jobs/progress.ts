@@ -42,7 +42,8 @@ export interface RoundView {
 export interface Payout {
   address: string;
   amount_wei: string;
-  quality: number | null;
+  /** The contributor's reputation after this payout, as the escrow's event reports it. */
+  reputation: number | null;
 }
 
 export interface JobProgress {
@@ -132,8 +133,9 @@ export function applyEvents(previous: JobProgress, events: readonly JobEvent[]):
           accepted: bool(d.accepted) ?? false,
           quality: num(d.quality),
           reason: str(d.reason),
-          metric: num(d.metric),
-          base_metric: num(d.base_metric),
+          // The validator's scores travel in the verdict's `report`.
+          metric: num(obj(d.report).metric) ?? num(d.metric),
+          base_metric: num(obj(d.report).base_metric) ?? num(d.base_metric),
         };
         const target = p.rounds.flatMap((r) => r.submissions).find((s) => s.submission_id === id);
         if (target) target.verdict = verdict;
@@ -156,7 +158,7 @@ export function applyEvents(previous: JobProgress, events: readonly JobEvent[]):
           tx_hash: str(d.tx_hash),
           payouts: (Array.isArray(d.payouts) ? d.payouts : []).map((x) => {
             const o = obj(x);
-            return { address: str(o.address) ?? '', amount_wei: str(o.amount_wei) ?? '0', quality: num(o.quality) };
+            return { address: str(o.address) ?? '', amount_wei: str(o.amount_wei) ?? '0', reputation: num(o.reputation) };
           }),
         };
         break;

@@ -8,7 +8,7 @@ import { fundingOf, isTerminal, type JobResult, type JobView } from '../api/type
 import { Alert } from '../components/Alert';
 import { SignInFirst } from '../components/Layout';
 import { MetricChart } from '../components/MetricChart';
-import { eth, shortAddress, statusLabel, when } from '../format';
+import { eth, fixed, shortAddress, statusLabel, when } from '../format';
 import { applyEvents, EMPTY_PROGRESS, metricSeries, roundDone, type JobEvent, type JobProgress } from '../jobs/progress';
 import { errorMessage, usePortal } from '../state';
 import { escrowJobId, sendCreateJob, waitForReceipt, type Funding } from '../wallet/escrow';
@@ -175,7 +175,7 @@ export function JobPage({ id }: { id: string }) {
               <h3>
                 Round {r.round}
                 {r.tasks !== null && ` · ${roundDone(r).done}/${r.tasks} contributors done`}
-                {r.aggregated && ` · merged${r.aggregated.metric !== null ? `, metric ${r.aggregated.metric}` : ''}`}
+                {r.aggregated && ` · merged${r.aggregated.metric !== null ? `, metric ${fixed(r.aggregated.metric, 4)}` : ''}`}
               </h3>
               {r.claims.length > 0 && (
                 <p className="muted">
@@ -210,10 +210,10 @@ export function JobPage({ id }: { id: string }) {
                               <span className="verdict verdict--no">rejected{s.verdict.reason ? `: ${s.verdict.reason}` : ''}</span>
                             )}
                           </td>
-                          <td>{s.verdict?.quality ?? '—'}</td>
+                          <td>{fixed(s.verdict?.quality, 3)}</td>
                           <td>
-                            {s.verdict?.metric ?? '—'}
-                            {s.verdict?.base_metric !== null && s.verdict?.base_metric !== undefined && ` (${s.verdict.base_metric})`}
+                            {fixed(s.verdict?.metric, 4)}
+                            {s.verdict?.base_metric !== null && s.verdict?.base_metric !== undefined && ` (${fixed(s.verdict.base_metric, 4)})`}
                           </td>
                         </tr>
                       ))}
@@ -240,7 +240,7 @@ export function JobPage({ id }: { id: string }) {
                 <tr>
                   <th scope="col">Contributor</th>
                   <th scope="col">Amount</th>
-                  <th scope="col">Quality</th>
+                  <th scope="col">Reputation after</th>
                 </tr>
               </thead>
               <tbody>
@@ -250,7 +250,7 @@ export function JobPage({ id }: { id: string }) {
                       <code>{x.address}</code>
                     </td>
                     <td>{eth(x.amount_wei, 6)}</td>
-                    <td>{x.quality ?? '—'}</td>
+                    <td>{x.reputation ?? '—'}</td>
                   </tr>
                 ))}
               </tbody>
