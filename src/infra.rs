@@ -36,6 +36,10 @@ pub async fn connect_database_with(
 ) -> anyhow::Result<DatabaseConnection> {
     let mut options = ConnectOptions::new(url);
     options.sqlx_logging(false);
+    // The default pings every connection on every checkout: a second round trip per query.
+    // Only a connection idle long enough for a server, proxy or firewall to have dropped it
+    // is pinged; a hot one that broke fails its query, which the caller sees as an error.
+    options.test_before_acquire_if_idle_for(std::time::Duration::from_secs(30));
     if let Some(max) = max_connections {
         options.max_connections(max);
     }

@@ -1,7 +1,7 @@
 //! Trainer benchmarks on the real fixtures (run scripts/install/python-fixtures first).
 //!
-//!   cargo bench -p shardwork-worker --bench trainer -- classify [STEPS] [HELD_OUT_LIMIT]
-//!   cargo bench -p shardwork-worker --bench trainer -- federated [STEPS] [HELD_OUT_LIMIT]
+//!   cargo bench -p shardwork-worker --bench trainer -- classify [STEPS] [HELD_OUT_LIMIT] [LR]
+//!   cargo bench -p shardwork-worker --bench trainer -- federated [STEPS] [HELD_OUT_LIMIT] [LR]
 //!
 //! Prints progress on stderr and one JSON report on stdout. Built with `--features cuda` it
 //! runs on the first GPU.
@@ -32,6 +32,7 @@ fn main() -> ExitCode {
     let which = args.first().map(String::as_str).unwrap_or("classify");
     let steps: Option<usize> = args.get(1).and_then(|s| s.parse().ok());
     let limit: Option<usize> = args.get(2).and_then(|s| s.parse().ok());
+    let lr: Option<f64> = args.get(3).and_then(|s| s.parse().ok());
     let (Some(model), Some(rt)) = (fixtures::minilm_dir(), fixtures::rotten_tomatoes()) else {
         eprintln!("fixtures missing: run scripts/install/python-fixtures");
         return ExitCode::FAILURE;
@@ -40,6 +41,9 @@ fn main() -> ExitCode {
     let mut run = ClassifyRun::ci();
     if let Some(s) = steps {
         run = run.with_steps(s);
+    }
+    if let Some(lr) = lr {
+        run.train.optim.lr = lr;
     }
     let report = match which {
         "classify" => bench::classify(&model, &rt, &run, limit, &dev, &mut |p| {

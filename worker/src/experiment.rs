@@ -55,7 +55,7 @@ impl ClassifyRun {
             train: ClassifyConfig {
                 batch_size: 16,
                 optim: OptimConfig {
-                    lr: 1e-3,
+                    lr: 3e-3,
                     weight_decay: 0.01,
                     warmup_steps: 16,
                     total_steps: 160,
