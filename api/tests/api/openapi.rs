@@ -83,9 +83,9 @@ fn parse_resource_map(text: &str) -> Option<RouteNode> {
         let bytes = text.as_bytes();
         while *at < bytes.len() && depth > 0 {
             let rest = &text[*at..];
-            if rest.starts_with('"') {
+            if let Some(literal) = rest.strip_prefix('"') {
                 // Skip a string literal (patterns hold no escaped quotes we care about).
-                let end = rest[1..].find('"')? + 2;
+                let end = literal.find('"')? + 2;
                 *at += end;
                 continue;
             }
