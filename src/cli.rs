@@ -64,6 +64,20 @@ pub enum Command {
     Bench(crate::bench::BenchCommand),
 }
 
+impl Command {
+    /// Log filter when `SHARDWORK_LOG` is unset: services log their requests and work at info;
+    /// commands a person runs and reads (demo, job, train, …) print their own report and log
+    /// only warnings, so that report is not buried under request logs.
+    pub fn default_log_filter(&self) -> &'static str {
+        match self {
+            Command::Up { .. } | Command::Serve | Command::Worker(_) | Command::Validator(_) => {
+                "info,sqlx=warn,sea_orm_migration=warn"
+            }
+            _ => "warn",
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct NodeArgs {
     /// The API's root URL.

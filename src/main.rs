@@ -24,7 +24,7 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
-    init_tracing(cli.json_logs);
+    init_tracing(cli.json_logs, cli.command.default_log_filter());
     match cli::run(cli).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
@@ -34,10 +34,10 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_tracing(json: bool) {
+fn init_tracing(json: bool, default_filter: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("SHARDWORK_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,sea_orm_migration=warn"));
+    let filter =
+        EnvFilter::try_from_env("SHARDWORK_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
