@@ -178,18 +178,24 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
 
     // Kill the API while round 2 trains, then start it again on the same database and port.
     let r = requester.clone();
-    eventually("round 2 is being trained", Duration::from_secs(300), || {
+    let before_kill = eventually("round 2 is being trained", Duration::from_secs(300), || {
         let r = r.clone();
         async move {
             let events = r.events(job_id, 0).await.ok()?;
             events
                 .iter()
                 .any(|e| e["kind"] == "task_claimed" && e["payload"]["round"] == 2)
-                .then_some(())
+                .then_some(events)
         }
     })
     .await;
     api.kill();
+    assert!(
+        !before_kill
+            .iter()
+            .any(|e| e["kind"] == "aggregated" && e["payload"]["round"] == 2),
+        "the API must die before round 2 is merged, or the restart tests nothing"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut api = Process::start(&["serve"], &api_env, &dir.path().join("api-restarted.log"));
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
