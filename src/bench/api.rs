@@ -1,7 +1,9 @@
 //! `shardwork bench api`: authenticated `GET /v1/jobs/{id}` (JWT check, rate limiter, a
 //! PostgreSQL read, JSON) against the unauthenticated `/healthz` on the same server, in the same
 //! run, with the same client. Rounds alternate between the two routes so drift on a noisy machine
-//! falls on both; the figure is the median of the per-round ratios.
+//! falls on both; the figure is the median of the per-round ratios. `GET /v1/auth/me` (the same
+//! JWT check and rate limiter, no SQL) is measured beside them to show what the database read
+//! costs on its own.
 
 use std::fmt;
 use std::sync::Arc;
@@ -38,6 +40,8 @@ pub struct ApiBenchReport {
     pub connections: usize,
     pub seconds_per_route_per_round: f64,
     pub static_route: Vec<RouteFigures>,
+    /// `GET /v1/auth/me`: authentication and rate limiting without a database read.
+    pub authenticated_no_sql: Vec<RouteFigures>,
     pub authenticated_job: Vec<RouteFigures>,
     /// Median over rounds of authenticated req/s ÷ static req/s.
     pub ratio: f64,
@@ -97,12 +101,16 @@ async fn measure(
         url: format!("{}/healthz", deployment.api_url),
         token: None,
     };
+    let me_route = Route {
+        url: format!("{}/v1/auth/me", deployment.api_url),
+        token: Some(token.clone()),
+    };
     let job_route = Route {
         url: format!("{}/v1/jobs/{job_id}", deployment.api_url),
         token: Some(token),
     };
-    // Warm both routes (connection pool, statement cache) before anything is counted.
-    for route in [&health, &job_route] {
+    // Warm every route (connection pool, statement cache) before anything is counted.
+    for route in [&health, &me_route, &job_route] {
         load(&http, route, bench.connections, Duration::from_millis(500)).await?;
     }
     let span = Duration::from_secs_f64(bench.seconds);
@@ -110,14 +118,20 @@ async fn measure(
         connections: bench.connections,
         seconds_per_route_per_round: bench.seconds,
         static_route: Vec::new(),
+        authenticated_no_sql: Vec::new(),
         authenticated_job: Vec::new(),
         ratio: 0.0,
     };
     let mut ratios = Vec::new();
     for round in 0..bench.rounds {
         let static_figures = load(&http, &health, bench.connections, span).await?;
+        let me_figures = load(&http, &me_route, bench.connections, span).await?;
         let job_figures = load(&http, &job_route, bench.connections, span).await?;
-        for (name, figures) in [("/healthz", &static_figures), ("job", &job_figures)] {
+        for (name, figures) in [
+            ("/healthz", &static_figures),
+            ("/v1/auth/me", &me_figures),
+            ("job", &job_figures),
+        ] {
             if figures.errors > 0 {
                 bail!(
                     "round {round}: {} of {} requests to {name} failed",
@@ -128,12 +142,14 @@ async fn measure(
         }
         ratios.push(job_figures.requests_per_sec / static_figures.requests_per_sec);
         eprintln!(
-            "round {}: /healthz {:.0} req/s, GET /v1/jobs/{{id}} {:.0} req/s",
+            "round {}: /healthz {:.0} req/s, /v1/auth/me {:.0} req/s, GET /v1/jobs/{{id}} {:.0} req/s",
             round + 1,
             static_figures.requests_per_sec,
+            me_figures.requests_per_sec,
             job_figures.requests_per_sec
         );
         report.static_route.push(static_figures);
+        report.authenticated_no_sql.push(me_figures);
         report.authenticated_job.push(job_figures);
     }
     report.ratio = median(&mut ratios);
@@ -228,6 +244,7 @@ impl fmt::Display for ApiBenchReport {
         )?;
         for (name, figures) in [
             ("GET /healthz (static)        ", &self.static_route),
+            ("GET /v1/auth/me (JWT, no SQL)", &self.authenticated_no_sql),
             ("GET /v1/jobs/{id} (JWT, SQL) ", &self.authenticated_job),
         ] {
             writeln!(

@@ -101,6 +101,7 @@ impl std::fmt::Debug for Delivery {
 pub trait Settle: Send + Sync {
     async fn ack(self: Box<Self>) -> Result<(), QueueError>;
     async fn nack_requeue(self: Box<Self>, delay: Option<Duration>) -> Result<(), QueueError>;
+    async fn release(self: Box<Self>, delay: Option<Duration>) -> Result<(), QueueError>;
     async fn reject(self: Box<Self>) -> Result<(), QueueError>;
 }
 
@@ -135,6 +136,13 @@ impl Delivery {
     /// Not done: deliver again (to any consumer) after `delay`, counting a delivery.
     pub async fn nack_requeue(self, delay: Option<Duration>) -> Result<(), QueueError> {
         self.settle.nack_requeue(delay).await
+    }
+
+    /// Not for this consumer (it may not take this message; another may): back on the queue
+    /// after `delay` without counting a delivery, so refusals never dead-letter a message that
+    /// another consumer would handle.
+    pub async fn release(self, delay: Option<Duration>) -> Result<(), QueueError> {
+        self.settle.release(delay).await
     }
 
     /// Never deliverable: straight to the dead-letter queue.

@@ -44,6 +44,7 @@ macro_rules! queue_conformance_tests {
             consumer_that_dies_without_ack_gets_message_redelivered,
             nothing_is_lost_across_a_reconnect,
             poison_message_reaches_dead_letters_after_max_deliveries,
+            released_message_is_not_counted_and_never_dead_lettered,
             message_whose_consumers_keep_dying_is_dead_lettered,
             reject_sends_message_straight_to_dead_letters,
             concurrent_consumers_ack_each_message_exactly_once,
@@ -259,6 +260,37 @@ pub async fn poison_message_reaches_dead_letters_after_max_deliveries(
     assert_eq!(letter.idempotency_key, "poison");
     letter.ack().await.expect("ack dead letter");
     expect_quiet(&mut dead, "dead letters after ack").await;
+}
+
+/// A consumer that may not take a message (a worker refused a task) releases it: it comes back,
+/// as often as it is released, with its delivery count unchanged, and still counts once it is
+/// really attempted.
+pub async fn released_message_is_not_counted_and_never_dead_lettered(
+    h: &dyn QueueHarness,
+    queue: &str,
+) {
+    let q = declared(h, queue, options(h, 2, 1)).await;
+    q.publish(queue, message("refused", "{}"))
+        .await
+        .expect("publish");
+    let mut consumer = q.consume(queue).await.expect("consume");
+    for _ in 0..4 {
+        let delivery = expect_delivery(&mut consumer, "released delivery").await;
+        assert_eq!(delivery.delivery_count, 1, "a release is not a delivery");
+        delivery.release(None).await.expect("release");
+    }
+    let delivery = expect_delivery(&mut consumer, "after the releases").await;
+    assert_eq!(delivery.delivery_count, 1);
+    delivery.nack_requeue(None).await.expect("nack");
+    let delivery = expect_delivery(&mut consumer, "a real second attempt").await;
+    assert_eq!(delivery.delivery_count, 2, "a failed attempt still counts");
+    delivery.ack().await.expect("ack");
+    expect_quiet(&mut consumer, "after ack").await;
+    let mut dead = q
+        .consume_dead_letters(queue)
+        .await
+        .expect("consume dead letters");
+    expect_quiet(&mut dead, "dead letters").await;
 }
 
 pub async fn message_whose_consumers_keep_dying_is_dead_lettered(

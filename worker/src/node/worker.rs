@@ -19,6 +19,11 @@ use shardwork_core::queue::{Delivery, TaskQueue};
 use tokio::sync::watch;
 
 use super::NodeError;
+
+/// When a task refused to this worker becomes visible again.
+const REFUSED_REDELIVERY: Duration = Duration::from_millis(500);
+/// How long a worker stays off the queue after refusing a task.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
 use super::api::{ApiClient, Lease, Progress};
 use super::classify::ClassifyJob;
 use super::content::{Blobs, fetch_bundle, put_bundle};
@@ -109,9 +114,12 @@ impl WorkerNode {
                 });
             }
             // Not for this worker (reputation, or its earlier adapter was rejected): back on
-            // the queue for the others.
+            // the queue for the others, uncounted (refusals must not dead-letter a task another
+            // worker would take), and this worker steps back from the queue for a moment so an
+            // idle worker, whose polling has slowed, gets it first.
             Err(e) if e.status() == Some(403) => {
-                delivery.nack_requeue(Some(Duration::from_secs(1))).await?;
+                delivery.release(Some(REFUSED_REDELIVERY)).await?;
+                tokio::time::sleep(REFUSED_BACKOFF).await;
                 return Ok(Handled::Dropped {
                     reason: e.to_string(),
                 });

@@ -158,6 +158,31 @@ struct RabbitSettle {
 }
 
 impl RabbitSettle {
+    /// Republishes a copy carrying `attempts` (to the retry queue of `delay`, or the queue
+    /// itself), then acks this one. A crash between the two leaves both copies: at least once,
+    /// never lost.
+    async fn requeue_copy(
+        mut self: Box<Self>,
+        delay: Option<Duration>,
+        attempts: u32,
+    ) -> Result<(), QueueError> {
+        let route = self.inner.route(&self.queue, delay).await?;
+        let envelope = Envelope {
+            routing_key: &route,
+            key: &self.key,
+            payload: &self.payload,
+            attempts,
+        };
+        self.inner.publish_confirmed(&envelope).await?;
+        self.settled = true;
+        let outcome = self.acker.ack(BasicAckOptions::default()).await;
+        if let Err(err) = self.held(outcome) {
+            // The copy is stored; the original comes back too, as a duplicate.
+            tracing::warn!(%err, key = self.key, "requeued copy stored but original not acked");
+        }
+        Ok(())
+    }
+
     /// An acker that fails or answers `false` belongs to a channel that is gone: the broker has
     /// already requeued the delivery.
     fn held(&self, outcome: Result<bool, lapin::Error>) -> Result<(), QueueError> {
@@ -210,21 +235,18 @@ impl Settle for RabbitSettle {
         if self.delivery_count >= self.max_deliveries {
             return self.dead_letter().await;
         }
-        let route = self.inner.route(&self.queue, delay).await?;
-        let envelope = Envelope {
-            routing_key: &route,
-            key: &self.key,
-            payload: &self.payload,
-            attempts: self.delivery_count,
-        };
-        self.inner.publish_confirmed(&envelope).await?;
-        self.settled = true;
-        let outcome = self.acker.ack(BasicAckOptions::default()).await;
-        if let Err(err) = self.held(outcome) {
-            // The copy is stored; the original comes back too, as a duplicate.
-            tracing::warn!(%err, key = self.key, "requeued copy stored but original not acked");
+        let attempts = self.delivery_count;
+        self.requeue_copy(delay, attempts).await
+    }
+
+    /// As a requeue, but the copy carries the count from before this delivery, so a refusal
+    /// is not counted against the message's allowed deliveries.
+    async fn release(mut self: Box<Self>, delay: Option<Duration>) -> Result<(), QueueError> {
+        if self.dead {
+            return self.nack_requeue(None).await;
         }
-        Ok(())
+        let before = self.delivery_count.saturating_sub(1);
+        self.requeue_copy(delay, before).await
     }
 
     /// On a live message: dead-lettered (through the queue's dead-letter exchange). On a dead

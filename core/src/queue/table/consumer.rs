@@ -230,6 +230,14 @@ impl Settle for TableSettle {
         Ok(())
     }
 
+    async fn release(self: Box<Self>, delay: Option<Duration>) -> Result<(), QueueError> {
+        let visible_at = now_millis().saturating_add(millis(delay.unwrap_or_default()));
+        self.guarded(sql::RETURN_HELD, vec![visible_at.into()])
+            .await?;
+        self.shared.ready.notify_waiters();
+        Ok(())
+    }
+
     /// On a live message: straight to the dead-letter queue. On a dead letter: discarded.
     async fn reject(self: Box<Self>) -> Result<(), QueueError> {
         if self.dead {

@@ -69,6 +69,12 @@ pub(super) const DELETE_HELD: &str = "DELETE FROM queue_messages WHERE id = ? AN
 pub(super) const RELEASE_HELD: &str =
     "UPDATE queue_messages SET lease_token = NULL, visible_at = ? WHERE id = ? AND lease_token = ?";
 
+/// As RELEASE_HELD, and the claim's delivery is not counted (the consumer refused it).
+/// Values: visible_at, id, lease token.
+pub(super) const RETURN_HELD: &str = "UPDATE queue_messages \
+     SET lease_token = NULL, visible_at = ?, delivery_count = delivery_count - 1 \
+     WHERE id = ? AND lease_token = ?";
+
 /// Values: reason, visible_at, delivery count to record, id, lease token.
 pub(super) const DEAD_LETTER_HELD: &str = "UPDATE queue_messages \
      SET dead = TRUE, dead_reason = ?, lease_token = NULL, visible_at = ?, delivery_count = ? \
