@@ -185,34 +185,26 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
         funded["escrow_job_id"].as_str().unwrap_or("?"),
         funded["tx_hash"].as_str().unwrap_or("?")
     );
-    let mut after = 0;
     let mut events: Vec<Value> = Vec::new();
-    let status = loop {
-        if started.elapsed() > Duration::from_secs(args.timeout_secs) {
-            bail!("the demo job did not finish within {} s", args.timeout_secs);
-        }
-        for event in requester.events(job_id, after).await? {
-            after = event["id"].as_i64().unwrap_or(after);
-            print_event(&event, args.json);
+    let status = crate::job_events::follow(
+        &requester,
+        job_id,
+        Duration::from_secs(args.timeout_secs),
+        Duration::from_millis(250),
+        &mut |event| {
+            print_event(event, args.json);
             if event["kind"] == "task_failed" {
                 bail!(
                     "a task of job {job_id} failed after all its attempts, so the job cannot \
                      finish; its stake is refunded at the deadline"
                 );
             }
-            events.push(event);
-        }
-        let job = requester.job(job_id).await?;
-        let status = job["status"].as_str().unwrap_or_default().to_owned();
-        if matches!(status.as_str(), "completed" | "cancelled" | "refunded") {
-            for event in requester.events(job_id, after).await? {
-                print_event(&event, args.json);
-                events.push(event);
-            }
-            break status;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+            events.push(event.clone());
+            Ok(())
+        },
+        &mut |_| {},
+    )
+    .await?;
     let wall = started.elapsed().as_secs_f64();
     Ok(summarise(job_id, model, status, wall, &events))
 }

@@ -261,44 +261,44 @@ async fn follow(api: &ApiClient, id: Uuid, timeout: Duration, json: bool) -> any
         ..Standing::default()
     };
     let mut bar = ProgressLine::new();
-    let mut after = 0;
-    let mut status;
-    loop {
-        for event in api.events(id, after).await? {
-            after = event["id"].as_i64().unwrap_or(after);
-            standing.apply(&event);
+    // Both callbacks draw on the bar and read the standing.
+    let shared = std::cell::RefCell::new((&mut bar, &mut standing));
+    let outcome = crate::job_events::follow(
+        api,
+        id,
+        timeout,
+        Duration::from_millis(500),
+        &mut |event| {
+            let (bar, standing) = &mut *shared.borrow_mut();
+            standing.apply(event);
             if json {
-                println!("{}", serde_json::to_string(&event)?);
+                println!("{}", serde_json::to_string(event)?);
             } else {
                 bar.println(&format!(
                     "{}  {}",
                     event["created_at"].as_str().unwrap_or(""),
-                    crate::job_events::describe(&event)
+                    crate::job_events::describe(event)
                 ));
             }
-        }
-        let job = api.job(id).await?;
-        status = job["status"].as_str().unwrap_or_default().to_owned();
-        bar.draw(
-            standing.done(),
-            (standing.rounds * standing.shards) as u64,
-            &format!(
-                "shard-rounds accepted · round {}/{} · {status} · {:.0}s",
-                standing.round.max(1),
-                standing.rounds,
-                started.elapsed().as_secs_f64()
-            ),
-        );
-        if matches!(status.as_str(), "completed" | "refunded" | "cancelled") {
-            break;
-        }
-        if started.elapsed() > timeout {
-            bar.finish();
-            bail!("job {id} is still {status} after {} s", timeout.as_secs());
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+            Ok(())
+        },
+        &mut |status| {
+            let (bar, standing) = &mut *shared.borrow_mut();
+            bar.draw(
+                standing.done(),
+                (standing.rounds * standing.shards) as u64,
+                &format!(
+                    "shard-rounds accepted · round {}/{} · {status} · {:.0}s",
+                    standing.round.max(1),
+                    standing.rounds,
+                    started.elapsed().as_secs_f64()
+                ),
+            );
+        },
+    )
+    .await;
     bar.finish();
+    let status = outcome?;
     if status != "completed" {
         bail!("job {id} ended {status}");
     }

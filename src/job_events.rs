@@ -1,7 +1,47 @@
-//! How a job's events read to a person: one line each, shared by `shardwork demo` and
+//! Following a job's events and how they read to a person, shared by `shardwork demo` and
 //! `shardwork job watch`.
 
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
 use serde_json::Value;
+use shardwork_worker::node::api::ApiClient;
+use uuid::Uuid;
+
+/// Job states after which nothing more happens.
+const FINAL_STATUSES: [&str; 3] = ["completed", "refunded", "cancelled"];
+
+/// Follows job `id` until it reaches a final status, which it returns: `on_event` sees every
+/// event once, in order (including those written as the job ended), and may stop the watch
+/// with an error; `on_poll` sees the status after each poll. Gives up after `timeout`.
+pub async fn follow(
+    api: &ApiClient,
+    id: Uuid,
+    timeout: Duration,
+    poll: Duration,
+    on_event: &mut dyn FnMut(&Value) -> anyhow::Result<()>,
+    on_poll: &mut dyn FnMut(&str),
+) -> anyhow::Result<String> {
+    let started = Instant::now();
+    let mut after = 0;
+    loop {
+        // The status is read before the events, so the events of a job seen ended are all in.
+        let job = api.job(id).await?;
+        let status = job["status"].as_str().unwrap_or_default().to_owned();
+        for event in api.events(id, after).await? {
+            after = event["id"].as_i64().unwrap_or(after);
+            on_event(&event)?;
+        }
+        on_poll(&status);
+        if FINAL_STATUSES.contains(&status.as_str()) {
+            return Ok(status);
+        }
+        if started.elapsed() > timeout {
+            bail!("job {id} is still {status} after {} s", timeout.as_secs());
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
 
 /// A one-line description of a job event from `GET /v1/jobs/{id}/events`.
 pub fn describe(event: &Value) -> String {

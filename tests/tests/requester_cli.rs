@@ -52,12 +52,29 @@ fn spec(model_cid: &str, deadline_in: chrono::Duration) -> Value {
     })
 }
 
-/// `shardwork up --workers N` on a fresh data folder, healthy; with its URL.
-async fn marketplace(dir: &Path, workers: usize) -> (Process, String, std::path::PathBuf) {
+/// `shardwork model sample-data` into `dir/reviews.jsonl`.
+fn sample_reviews(dir: &Path, records: usize) -> std::path::PathBuf {
+    let data = dir.join("reviews.jsonl");
+    let out = shardwork(
+        &[
+            "model",
+            "sample-data",
+            &data.display().to_string(),
+            "--records",
+            &records.to_string(),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    data
+}
+
+/// `shardwork up --workers N` on a fresh data folder holding the sample model, healthy; with
+/// its URL and the model's CID.
+async fn marketplace(dir: &Path, workers: usize) -> (Process, String, String) {
     let data_dir = dir.join("data");
     std::fs::create_dir_all(&data_dir).unwrap();
     let model_cid = sample_model(dir, &data_dir);
-    std::fs::write(dir.join("model.cid"), &model_cid).unwrap();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let env: Vec<(String, String)> = vec![
@@ -71,26 +88,14 @@ async fn marketplace(dir: &Path, workers: usize) -> (Process, String, std::path:
         &dir.join("up.log"),
     );
     wait_healthy(&url, &mut up, Duration::from_secs(120)).await;
-    (up, url, data_dir)
+    (up, url, model_cid)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn requester_posts_watches_and_downloads_the_adapter_from_the_terminal() {
     let dir = tempfile::tempdir().unwrap();
-    let (up, url, _) = marketplace(dir.path(), 2).await;
-    let model_cid = std::fs::read_to_string(dir.path().join("model.cid")).unwrap();
-    let data = dir.path().join("reviews.jsonl");
-    let out = shardwork(
-        &[
-            "model",
-            "sample-data",
-            &data.display().to_string(),
-            "--records",
-            "600",
-        ],
-        &[],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (up, url, model_cid) = marketplace(dir.path(), 2).await;
+    let data = sample_reviews(dir.path(), 600);
     let env = [("SHARDWORK_API_URL", url.clone())];
 
     // A fault in the spec is named, and nothing is posted.
@@ -190,20 +195,8 @@ async fn requester_posts_watches_and_downloads_the_adapter_from_the_terminal() {
 async fn a_job_nobody_finishes_is_refunded_on_chain_at_its_deadline() {
     let dir = tempfile::tempdir().unwrap();
     // No workers: the round opens and nobody trains it.
-    let (up, url, _) = marketplace(dir.path(), 0).await;
-    let model_cid = std::fs::read_to_string(dir.path().join("model.cid")).unwrap();
-    let data = dir.path().join("reviews.jsonl");
-    let out = shardwork(
-        &[
-            "model",
-            "sample-data",
-            &data.display().to_string(),
-            "--records",
-            "200",
-        ],
-        &[],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (up, url, model_cid) = marketplace(dir.path(), 0).await;
+    let data = sample_reviews(dir.path(), 200);
     let spec_path = dir.path().join("spec.json");
     std::fs::write(
         &spec_path,

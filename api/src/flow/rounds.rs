@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
+pub use shardwork_core::protocol::node::Aggregate;
+
 use super::payout;
 use super::tasks::TaskStatus;
 use crate::entities::{job, round, shard, task};
@@ -155,23 +157,6 @@ pub async fn close_if_complete<C: ConnectionTrait>(
         .await?;
     }
     Ok(updated.rows_affected == 1)
-}
-
-/// The validator's merge of a round.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Aggregate {
-    /// The merged adapter (PEFT bundle) in the content store.
-    pub adapter_cid: shardwork_core::protocol::ContentId,
-    /// Held-out metric of the merged adapter and of the round's starting point (same metric
-    /// as the verdicts: accuracy for classification, loss for language modelling).
-    pub metric: f64,
-    pub base_metric: f64,
-    /// Name of the metric, e.g. `accuracy` or `loss`.
-    pub metric_name: String,
-    /// Anything else the validator measured (truncation error of the merge, weights…).
-    #[serde(default)]
-    pub details: serde_json::Value,
 }
 
 /// What recording a merge led to.

@@ -14,6 +14,7 @@ use sea_orm::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+pub use shardwork_core::protocol::node::{Lease, Progress};
 use shardwork_core::protocol::{Submission, TaskMessage};
 use uuid::Uuid;
 
@@ -48,54 +49,31 @@ impl TaskStatus {
     }
 }
 
-/// Progress a worker reports with each heartbeat.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Progress {
-    pub step: u64,
-    pub total_steps: u64,
-    pub loss: Option<f64>,
-    pub tokens_per_second: Option<f64>,
-}
-
-impl Progress {
-    pub fn validate(&self) -> Result<(), ApiError> {
-        if self.total_steps == 0 || self.step > self.total_steps {
+/// Checks a heartbeat's progress: a position in the run, finite non-negative figures.
+pub fn validate_progress(progress: &Progress) -> Result<(), ApiError> {
+    if progress.total_steps == 0 || progress.step > progress.total_steps {
+        return Err(ApiError::invalid(
+            "progress.step",
+            format!(
+                "step {} of {} total steps is not a position in the run",
+                progress.step, progress.total_steps
+            ),
+        ));
+    }
+    for (path, value) in [
+        ("progress.loss", progress.loss),
+        ("progress.tokens_per_second", progress.tokens_per_second),
+    ] {
+        if let Some(v) = value
+            && !(v.is_finite() && v >= 0.0)
+        {
             return Err(ApiError::invalid(
-                "progress.step",
-                format!(
-                    "step {} of {} total steps is not a position in the run",
-                    self.step, self.total_steps
-                ),
+                path,
+                format!("{v} is not a finite non-negative number"),
             ));
         }
-        for (path, value) in [
-            ("progress.loss", self.loss),
-            ("progress.tokens_per_second", self.tokens_per_second),
-        ] {
-            if let Some(v) = value
-                && !(v.is_finite() && v >= 0.0)
-            {
-                return Err(ApiError::invalid(
-                    path,
-                    format!("{v} is not a finite non-negative number"),
-                ));
-            }
-        }
-        Ok(())
     }
-}
-
-/// A granted lease: the token proves the holder in `extend` and `submit`.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Lease {
-    pub task_id: Uuid,
-    pub lease_token: Uuid,
-    pub expires_at: DateTime<Utc>,
-    pub attempt: i32,
-    /// What to train: the same message the queue carried, rebuilt from the database so a
-    /// forged queue message cannot point a worker at other inputs.
-    pub task: TaskMessage,
+    Ok(())
 }
 
 pub async fn find_task<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<task::Model, ApiError> {
@@ -323,7 +301,7 @@ pub async fn extend<C: ConnectionTrait>(
     lease: Duration,
     now: DateTime<Utc>,
 ) -> Result<DateTime<Utc>, ApiError> {
-    progress.validate()?;
+    validate_progress(progress)?;
     let task = find_task(db, task_id).await?;
     check_holder(&task, worker, token)?;
     let expires_at = now + lease;

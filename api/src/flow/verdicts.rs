@@ -11,36 +11,16 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, TransactionTrait,
 };
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
+
+pub use shardwork_core::protocol::node::{AcceptedAdapter, PendingValidation, ReadyRound, Verdict};
 
 use super::rounds;
 use super::tasks::{TaskStatus, find_task, requeue};
 use crate::entities::{job, reputation_event, round, shard, submission, task, worker};
 use crate::lifecycle::{JobStatus, record_event};
 use crate::problem::ApiError;
-
-/// A submission waiting for its verdict, with everything the validator needs to fetch.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct PendingValidation {
-    pub submission_id: Uuid,
-    pub job_id: Uuid,
-    pub task_id: Uuid,
-    pub round: i32,
-    pub shard_index: i32,
-    pub worker: String,
-    pub adapter_cid: String,
-    pub metrics_cid: String,
-    pub samples: i64,
-    pub submitted_at: DateTime<Utc>,
-    pub job_spec_cid: Option<String>,
-    pub manifest_cid: Option<String>,
-    /// Sealed; open it with `GET /v1/jobs/{id}/held-out-key`.
-    pub held_out_cid: Option<String>,
-    /// The adapter this round started from (none in round 1).
-    pub previous_adapter_cid: Option<String>,
-}
 
 /// The oldest `limit` pending submissions of open jobs.
 pub async fn pending<C: ConnectionTrait>(
@@ -94,40 +74,29 @@ pub async fn pending<C: ConnectionTrait>(
     Ok(out)
 }
 
-/// A verdict as the validator sends it.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Verdict {
-    pub accepted: bool,
-    /// 0 ..= 1; ignored (stored as 0) for a rejection.
-    pub quality: f64,
-    /// Why it was rejected; required for a rejection.
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// The measurements behind the verdict (metric, base metric, norms…).
-    #[serde(default)]
-    pub report: serde_json::Value,
-}
-
-impl Verdict {
-    pub fn validate(&self) -> Result<(), ApiError> {
-        if !(self.quality.is_finite() && (0.0..=1.0).contains(&self.quality)) {
-            return Err(ApiError::invalid(
-                "quality",
-                format!("{} is outside 0..=1", self.quality),
-            ));
-        }
-        if !self.accepted && self.reason.as_deref().is_none_or(|r| r.trim().is_empty()) {
-            return Err(ApiError::invalid(
-                "reason",
-                "a rejection says why (the worker sees it)",
-            ));
-        }
-        if self.reason.as_ref().is_some_and(|r| r.len() > 2_000) {
-            return Err(ApiError::invalid("reason", "longer than 2,000 characters"));
-        }
-        Ok(())
+/// Checks a verdict: quality in 0..=1, a reason for a rejection, and not an essay.
+pub fn validate_verdict(verdict: &Verdict) -> Result<(), ApiError> {
+    if !(verdict.quality.is_finite() && (0.0..=1.0).contains(&verdict.quality)) {
+        return Err(ApiError::invalid(
+            "quality",
+            format!("{} is outside 0..=1", verdict.quality),
+        ));
     }
+    if !verdict.accepted
+        && verdict
+            .reason
+            .as_deref()
+            .is_none_or(|r| r.trim().is_empty())
+    {
+        return Err(ApiError::invalid(
+            "reason",
+            "a rejection says why (the worker sees it)",
+        ));
+    }
+    if verdict.reason.as_ref().is_some_and(|r| r.len() > 2_000) {
+        return Err(ApiError::invalid("reason", "longer than 2,000 characters"));
+    }
+    Ok(())
 }
 
 /// Reputation change recorded (off chain) for a rejected adapter; the chain's own reputation
@@ -141,7 +110,7 @@ pub async fn record(
     verdict: &Verdict,
     now: DateTime<Utc>,
 ) -> Result<submission::Model, ApiError> {
-    verdict.validate()?;
+    validate_verdict(verdict)?;
     let txn = db.begin().await?;
     let s = submission::Entity::find_by_id(id)
         .one(&txn)
@@ -246,29 +215,6 @@ pub async fn record(
         .ok_or_else(|| ApiError::internal("verdict", "submission vanished"))?;
     txn.commit().await?;
     Ok(stored)
-}
-
-/// Rounds whose adapters are all accepted and wait for the validator's merge.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ReadyRound {
-    pub job_id: Uuid,
-    pub round: i32,
-    pub base_adapter_cid: Option<String>,
-    pub held_out_cid: Option<String>,
-    pub job_spec_cid: Option<String>,
-    pub last_round: bool,
-    /// The accepted adapters to merge, with their sample counts and quality.
-    pub adapters: Vec<AcceptedAdapter>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct AcceptedAdapter {
-    pub submission_id: Uuid,
-    pub shard_index: i32,
-    pub worker: String,
-    pub adapter_cid: String,
-    pub samples: i64,
-    pub quality: f64,
 }
 
 pub async fn ready_rounds<C: ConnectionTrait>(db: &C) -> Result<Vec<ReadyRound>, ApiError> {

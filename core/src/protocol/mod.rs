@@ -9,6 +9,7 @@ pub mod bundle;
 pub mod ids;
 pub mod job_spec;
 pub mod manifest;
+pub mod node;
 pub mod siwe;
 pub mod submission;
 pub mod task;

@@ -9,10 +9,13 @@ use alloy::signers::SignerSync;
 use alloy::signers::local::PrivateKeySigner;
 use bytes::Bytes;
 use chrono::Utc;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+pub use shardwork_core::protocol::node::{
+    AcceptedAdapter, Aggregate, Lease, PendingValidation, Progress, ReadyRound, Verdict,
+};
 use shardwork_core::protocol::siwe::SiweMessage;
-use shardwork_core::protocol::{EthAddress, Submission, TaskMessage};
+use shardwork_core::protocol::{EthAddress, Submission};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -76,81 +79,6 @@ struct NonceResponse {
 #[derive(Debug, Deserialize)]
 struct TokenResponse {
     access_token: String,
-}
-
-/// A granted lease (`POST /v1/tasks/{id}/claim`).
-#[derive(Debug, Clone, Deserialize)]
-pub struct Lease {
-    pub task_id: Uuid,
-    pub lease_token: Uuid,
-    pub expires_at: chrono::DateTime<Utc>,
-    pub attempt: i32,
-    pub task: TaskMessage,
-}
-
-/// Training progress sent with each lease extension.
-#[derive(Debug, Clone, Serialize)]
-pub struct Progress {
-    pub step: u64,
-    pub total_steps: u64,
-    pub loss: Option<f64>,
-    pub tokens_per_second: Option<f64>,
-}
-
-/// A submission waiting for a verdict (`GET /v1/validator/submissions`).
-#[derive(Debug, Clone, Deserialize)]
-pub struct PendingValidation {
-    pub submission_id: Uuid,
-    pub job_id: Uuid,
-    pub task_id: Uuid,
-    pub round: i32,
-    pub shard_index: i32,
-    pub worker: String,
-    pub adapter_cid: String,
-    pub metrics_cid: String,
-    pub samples: i64,
-    pub job_spec_cid: Option<String>,
-    pub held_out_cid: Option<String>,
-    pub previous_adapter_cid: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Verdict {
-    pub accepted: bool,
-    pub quality: f64,
-    pub reason: Option<String>,
-    pub report: serde_json::Value,
-}
-
-/// A round whose adapters are all accepted (`GET /v1/validator/rounds`).
-#[derive(Debug, Clone, Deserialize)]
-pub struct ReadyRound {
-    pub job_id: Uuid,
-    pub round: i32,
-    pub base_adapter_cid: Option<String>,
-    pub held_out_cid: Option<String>,
-    pub job_spec_cid: Option<String>,
-    pub last_round: bool,
-    pub adapters: Vec<AcceptedAdapter>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct AcceptedAdapter {
-    pub submission_id: Uuid,
-    pub shard_index: i32,
-    pub worker: String,
-    pub adapter_cid: String,
-    pub samples: i64,
-    pub quality: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Aggregate {
-    pub adapter_cid: String,
-    pub metric: f64,
-    pub base_metric: f64,
-    pub metric_name: String,
-    pub details: serde_json::Value,
 }
 
 /// The API client of one node (one key).

@@ -405,6 +405,9 @@ impl ValidatorNode {
             &["adapter_config.json", "adapter_model.safetensors"],
         )
         .await?;
+        let adapter_cid = adapter_cid
+            .parse()
+            .map_err(|e| NodeError::Content(format!("merged adapter CID {adapter_cid}: {e}")))?;
         Ok(Aggregate {
             adapter_cid,
             metric,
