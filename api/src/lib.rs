@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod background;
 pub mod chain;
+pub mod coalesce;
 pub mod configuration;
 pub mod entities;
 pub mod extract;

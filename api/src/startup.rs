@@ -14,6 +14,7 @@ use crate::chain::Chain;
 use crate::configuration::{ApiConfig, ConfigError};
 use crate::metrics::Metrics;
 use crate::routes;
+use crate::routes::jobs::read::{JobReads, job_reads};
 use crate::telemetry::{self, RateLimiter};
 
 /// The infrastructure the API runs on, built by the caller (the CLI, or a test).
@@ -37,6 +38,8 @@ pub struct AppState {
     pub tokens: Arc<TokenIssuer>,
     pub metrics: Metrics,
     pub limiter: RateLimiter,
+    /// `GET /v1/jobs/{id}`'s reads, coalesced into shared round trips.
+    pub job_reads: JobReads,
 }
 
 /// Why the server did not start.
@@ -64,6 +67,7 @@ impl AppState {
         ));
         Ok(Arc::new(AppState {
             limiter: RateLimiter::new(config.rate_limit_per_minute),
+            job_reads: job_reads(ports.db.clone()),
             metrics: Metrics::default(),
             tokens,
             config,

@@ -1,5 +1,5 @@
 //! `shardwork bench api`: authenticated `GET /v1/jobs/{id}` (JWT check, rate limiter, a
-//! PostgreSQL read, JSON) against the unauthenticated `/healthz` on the same server, in the same
+//! PostgreSQL read, JSON) over several posted jobs, each connection reading them in turn, against the unauthenticated `/healthz` on the same server, in the same
 //! run, with the same client. Rounds alternate between the two routes so drift on a noisy machine
 //! falls on both; the figure is the median of the per-round ratios. `GET /v1/auth/me` (the same
 //! JWT check and rate limiter, no SQL) is measured beside them to show what the database read
@@ -23,6 +23,8 @@ pub struct ApiBenchConfig {
     pub connections: usize,
     pub seconds: f64,
     pub rounds: usize,
+    /// Distinct jobs the job route reads in turn.
+    pub jobs: usize,
 }
 
 /// One route's measurement in one round.
@@ -38,6 +40,7 @@ pub struct RouteFigures {
 #[derive(Debug, Clone, Serialize)]
 pub struct ApiBenchReport {
     pub connections: usize,
+    pub jobs: usize,
     pub seconds_per_route_per_round: f64,
     pub static_route: Vec<RouteFigures>,
     /// `GET /v1/auth/me`: authentication and rate limiting without a database read.
@@ -54,8 +57,8 @@ pub async fn run(mut config: Config, bench: &ApiBenchConfig) -> anyhow::Result<A
             crate::config::redact_url(&bench.database_url)
         );
     }
-    if bench.connections == 0 || bench.rounds == 0 || bench.seconds <= 0.0 {
-        bail!("--connections, --rounds and --seconds must be positive");
+    if bench.connections == 0 || bench.rounds == 0 || bench.jobs == 0 || bench.seconds <= 0.0 {
+        bail!("--connections, --rounds, --jobs and --seconds must be positive");
     }
     let data = tempfile::tempdir()?;
     config.data_dir = data.path().to_owned();
@@ -87,26 +90,31 @@ async fn measure(
         crate::nodes::dev_key(crate::nodes::REQUESTER_DEV_KEY),
         &[],
     )?;
-    let job = requester.post_job(&spec, Bytes::from(dataset)).await?;
-    let job_id: Uuid = job["id"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .context("the API answered a job without an id")?;
+    let dataset = Bytes::from(dataset);
+    let mut job_urls = Vec::with_capacity(bench.jobs);
+    for _ in 0..bench.jobs {
+        let job = requester.post_job(&spec, dataset.clone()).await?;
+        let job_id: Uuid = job["id"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .context("the API answered a job without an id")?;
+        job_urls.push(format!("{}/v1/jobs/{job_id}", deployment.api_url));
+    }
     let token = requester.access_token().await?;
 
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(bench.connections)
         .build()?;
     let health = Route {
-        url: format!("{}/healthz", deployment.api_url),
+        urls: vec![format!("{}/healthz", deployment.api_url)],
         token: None,
     };
     let me_route = Route {
-        url: format!("{}/v1/auth/me", deployment.api_url),
+        urls: vec![format!("{}/v1/auth/me", deployment.api_url)],
         token: Some(token.clone()),
     };
     let job_route = Route {
-        url: format!("{}/v1/jobs/{job_id}", deployment.api_url),
+        urls: job_urls,
         token: Some(token),
     };
     // Warm every route (connection pool, statement cache) before anything is counted.
@@ -116,6 +124,7 @@ async fn measure(
     let span = Duration::from_secs_f64(bench.seconds);
     let mut report = ApiBenchReport {
         connections: bench.connections,
+        jobs: bench.jobs,
         seconds_per_route_per_round: bench.seconds,
         static_route: Vec::new(),
         authenticated_no_sql: Vec::new(),
@@ -156,8 +165,9 @@ async fn measure(
     Ok(report)
 }
 
+/// One route's URLs, requested in turn by every connection (each starting at its own offset).
 struct Route {
-    url: String,
+    urls: Vec<String>,
     token: Option<String>,
 }
 
@@ -170,17 +180,20 @@ async fn load(
 ) -> anyhow::Result<RouteFigures> {
     let started = Instant::now();
     let deadline = started + span;
-    let route = Arc::new((route.url.clone(), route.token.clone()));
+    let route = Arc::new((route.urls.clone(), route.token.clone()));
     let mut loops = Vec::with_capacity(connections);
-    for _ in 0..connections {
+    for connection in 0..connections {
         let http = http.clone();
         let route = route.clone();
         loops.push(tokio::spawn(async move {
             let mut latencies_us: Vec<u32> = Vec::new();
             let mut errors = 0usize;
+            let mut next = connection;
             while Instant::now() < deadline {
+                let url = &route.0[next % route.0.len()];
+                next += 1;
                 let sent = Instant::now();
-                let mut request = http.get(&route.0);
+                let mut request = http.get(url);
                 if let Some(token) = &route.1 {
                     request = request.bearer_auth(token);
                 }
@@ -237,8 +250,9 @@ impl fmt::Display for ApiBenchReport {
         };
         writeln!(
             f,
-            "API on PostgreSQL, {} connections, {} round(s) of {:.1} s per route:",
+            "API on PostgreSQL, {} connections, job route over {} jobs, {} round(s) of {:.1} s per route:",
             self.connections,
+            self.jobs,
             self.static_route.len(),
             self.seconds_per_route_per_round
         )?;

@@ -33,6 +33,10 @@ pub enum BenchCommand {
         /// Rounds; the routes alternate within each.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Jobs posted and read in turn, so reads are spread over distinct rows as when many
+        /// requesters poll their own jobs.
+        #[arg(long, default_value_t = 16)]
+        jobs: usize,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -84,6 +88,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             connections,
             seconds,
             rounds,
+            jobs,
             json,
         } => {
             let bench = api::ApiBenchConfig {
@@ -91,6 +96,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 connections,
                 seconds,
                 rounds,
+                jobs,
             };
             let report = api::run(config, &bench).await?;
             if json {

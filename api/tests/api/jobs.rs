@@ -496,7 +496,74 @@ async fn held_out_key_reaches_the_validator_and_no_worker(backend: Backend) {
     }
 }
 
+/// `GET /v1/jobs/{id}` coalesces concurrent reads into shared queries: under a burst every reader
+/// still gets its own job (or its own 404), and a read after a write sees the write.
+async fn concurrent_job_reads_each_get_their_own_fresh_job(backend: Backend) {
+    let Some(app) = TestApp::start(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let alice = access_token(&service, &requester_key(), &[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let job = send(&service, post_job(&alice, &spec(), &dataset(10))).await;
+        assert_eq!(job.status, 201, "{}", job.text);
+        ids.push(job.body["id"].as_str().unwrap().to_owned());
+    }
+    let missing = "0190f5c2-0000-7000-8000-000000000000".to_owned();
+    let asked: Vec<String> = (0..60)
+        .map(|i| {
+            if i % 7 == 3 {
+                missing.clone()
+            } else {
+                ids[i % ids.len()].clone()
+            }
+        })
+        .collect();
+    let replies = futures::future::join_all(
+        asked
+            .iter()
+            .map(|id| send(&service, get(&alice, &format!("/v1/jobs/{id}")))),
+    )
+    .await;
+    for (id, reply) in asked.iter().zip(&replies) {
+        if *id == missing {
+            reply.problem(404, "not-found");
+            assert!(reply.text.contains(&missing), "{}", reply.text);
+        } else {
+            assert_eq!(reply.status, 200, "{}", reply.text);
+            assert_eq!(reply.body["id"], json!(id));
+            assert_eq!(reply.body["status"], "awaiting_funding");
+        }
+    }
+
+    let cancelled = send(
+        &service,
+        TestRequest::post()
+            .uri(&format!("/v1/jobs/{}/cancel", ids[1]))
+            .insert_header(bearer(&alice)),
+    )
+    .await;
+    assert_eq!(cancelled.status, 200, "{}", cancelled.text);
+    let replies = futures::future::join_all(
+        ids.iter()
+            .cycle()
+            .take(20)
+            .map(|id| send(&service, get(&alice, &format!("/v1/jobs/{id}")))),
+    )
+    .await;
+    for (id, reply) in ids.iter().cycle().zip(&replies) {
+        let expected = if *id == ids[1] {
+            "cancelled"
+        } else {
+            "awaiting_funding"
+        };
+        assert_eq!(reply.body["status"], expected, "job {id}");
+    }
+}
+
 on_both_databases!(
+    concurrent_job_reads_each_get_their_own_fresh_job,
     posted_job_is_cut_sealed_and_recorded,
     same_dataset_and_seed_give_the_same_shards,
     job_can_name_a_dataset_already_in_the_store,

@@ -1,13 +1,17 @@
 //! `GET /v1/jobs` (filtered, cursor-paginated) and `GET /v1/jobs/{id}`.
 
 use actix_web::{HttpResponse, web};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use futures::future::BoxFuture;
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder, QuerySelect,
+};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::EthAddress;
 use uuid::Uuid;
 
-use super::{JobView, find_job};
+use super::JobView;
 use crate::auth::{AnyRole, Authenticated};
+use crate::coalesce::{CoalesceError, Coalescer};
 use crate::entities::job;
 use crate::lifecycle::JobStatus;
 use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody};
@@ -15,6 +19,28 @@ use crate::startup::AppState;
 
 pub const DEFAULT_PAGE: u64 = 20;
 pub const MAX_PAGE: u64 = 100;
+
+/// Job reads by id, coalesced (see [`crate::coalesce`]).
+pub type JobReads = Coalescer<Uuid, job::Model, DbErr>;
+
+/// At most this many batched job reads in flight: with batching, a few round trips at once
+/// carry the load, and the rest of the pool stays free for writes.
+const JOB_READ_LANES: usize = 4;
+/// Ids per batched read (one `WHERE id IN (…)` query).
+const JOB_READ_BATCH: usize = 64;
+
+pub fn job_reads(db: DatabaseConnection) -> JobReads {
+    Coalescer::new(JOB_READ_LANES, JOB_READ_BATCH, move |ids: Vec<Uuid>| {
+        let db = db.clone();
+        Box::pin(async move {
+            let rows = job::Entity::find()
+                .filter(job::Column::Id.is_in(ids))
+                .all(&db)
+                .await?;
+            Ok(rows.into_iter().map(|job| (job.id, job)).collect())
+        }) as BoxFuture<'static, _>
+    })
+}
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -126,6 +152,12 @@ pub async fn get(
     _caller: Authenticated<AnyRole>,
     id: web::Path<Uuid>,
 ) -> Result<HttpResponse, ApiError> {
-    let job = find_job(&state.db, id.into_inner()).await?;
+    let id = id.into_inner();
+    let job = match state.job_reads.get(id).await {
+        Ok(Some(job)) => job,
+        Ok(None) => return Err(ApiError::not_found(format!("no job {id}"))),
+        Err(CoalesceError::Fetch(e)) => return Err(ApiError::internal("database access", e)),
+        Err(e) => return Err(ApiError::internal("reading the job", e)),
+    };
     Ok(HttpResponse::Ok().json(JobView::from(job)))
 }
