@@ -54,6 +54,8 @@ pub struct DemoReport {
     pub wall_seconds: f64,
     pub training_critical_path_seconds: f64,
     pub platform_overhead: f64,
+    /// Where the time outside training went, from the job's event times.
+    pub overhead: OverheadBreakdown,
     pub metric_name: String,
     pub final_metric: Option<f64>,
     pub base_metric: Option<f64>,
@@ -223,6 +225,82 @@ fn time_of(event: &Value) -> Option<DateTime<Utc>> {
     event["created_at"].as_str()?.parse().ok()
 }
 
+/// The wall time outside training, in the order it is spent.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct OverheadBreakdown {
+    /// From the job's first event (posted) to round 1's first claim: the dataset pipeline,
+    /// funding on chain, round 1 queued and taken.
+    pub before_first_claim_seconds: f64,
+    /// Per round, from its last submission to the next round's first claim (the last round: to
+    /// the completion seen on chain): scoring, merging, queueing, payout.
+    pub after_last_submission_seconds: Vec<f64>,
+    /// Summed over rounds, from the first claim to the last submission, beyond the slowest
+    /// task: tasks claimed late.
+    pub claim_skew_seconds: f64,
+    /// Wall time the event times do not cover: the post request before the first event and
+    /// the follower's polling after the last.
+    pub client_seconds: f64,
+}
+
+impl OverheadBreakdown {
+    fn of(events: &[Value], wall: f64, training: f64) -> OverheadBreakdown {
+        let times = |kind: &str, round: Option<i64>| -> Vec<DateTime<Utc>> {
+            events
+                .iter()
+                .filter(|e| e["kind"] == kind)
+                .filter(|e| round.is_none() || e["payload"]["round"].as_i64() == round)
+                .filter_map(time_of)
+                .collect()
+        };
+        let secs = |a: DateTime<Utc>, b: DateTime<Utc>| (b - a).num_milliseconds() as f64 / 1000.0;
+        let (Some(first), Some(last)) = (
+            events.iter().find_map(time_of),
+            events.iter().rev().find_map(time_of),
+        ) else {
+            return OverheadBreakdown::default();
+        };
+        let rounds: Vec<i64> = {
+            let mut r: Vec<i64> = events
+                .iter()
+                .filter(|e| e["kind"] == "task_claimed")
+                .filter_map(|e| e["payload"]["round"].as_i64())
+                .collect();
+            r.sort_unstable();
+            r.dedup();
+            r
+        };
+        let mut breakdown = OverheadBreakdown {
+            client_seconds: (wall - secs(first, last)).max(0.0),
+            ..OverheadBreakdown::default()
+        };
+        if let Some(&claim) = times("task_claimed", rounds.first().copied()).iter().min() {
+            breakdown.before_first_claim_seconds = secs(first, claim);
+        }
+        let completed = times("completed", None).into_iter().max();
+        let mut span_sum = 0.0;
+        for (i, &round) in rounds.iter().enumerate() {
+            let claims = times("task_claimed", Some(round));
+            let Some(&last_submission) = times("submitted", Some(round)).iter().max() else {
+                continue;
+            };
+            if let Some(&first_claim) = claims.iter().min() {
+                span_sum += secs(first_claim, last_submission);
+            }
+            let next = match rounds.get(i + 1) {
+                Some(&n) => times("task_claimed", Some(n)).into_iter().min(),
+                None => completed,
+            };
+            if let Some(next) = next {
+                breakdown
+                    .after_last_submission_seconds
+                    .push(secs(last_submission, next));
+            }
+        }
+        breakdown.claim_skew_seconds = (span_sum - training).max(0.0);
+        breakdown
+    }
+}
+
 /// Per round, the slowest task from claim to submission: the training on the critical path.
 fn critical_training(events: &[Value]) -> f64 {
     let mut claimed: BTreeMap<(i64, i64), DateTime<Utc>> = BTreeMap::new();
@@ -295,6 +373,7 @@ fn summarise(
         })
         .collect();
     let training = critical_training(events);
+    let overhead = OverheadBreakdown::of(events, wall, training);
     DemoReport {
         job_id,
         model,
@@ -306,6 +385,7 @@ fn summarise(
         } else {
             0.0
         },
+        overhead,
         metric_name: aggregated
             .as_ref()
             .and_then(|a| a["metric_name"].as_str().map(str::to_owned))
@@ -353,5 +433,19 @@ fn print_report(r: &DemoReport) {
         r.wall_seconds,
         r.training_critical_path_seconds,
         100.0 * r.platform_overhead
+    );
+    let o = &r.overhead;
+    println!(
+        "overhead: {:.1} s to the first claim (dataset pipeline, funding), {} s after each round's \
+         last submission (scoring, merge, queueing; payout after the last), {:.1} s of late \
+         claims, {:.1} s in the client",
+        o.before_first_claim_seconds,
+        o.after_last_submission_seconds
+            .iter()
+            .map(|s| format!("{s:.1}"))
+            .collect::<Vec<_>>()
+            .join(" + "),
+        o.claim_skew_seconds,
+        o.client_seconds
     );
 }
