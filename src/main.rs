@@ -12,6 +12,7 @@ mod dev_secrets;
 mod infra;
 mod job_cmd;
 mod job_events;
+mod memory;
 mod model_cmd;
 mod nodes;
 mod progress;
@@ -21,8 +22,22 @@ mod up;
 
 use clap::Parser;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
+    // Before any thread starts, so every allocation follows the same settings.
+    memory::keep_freed_tensor_memory();
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(err) => {
+            eprintln!("error: starting the async runtime: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> std::process::ExitCode {
     let cli = cli::Cli::parse();
     init_tracing(cli.json_logs, cli.command.default_log_filter());
     match cli::run(cli).await {
