@@ -495,6 +495,14 @@ impl ApiClient {
         Ok(page["jobs"].as_array().cloned().unwrap_or_default())
     }
 
+    /// Open jobs (funded, not yet completed), newest first (one page of at most 100).
+    pub async fn open_jobs(&self) -> Result<Vec<serde_json::Value>> {
+        let page: serde_json::Value = self
+            .call("GET", "/v1/jobs?limit=100&status=open", None, None)
+            .await?;
+        Ok(page["jobs"].as_array().cloned().unwrap_or_default())
+    }
+
     /// Cancels a job that has not started (requester role, own jobs only).
     pub async fn cancel_job(&self, job_id: Uuid) -> Result<serde_json::Value> {
         self.call("POST", &format!("/v1/jobs/{job_id}/cancel"), None, None)

@@ -114,6 +114,21 @@ pub struct ValidatorNode {
     pub rules: Rules,
 }
 
+/// Jobs whose context is kept ready at most (each holds a model in memory).
+const MAX_PREPARED_JOBS: usize = 4;
+/// How often an idle validator looks for open jobs to prepare.
+const PREPARE_EVERY: Duration = Duration::from_secs(2);
+
+/// What idle preparation remembers between polls.
+#[derive(Default)]
+struct Preparation {
+    last_listed: Option<std::time::Instant>,
+    /// Jobs whose context could not be loaded.
+    failed: std::collections::BTreeSet<Uuid>,
+    /// Jobs whose last round is merged: open until the payout is seen on chain, but done here.
+    finished: std::collections::BTreeSet<Uuid>,
+}
+
 /// A job's model and held-out set, loaded once and kept while the job has work (opaque to
 /// callers of [`ValidatorNode::pass`]).
 pub struct JobContext {
@@ -125,11 +140,12 @@ pub struct JobContext {
 impl ValidatorNode {
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
         let mut contexts: BTreeMap<Uuid, Arc<JobContext>> = BTreeMap::new();
+        let mut preparation = Preparation::default();
         loop {
             if *shutdown.borrow() {
                 return Ok(());
             }
-            let worked = match self.pass(&mut contexts).await {
+            let worked = match self.pass(&mut contexts, &mut preparation.finished).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "validator pass failed");
@@ -137,6 +153,7 @@ impl ValidatorNode {
                 }
             };
             if worked == 0 {
+                self.prepare_open_job(&mut contexts, &mut preparation).await;
                 tokio::select! {
                     _ = tokio::time::sleep(self.poll) => {}
                     _ = shutdown.changed() => {}
@@ -145,10 +162,81 @@ impl ValidatorNode {
         }
     }
 
+    /// While idle, loads the context (model, held-out set, base score) of one open job that
+    /// has none yet, so the first submission of a job is scored at once instead of after the
+    /// model is fetched and the base model scored: that took 2.5 s of the demo's critical path.
+    async fn prepare_open_job(
+        &self,
+        contexts: &mut BTreeMap<Uuid, Arc<JobContext>>,
+        preparation: &mut Preparation,
+    ) {
+        if preparation
+            .last_listed
+            .is_some_and(|t| t.elapsed() < PREPARE_EVERY)
+        {
+            return;
+        }
+        preparation.last_listed = Some(std::time::Instant::now());
+        let jobs = match self.api.open_jobs().await {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                tracing::debug!(error = %e, "listing open jobs to prepare");
+                return;
+            }
+        };
+        // A job that is no longer open (refunded, cancelled) needs no context any more.
+        let open: std::collections::BTreeSet<Uuid> = jobs
+            .iter()
+            .filter_map(|job| job["id"].as_str()?.parse().ok())
+            .collect();
+        contexts.retain(|id, _| open.contains(id));
+        preparation.finished.retain(|id| open.contains(id));
+        preparation.failed.retain(|id| open.contains(id));
+        if contexts.len() >= MAX_PREPARED_JOBS {
+            return;
+        }
+        let candidate = jobs.iter().find_map(|job| {
+            let id: Uuid = job["id"].as_str()?.parse().ok()?;
+            let skip = contexts.contains_key(&id)
+                || preparation.failed.contains(&id)
+                || preparation.finished.contains(&id);
+            (!skip).then(|| {
+                (
+                    id,
+                    job["spec_cid"].as_str().map(str::to_owned),
+                    job["held_out_cid"].as_str().map(str::to_owned),
+                )
+            })
+        });
+        let Some((job_id, spec_cid, held_out_cid)) = candidate else {
+            return;
+        };
+        match self
+            .context(
+                contexts,
+                job_id,
+                spec_cid.as_deref(),
+                held_out_cid.as_deref(),
+            )
+            .await
+        {
+            Ok(context) => tracing::info!(job = %job_id, base = context.base_metric,
+                "job prepared for validation"),
+            Err(e) => {
+                // Not retried while idle (a job this validator cannot score, say); its first
+                // submission still loads it, and reports the error there.
+                tracing::info!(job = %job_id, error = %e, "job not prepared");
+                preparation.failed.insert(job_id);
+            }
+        }
+    }
+
     /// Judges every pending submission and merges every ready round once.
+    /// Jobs whose last round it merges are added to `finished`.
     pub async fn pass(
         &self,
         contexts: &mut BTreeMap<Uuid, Arc<JobContext>>,
+        finished: &mut std::collections::BTreeSet<Uuid>,
     ) -> Result<usize, NodeError> {
         let mut worked = 0;
         for pending in self.api.pending_validations(50).await? {
@@ -192,6 +280,7 @@ impl ValidatorNode {
             }
             if ready.last_round {
                 contexts.remove(&ready.job_id);
+                finished.insert(ready.job_id);
             }
         }
         Ok(worked)
