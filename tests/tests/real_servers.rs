@@ -146,7 +146,9 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
         "base_model": { "cid": model_cid, "format": "safetensors", "architecture": "bert",
                         "task": "sequence_classification", "num_labels": 2 },
         "lora": { "r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["query", "value"] },
-        "training": { "epochs": 3, "learning_rate": 0.01, "batch_size": 16, "max_seq_len": 16, "seed": 42 },
+        // Enough epochs that a task trains for seconds: worker 5 must still be training when
+        // it is killed (with 3 epochs it could submit before the kill landed).
+        "training": { "epochs": 24, "learning_rate": 0.01, "batch_size": 16, "max_seq_len": 16, "seed": 42 },
         "shards": 3, "rounds": 2, "held_out_fraction": 0.2,
         "deadline": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(), "stake": { "amount": "1000000000000000000" }
     });
