@@ -242,92 +242,95 @@ pub struct OverheadBreakdown {
     pub client_seconds: f64,
 }
 
-impl OverheadBreakdown {
-    fn of(events: &[Value], wall: f64, training: f64) -> OverheadBreakdown {
-        let times = |kind: &str, round: Option<i64>| -> Vec<DateTime<Utc>> {
-            events
-                .iter()
-                .filter(|e| e["kind"] == kind)
-                .filter(|e| round.is_none() || e["payload"]["round"].as_i64() == round)
-                .filter_map(time_of)
-                .collect()
-        };
-        let secs = |a: DateTime<Utc>, b: DateTime<Utc>| (b - a).num_milliseconds() as f64 / 1000.0;
-        let (Some(first), Some(last)) = (
-            events.iter().find_map(time_of),
-            events.iter().rev().find_map(time_of),
-        ) else {
-            return OverheadBreakdown::default();
-        };
-        let rounds: Vec<i64> = {
-            let mut r: Vec<i64> = events
-                .iter()
-                .filter(|e| e["kind"] == "task_claimed")
-                .filter_map(|e| e["payload"]["round"].as_i64())
-                .collect();
-            r.sort_unstable();
-            r.dedup();
-            r
-        };
-        let mut breakdown = OverheadBreakdown {
-            client_seconds: (wall - secs(first, last)).max(0.0),
-            ..OverheadBreakdown::default()
-        };
-        if let Some(&claim) = times("task_claimed", rounds.first().copied()).iter().min() {
-            breakdown.before_first_claim_seconds = secs(first, claim);
-        }
-        let completed = times("completed", None).into_iter().max();
-        let mut span_sum = 0.0;
-        for (i, &round) in rounds.iter().enumerate() {
-            let claims = times("task_claimed", Some(round));
-            let Some(&last_submission) = times("submitted", Some(round)).iter().max() else {
-                continue;
-            };
-            if let Some(&first_claim) = claims.iter().min() {
-                span_sum += secs(first_claim, last_submission);
-            }
-            let next = match rounds.get(i + 1) {
-                Some(&n) => times("task_claimed", Some(n)).into_iter().min(),
-                None => completed,
-            };
-            if let Some(next) = next {
-                breakdown
-                    .after_last_submission_seconds
-                    .push(secs(last_submission, next));
-            }
-        }
-        breakdown.claim_skew_seconds = (span_sum - training).max(0.0);
-        breakdown
-    }
+/// One round as the job's events tell it.
+#[derive(Debug, Default)]
+struct RoundTimes {
+    first_claim: Option<DateTime<Utc>>,
+    last_submission: Option<DateTime<Utc>>,
+    /// The slowest task, claim to submission: the round's training on the critical path.
+    slowest_task_seconds: f64,
 }
 
-/// Per round, the slowest task from claim to submission: the training on the critical path.
-fn critical_training(events: &[Value]) -> f64 {
+fn seconds_between(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
+    (b - a).num_milliseconds() as f64 / 1000.0
+}
+
+/// Every round's claims and submissions, in one pass over the events.
+fn round_times(events: &[Value]) -> BTreeMap<i64, RoundTimes> {
     let mut claimed: BTreeMap<(i64, i64), DateTime<Utc>> = BTreeMap::new();
-    let mut slowest: BTreeMap<i64, f64> = BTreeMap::new();
+    let mut rounds: BTreeMap<i64, RoundTimes> = BTreeMap::new();
     for e in events {
         let p = &e["payload"];
         let key = (
             p["round"].as_i64().unwrap_or(0),
             p["shard"].as_i64().unwrap_or(0),
         );
+        let Some(t) = time_of(e) else { continue };
         match e["kind"].as_str() {
             Some("task_claimed") => {
-                if let Some(t) = time_of(e) {
-                    claimed.insert(key, t);
-                }
+                claimed.insert(key, t);
+                let round = rounds.entry(key.0).or_default();
+                round.first_claim = Some(round.first_claim.map_or(t, |c| c.min(t)));
             }
             Some("submitted") => {
-                if let (Some(start), Some(end)) = (claimed.get(&key), time_of(e)) {
-                    let secs = (end - *start).num_milliseconds() as f64 / 1000.0;
-                    let slot = slowest.entry(key.0).or_default();
-                    *slot = slot.max(secs);
+                let round = rounds.entry(key.0).or_default();
+                round.last_submission = Some(round.last_submission.map_or(t, |l| l.max(t)));
+                if let Some(start) = claimed.get(&key) {
+                    round.slowest_task_seconds =
+                        round.slowest_task_seconds.max(seconds_between(*start, t));
                 }
             }
             _ => {}
         }
     }
-    slowest.values().sum()
+    rounds
+}
+
+impl OverheadBreakdown {
+    fn of(events: &[Value], rounds: &BTreeMap<i64, RoundTimes>, wall: f64) -> OverheadBreakdown {
+        let (Some(first), Some(last)) = (
+            events.iter().find_map(time_of),
+            events.iter().rev().find_map(time_of),
+        ) else {
+            return OverheadBreakdown::default();
+        };
+        let completed = events
+            .iter()
+            .filter(|e| e["kind"] == "completed")
+            .filter_map(time_of)
+            .max();
+        let mut breakdown = OverheadBreakdown {
+            client_seconds: (wall - seconds_between(first, last)).max(0.0),
+            before_first_claim_seconds: rounds
+                .values()
+                .next()
+                .and_then(|r| r.first_claim)
+                .map_or(0.0, |claim| seconds_between(first, claim)),
+            ..OverheadBreakdown::default()
+        };
+        let mut claim_skew = 0.0;
+        let mut ordered = rounds.values().peekable();
+        while let Some(round) = ordered.next() {
+            let Some(last_submission) = round.last_submission else {
+                continue;
+            };
+            if let Some(first_claim) = round.first_claim {
+                claim_skew +=
+                    seconds_between(first_claim, last_submission) - round.slowest_task_seconds;
+            }
+            let next = match ordered.peek() {
+                Some(next_round) => next_round.first_claim,
+                None => completed,
+            };
+            if let Some(next) = next {
+                breakdown
+                    .after_last_submission_seconds
+                    .push(seconds_between(last_submission, next));
+            }
+        }
+        breakdown.claim_skew_seconds = claim_skew.max(0.0);
+        breakdown
+    }
 }
 
 fn summarise(
@@ -372,8 +375,9 @@ fn summarise(
             })
         })
         .collect();
-    let training = critical_training(events);
-    let overhead = OverheadBreakdown::of(events, wall, training);
+    let rounds = round_times(events);
+    let training: f64 = rounds.values().map(|r| r.slowest_task_seconds).sum();
+    let overhead = OverheadBreakdown::of(events, &rounds, wall);
     DemoReport {
         job_id,
         model,

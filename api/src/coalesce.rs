@@ -254,18 +254,43 @@ mod tests {
         assert_eq!(peak.load(Ordering::SeqCst), 2);
     }
 
-    #[tokio::test]
+    /// On one thread, so each `yield_now` lets exactly the spawned tasks run: both lanes are
+    /// taken by slow fetches, then lookups 2 and 4 join one open batch whose driver waits for
+    /// a lane. The caller of 2 goes away; 4 must still be answered, from the same batch. Had
+    /// the first caller driven the batch itself, 4 would never be answered.
+    #[tokio::test(flavor = "current_thread")]
     async fn a_caller_that_goes_away_does_not_strand_its_batch() {
         let batches = Arc::new(Mutex::new(Vec::new()));
-        let reads = recording(Duration::from_millis(30), batches.clone());
-        // The first lookup spawns the driver and is then dropped; the one that joined its
-        // batch, or the next, is still answered.
-        let first = tokio::spawn({
+        let reads = recording(Duration::from_millis(50), batches.clone());
+        let get = |key: u32| {
             let reads = reads.clone();
-            async move { reads.get(2).await }
-        });
+            tokio::spawn(async move { reads.get(key).await })
+        };
+        let mut busy = Vec::new();
+        for key in [100, 102] {
+            busy.push(get(key));
+            // The lookup, then its driver, run: each busy key takes a lane of its own.
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let going_away = get(2);
         tokio::task::yield_now().await;
-        first.abort();
-        assert_eq!(reads.get(6).await.unwrap(), Some(60));
+        let staying = get(4);
+        tokio::task::yield_now().await;
+        going_away.abort();
+        let answer = tokio::time::timeout(Duration::from_secs(5), staying)
+            .await
+            .expect("the lookup that stayed is answered")
+            .unwrap();
+        assert_eq!(answer.unwrap(), Some(40));
+        for lookup in busy {
+            lookup.await.unwrap().unwrap();
+        }
+        assert!(
+            batches.lock().unwrap().contains(&vec![2, 4]),
+            "{:?}",
+            batches.lock().unwrap()
+        );
     }
 }

@@ -107,7 +107,7 @@ pub async fn task_message<C: ConnectionTrait>(
     let job = job::Entity::find_by_id(task.job_id)
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("no job {}", task.job_id)))?;
+        .ok_or_else(|| crate::routes::jobs::job_not_found(task.job_id))?;
     let shard = shard::Entity::find_by_id(task.shard_id)
         .one(db)
         .await?

@@ -20,7 +20,7 @@
 //! `clip_factor` times the round's median norm, so one outsized (if accepted) update cannot
 //! dominate. The merge is scored like an adapter and reported with the merge's truncation error.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,9 +124,9 @@ const PREPARE_EVERY: Duration = Duration::from_secs(2);
 struct Preparation {
     last_listed: Option<std::time::Instant>,
     /// Jobs whose context could not be loaded.
-    failed: std::collections::BTreeSet<Uuid>,
+    failed: BTreeSet<Uuid>,
     /// Jobs whose last round is merged: open until the payout is seen on chain, but done here.
-    finished: std::collections::BTreeSet<Uuid>,
+    finished: BTreeSet<Uuid>,
 }
 
 /// A job's model and held-out set, loaded once and kept while the job has work (opaque to
@@ -185,7 +185,7 @@ impl ValidatorNode {
             }
         };
         // A job that is no longer open (refunded, cancelled) needs no context any more.
-        let open: std::collections::BTreeSet<Uuid> = jobs
+        let open: BTreeSet<Uuid> = jobs
             .iter()
             .filter_map(|job| job["id"].as_str()?.parse().ok())
             .collect();
@@ -236,7 +236,7 @@ impl ValidatorNode {
     pub async fn pass(
         &self,
         contexts: &mut BTreeMap<Uuid, Arc<JobContext>>,
-        finished: &mut std::collections::BTreeSet<Uuid>,
+        finished: &mut BTreeSet<Uuid>,
     ) -> Result<usize, NodeError> {
         let mut worked = 0;
         for pending in self.api.pending_validations(50).await? {

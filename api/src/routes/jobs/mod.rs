@@ -133,5 +133,10 @@ pub async fn find_job<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<job::Model
     job::Entity::find_by_id(id)
         .one(db)
         .await?
-        .ok_or_else(|| ApiError::not_found(format!("no job {id}")))
+        .ok_or_else(|| job_not_found(id))
+}
+
+/// The 404 for a job id that names no job.
+pub fn job_not_found(id: Uuid) -> ApiError {
+    ApiError::not_found(format!("no job {id}"))
 }

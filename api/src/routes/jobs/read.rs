@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::EthAddress;
 use uuid::Uuid;
 
-use super::JobView;
+use super::{JobView, job_not_found};
 use crate::auth::{AnyRole, Authenticated};
-use crate::coalesce::{CoalesceError, Coalescer};
+use crate::coalesce::Coalescer;
 use crate::entities::job;
 use crate::lifecycle::JobStatus;
 use crate::problem::{ApiError, PROBLEM_JSON, ProblemBody};
@@ -153,11 +153,11 @@ pub async fn get(
     id: web::Path<Uuid>,
 ) -> Result<HttpResponse, ApiError> {
     let id = id.into_inner();
-    let job = match state.job_reads.get(id).await {
-        Ok(Some(job)) => job,
-        Ok(None) => return Err(ApiError::not_found(format!("no job {id}"))),
-        Err(CoalesceError::Fetch(e)) => return Err(ApiError::internal("database access", e)),
-        Err(e) => return Err(ApiError::internal("reading the job", e)),
-    };
+    let job = state
+        .job_reads
+        .get(id)
+        .await
+        .map_err(|e| ApiError::internal("database access", e))?
+        .ok_or_else(|| job_not_found(id))?;
     Ok(HttpResponse::Ok().json(JobView::from(job)))
 }
