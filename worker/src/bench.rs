@@ -128,3 +128,106 @@ pub fn federated(
         &weights, &tok, &train, &held_out, run, shards, device, progress,
     )
 }
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScoringBenchReport {
+    pub device: String,
+    pub held_out_examples: usize,
+    pub max_seq_len: usize,
+    pub rounds: usize,
+    /// Median seconds to score the held-out set through the differentiable forward pass with
+    /// the LoRA branch live (how the validator scored before the inference path).
+    pub baseline_seconds: f64,
+    /// The same through [`crate::train::classify::predict`]: folded weights, fused kernels.
+    pub inference_seconds: f64,
+    pub speedup: f64,
+    /// Predictions on which the two paths differ (float rounding at a decision boundary).
+    pub disagreements: usize,
+    /// Tokens the batches carry, padding included.
+    pub padded_tokens: usize,
+    /// Model FLOP/s of the inference path, against the best matmul rate at the model's
+    /// feed-forward shape in the same process: how close scoring is to compute-bound.
+    pub inference_flops_per_sec: f64,
+    pub matmul_peak_flops_per_sec: f64,
+}
+
+/// Held-out scoring as the validator does it, against the pre-inference-path baseline in the
+/// same process, alternating `rounds` times. The adapter has random non-zero LoRA factors so
+/// the branch the baseline runs is real work.
+pub fn scoring(
+    model_dir: &Path,
+    rotten_tomatoes: &Path,
+    run: &ClassifyRun,
+    held_out_limit: usize,
+    rounds: usize,
+    device: &Device,
+) -> Result<ScoringBenchReport> {
+    let (_, held_out) = experiment::rotten_tomatoes_split(rotten_tomatoes)?;
+    let n = held_out_limit.min(held_out.len());
+    let held_out = held_out.subset(&(0..n).collect::<Vec<_>>());
+    let weights = BertWeights::load(model_dir, device)?;
+    let tok = run.tokenizer(model_dir)?;
+    let (model, trainables) = run.build(&weights, 2)?;
+    for (name, var) in trainables.iter() {
+        if name.contains("lora_B") {
+            var.set(&Tensor::randn(0f32, 0.02, var.shape(), device)?)?;
+        }
+    }
+    let batch = run.eval_batch;
+    let texts = &held_out.texts;
+    let time = |f: &mut dyn FnMut() -> Result<Vec<u32>>| -> Result<(f64, Vec<u32>)> {
+        let start = Instant::now();
+        let pred = f()?;
+        Ok((start.elapsed().as_secs_f64(), pred))
+    };
+    let baseline = &mut || {
+        crate::train::classify::predict_batches(&tok, texts, batch, device, &mut |b| {
+            model.forward(&b.ids, &b.mask, false)
+        })
+    };
+    // What `classify::predict` does, counting the padded tokens the batches carry.
+    let mut tokens = 0usize;
+    let mut flops = 0f64;
+    let inference = &mut || {
+        let folded = model.folded()?;
+        tokens = 0;
+        flops = 0.0;
+        crate::train::classify::predict_batches(&tok, texts, batch, device, &mut |b| {
+            let (rows, t) = b.ids.dims2()?;
+            tokens += rows * t;
+            flops += (rows * t) as f64 * model.forward_flops_per_token(t);
+            folded.infer(&b.ids, &b.mask)
+        })
+    };
+    // Warm-up: thread pools, first-touch allocations.
+    inference()?;
+    let (mut base_times, mut new_times) = (Vec::new(), Vec::new());
+    let mut disagreements = 0;
+    for _ in 0..rounds.max(1) {
+        let (tb, pb) = time(baseline)?;
+        let (ti, pi) = time(inference)?;
+        base_times.push(tb);
+        new_times.push(ti);
+        disagreements = pb.iter().zip(&pi).filter(|(a, b)| a != b).count();
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (baseline_seconds, inference_seconds) = (median(&mut base_times), median(&mut new_times));
+    let hidden = weights.config.hidden_size;
+    let peak = matmul_peak(device, batch * run.max_seq_len / 2, hidden, hidden * 4)?;
+    Ok(ScoringBenchReport {
+        device: format!("{device:?}"),
+        held_out_examples: n,
+        max_seq_len: run.max_seq_len,
+        rounds: rounds.max(1),
+        baseline_seconds,
+        inference_seconds,
+        speedup: baseline_seconds / inference_seconds,
+        disagreements,
+        padded_tokens: tokens,
+        inference_flops_per_sec: flops / inference_seconds,
+        matmul_peak_flops_per_sec: peak,
+    })
+}

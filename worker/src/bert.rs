@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 use crate::lora::{DropoutRng, LoraBuilder, LoraConfig, LoraLinear, Trainables};
-use crate::nn;
+use crate::{inference, nn};
 
 /// The fields of a BERT `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]
@@ -148,6 +148,7 @@ impl BertWeights {
     }
 }
 
+#[derive(Clone)]
 struct LayerNorm {
     weight: Tensor,
     bias: Tensor,
@@ -164,8 +165,28 @@ impl LayerNorm {
         })
     }
 
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        nn::layer_norm(x, &self.weight, &self.bias, self.eps)
+    fn forward(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
+        match pass {
+            Pass::Infer => inference::layer_norm(x, &self.weight, &self.bias, self.eps),
+            Pass::Train | Pass::Eval => nn::layer_norm(x, &self.weight, &self.bias, self.eps),
+        }
+    }
+}
+
+/// Which kernels a forward pass runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Differentiable, with dropout.
+    Train,
+    /// Differentiable, without dropout.
+    Eval,
+    /// Fused kernels that stop gradients ([`crate::inference`]): scoring only.
+    Infer,
+}
+
+impl Pass {
+    fn train(self) -> bool {
+        self == Pass::Train
     }
 }
 
@@ -383,13 +404,61 @@ impl BertClassifier {
     }
 
     /// `input_ids: (b, t)` u32, `attention_mask: (b, t)` f32 with 1 for tokens and 0 for padding.
-    /// Returns logits `(b, num_labels)`.
+    /// Returns logits `(b, num_labels)`, differentiable; dropout applies when `train`.
     pub fn forward(
         &self,
         input_ids: &Tensor,
         attention_mask: &Tensor,
         train: bool,
     ) -> Result<Tensor> {
+        let pass = if train { Pass::Train } else { Pass::Eval };
+        self.run(input_ids, attention_mask, pass)
+    }
+
+    /// The logits of [`Self::forward`] without dropout, through fused kernels that carry no
+    /// gradient: for scoring. Call it on [`Self::folded`] so LoRA layers cost nothing extra.
+    pub fn infer(&self, input_ids: &Tensor, attention_mask: &Tensor) -> Result<Tensor> {
+        self.run(input_ids, attention_mask, Pass::Infer)
+    }
+
+    /// A copy of this model with every LoRA update folded into its base weight and every
+    /// layer frozen: the same function, cheaper to score.
+    pub fn folded(&self) -> Result<BertClassifier> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(Layer {
+                    query: l.query.folded()?,
+                    key: l.key.folded()?,
+                    value: l.value.folded()?,
+                    attn_out: l.attn_out.folded()?,
+                    attn_norm: l.attn_norm.clone(),
+                    intermediate: l.intermediate.folded()?,
+                    output: l.output.folded()?,
+                    out_norm: l.out_norm.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(BertClassifier {
+            cfg: self.cfg.clone(),
+            word: self.word.clone(),
+            position: self.position.clone(),
+            token_type: self.token_type.clone(),
+            emb_norm: self.emb_norm.clone(),
+            layers,
+            pooler: self.pooler.as_ref().map(LoraLinear::folded).transpose()?,
+            classifier: self.classifier.folded()?,
+            pooling: self.pooling,
+            hidden_dropout: 0.0,
+            attn_dropout: 0.0,
+            rng: self.rng.clone(),
+            num_labels: self.num_labels,
+        })
+    }
+
+    fn run(&self, input_ids: &Tensor, attention_mask: &Tensor, pass: Pass) -> Result<Tensor> {
+        let train = pass.train();
         let (b, t) = input_ids.dims2()?;
         if t > self.cfg.max_position_embeddings {
             return Err(Error::Invalid(format!(
@@ -411,11 +480,15 @@ impl BertClassifier {
         // Single-sequence classification: every token has type 0.
         let typ = self.token_type.narrow(0, 0, 1)?;
         let x = words.broadcast_add(&pos)?.broadcast_add(&typ)?;
-        let mut x = self.dropout(&self.emb_norm.forward(&x)?, self.hidden_dropout, train)?;
+        let mut x = self.dropout(
+            &self.emb_norm.forward(&x, pass)?,
+            self.hidden_dropout,
+            train,
+        )?;
         // HF's extended mask: 0 where attended, a large negative where padded.
         let mask = ((attention_mask.to_dtype(DType::F32)? - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
         for layer in &self.layers {
-            x = self.layer_forward(layer, &x, &mask, train)?;
+            x = self.layer_forward(layer, &x, &mask, pass)?;
         }
         let pooled = match self.pooling {
             Pooling::Pooler => {
@@ -436,7 +509,8 @@ impl BertClassifier {
         self.classifier.forward(&pooled, train)
     }
 
-    fn layer_forward(&self, l: &Layer, x: &Tensor, mask: &Tensor, train: bool) -> Result<Tensor> {
+    fn layer_forward(&self, l: &Layer, x: &Tensor, mask: &Tensor, pass: Pass) -> Result<Tensor> {
+        let train = pass.train();
         let (b, t, h) = x.dims3()?;
         let nh = self.cfg.num_attention_heads;
         let hd = self.cfg.head_dim();
@@ -448,7 +522,10 @@ impl BertClassifier {
         let v = heads(l.value.forward(x, train)?)?;
         let scores = (q.matmul(&k.t()?.contiguous()?)? / (hd as f64).sqrt())?;
         let scores = scores.broadcast_add(mask)?;
-        let probs = nn::softmax_last(&scores)?;
+        let probs = match pass {
+            Pass::Infer => inference::softmax_last(&scores)?,
+            Pass::Train | Pass::Eval => nn::softmax_last(&scores)?,
+        };
         let probs = self.dropout(&probs, self.attn_dropout, train)?;
         let ctx = probs
             .matmul(&v)?
@@ -460,11 +537,12 @@ impl BertClassifier {
             self.hidden_dropout,
             train,
         )?;
-        let x = l.attn_norm.forward(&(attn + x)?)?;
+        let x = l.attn_norm.forward(&(attn + x)?, pass)?;
         let inter = l.intermediate.forward(&x, train)?;
         let inter = match self.cfg.hidden_act.as_str() {
             "relu" => inter.relu()?,
             "gelu_new" => inter.gelu()?,
+            _ if pass == Pass::Infer => inference::gelu_erf(&inter)?,
             _ => inter.gelu_erf()?,
         };
         let out = self.dropout(
@@ -472,7 +550,7 @@ impl BertClassifier {
             self.hidden_dropout,
             train,
         )?;
-        l.out_norm.forward(&(out + x)?)
+        l.out_norm.forward(&(out + x)?, pass)
     }
 
     /// Multiply-accumulates of one forward pass over `tokens` tokens at sequence length `t`,

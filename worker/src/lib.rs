@@ -12,6 +12,7 @@ pub mod experiment;
 pub mod fixtures;
 pub mod generate;
 pub mod gguf;
+pub mod inference;
 pub mod linalg;
 pub mod llama;
 pub mod lora;

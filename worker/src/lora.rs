@@ -314,6 +314,17 @@ impl LoraLinear {
         Ok(y.reshape(out_dims)?)
     }
 
+    /// This layer with its update folded in: frozen, weight `W + scale·B·A`. Scoring an adapter
+    /// this way costs what scoring the base model does (no low-rank branch per call).
+    pub fn folded(&self) -> Result<LoraLinear> {
+        Ok(LoraLinear {
+            name: self.name.clone(),
+            weight: self.merged_weight()?.detach(),
+            bias: self.bias.as_ref().map(Tensor::detach),
+            kind: Kind::Frozen,
+        })
+    }
+
     /// `W + scale·B·A`: the weight a merged (adapter-free) model uses for this layer.
     pub fn merged_weight(&self) -> Result<Tensor> {
         match &self.kind {

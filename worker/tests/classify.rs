@@ -204,3 +204,52 @@ fn adapter_saved_in_peft_layout_reloads_to_identical_predictions() {
     };
     assert_eq!(logits(&model), logits(&fresh));
 }
+
+/// The validator scores through `classify::predict`: LoRA folded into the base weights and the
+/// fused inference kernels. It must give the differentiable forward pass's logits.
+#[test]
+fn inference_path_gives_the_training_forward_logits() {
+    let Some(dir) = minilm() else { return };
+    let dev = Device::Cpu;
+    let weights = BertWeights::load(&dir, &dev).unwrap();
+    let run = short_run();
+    let (model, trainables) = run.build(&weights, 2).unwrap();
+    // A trained-looking adapter: B away from its zero start, so the folded update is real.
+    for (name, var) in trainables.iter() {
+        if name.contains("lora_B") {
+            var.set(&Tensor::randn(0f32, 0.05, var.shape(), &dev).unwrap())
+                .unwrap();
+        }
+    }
+    let tok = run.tokenizer(&dir).unwrap();
+    let set = tiny_set();
+    let refs: Vec<Vec<u32>> = set.texts.iter().map(|t| tok.encode(t).unwrap()).collect();
+    let refs: Vec<&[u32]> = refs.iter().map(Vec::as_slice).collect();
+    let batch = shardwork_worker::text::pad(&refs, tok.pad_id(), &dev).unwrap();
+    let reference = model.forward(&batch.ids, &batch.mask, false).unwrap();
+    let folded = model.folded().unwrap();
+    let inferred = folded.infer(&batch.ids, &batch.mask).unwrap();
+    let diff = max_abs_diff(&reference, &inferred);
+    assert!(diff < 1e-4, "logits differ by {diff}");
+    // And the adapter matters: the base model's logits are far from these.
+    let (base, _) = run.build(&weights, 2).unwrap();
+    let base_logits = base
+        .folded()
+        .unwrap()
+        .infer(&batch.ids, &batch.mask)
+        .unwrap();
+    let moved = max_abs_diff(&reference, &base_logits);
+    assert!(moved > 1e-3, "the LoRA update changed nothing ({moved})");
+    let predicted = classify::predict(&model, &tok, &set.texts, 3, &dev).unwrap();
+    let argmax: Vec<u32> = reference.argmax(1).unwrap().to_vec1().unwrap();
+    assert_eq!(predicted, argmax);
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.flatten_all())
+        .and_then(|d| d.max(0))
+        .and_then(|d| d.to_scalar())
+        .unwrap()
+}

@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::eval::{self, ClassificationMetrics};
 use crate::lora::Trainables;
 use crate::optim::{AdamW, OptimConfig};
-use crate::text::{TextTokenizer, pad};
+use crate::text::{Batch, TextTokenizer, pad};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClassifyConfig {
@@ -85,14 +85,29 @@ pub fn train(
     })
 }
 
-/// Predicted label ids for `texts`, in order. Batches group texts of similar length so little
-/// time goes to padding.
+/// Predicted label ids for `texts`, in order. The model is scored folded, through the
+/// inference kernels.
 pub fn predict(
     model: &BertClassifier,
     tokenizer: &TextTokenizer,
     texts: &[String],
     batch_size: usize,
     device: &Device,
+) -> Result<Vec<u32>> {
+    let model = model.folded()?;
+    predict_batches(tokenizer, texts, batch_size, device, &mut |batch| {
+        model.infer(&batch.ids, &batch.mask)
+    })
+}
+
+/// Predicted label ids for `texts`, in order, from `logits` of each padded batch. Batches
+/// group texts of similar length so little time goes to padding.
+pub fn predict_batches(
+    tokenizer: &TextTokenizer,
+    texts: &[String],
+    batch_size: usize,
+    device: &Device,
+    logits: &mut dyn FnMut(&Batch) -> Result<Tensor>,
 ) -> Result<Vec<u32>> {
     let encoded = tokenizer.encode_all(texts)?;
     let mut by_len: Vec<usize> = (0..texts.len()).collect();
@@ -101,8 +116,7 @@ pub fn predict(
     for chunk in by_len.chunks(batch_size.max(1)) {
         let seqs: Vec<&[u32]> = chunk.iter().map(|&i| encoded[i].as_slice()).collect();
         let batch = pad(&seqs, tokenizer.pad_id(), device)?;
-        let logits = model.forward(&batch.ids, &batch.mask, false)?;
-        let pred: Vec<u32> = logits.argmax(D::Minus1)?.to_vec1()?;
+        let pred: Vec<u32> = logits(&batch)?.argmax(D::Minus1)?.to_vec1()?;
         for (&i, p) in chunk.iter().zip(pred) {
             out[i] = p;
         }
