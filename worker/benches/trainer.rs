@@ -97,13 +97,20 @@ fn main() -> ExitCode {
             bench::scoring(&model, &rt, &run, limit.unwrap_or(240), rounds, &dev).map(|r| {
                 eprintln!(
                     "scoring {} held-out reviews: differentiable forward {:.3} s, inference path \
-                     {:.3} s: {:.2}x faster ({} of {} predictions differ)",
+                     on f32 matmul {:.3} s, on the {} kernel {:.3} s: {:.2}x the baseline, \
+                     {:.2}x the f32 inference path ({} and {} of {} predictions differ from the \
+                     baseline; logits within {:.2e})",
                     r.held_out_examples,
                     r.baseline_seconds,
+                    r.portable_seconds,
+                    r.kernel,
                     r.inference_seconds,
                     r.speedup,
+                    r.kernel_speedup,
+                    r.portable_disagreements,
                     r.disagreements,
-                    r.held_out_examples
+                    r.held_out_examples,
+                    r.max_logit_difference
                 );
                 eprintln!(
                     "inference path: {} padded tokens, {:.1} GFLOP/s against a {:.1} GFLOP/s \

@@ -11,6 +11,7 @@ use crate::bert::BertWeights;
 use crate::error::Result;
 use crate::eval::ClassificationMetrics;
 use crate::experiment::{self, ClassifyRun, FederatedReport};
+use crate::inference::ScoringKernel;
 use crate::train::Progress;
 
 /// Best sustained f32 matmul rate (FLOP/s) on `device` for an `m × k · k × n` product, the
@@ -135,25 +136,36 @@ pub struct ScoringBenchReport {
     pub held_out_examples: usize,
     pub max_seq_len: usize,
     pub rounds: usize,
+    /// The matrix kernel [`crate::train::classify::predict`] picked on this machine.
+    pub kernel: String,
     /// Median seconds to score the held-out set through the differentiable forward pass with
     /// the LoRA branch live (how the validator scored before the inference path).
     pub baseline_seconds: f64,
-    /// The same through [`crate::train::classify::predict`]: folded weights, fused kernels.
+    /// The inference path (folded weights, fused kernels) on candle's f32 matmul.
+    pub portable_seconds: f64,
+    /// The same through [`crate::train::classify::predict`], on `kernel`.
     pub inference_seconds: f64,
+    /// `baseline_seconds / inference_seconds`.
     pub speedup: f64,
-    /// Predictions on which the two paths differ (float rounding at a decision boundary).
+    /// `portable_seconds / inference_seconds`: what the kernel alone gains.
+    pub kernel_speedup: f64,
+    /// Predictions on which each inference path differs from the baseline (float rounding at a
+    /// decision boundary).
+    pub portable_disagreements: usize,
     pub disagreements: usize,
+    /// Largest absolute logit difference between the portable and the picked kernel.
+    pub max_logit_difference: f32,
     /// Tokens the batches carry, padding included.
     pub padded_tokens: usize,
-    /// Model FLOP/s of the inference path, against the best matmul rate at the model's
-    /// feed-forward shape in the same process: how close scoring is to compute-bound.
+    /// Model FLOP/s of the inference path, against the best f32 matmul rate at the model's
+    /// feed-forward shape in the same process.
     pub inference_flops_per_sec: f64,
     pub matmul_peak_flops_per_sec: f64,
 }
 
-/// Held-out scoring as the validator does it, against the pre-inference-path baseline in the
-/// same process, alternating `rounds` times. The adapter has random non-zero LoRA factors so
-/// the branch the baseline runs is real work.
+/// Held-out scoring as the validator does it, against the pre-inference-path baseline and the
+/// inference path on candle's f32 matmul, in the same process, alternating `rounds` times. The
+/// adapter has random non-zero LoRA factors so the branch the baseline runs is real work.
 pub fn scoring(
     model_dir: &Path,
     rotten_tomatoes: &Path,
@@ -173,6 +185,7 @@ pub fn scoring(
             var.set(&Tensor::randn(0f32, 0.02, var.shape(), device)?)?;
         }
     }
+    let kernel = ScoringKernel::detect(device, DType::F32);
     let batch = run.eval_batch;
     let texts = &held_out.texts;
     let time = |f: &mut dyn FnMut() -> Result<Vec<u32>>| -> Result<(f64, Vec<u32>)> {
@@ -181,40 +194,75 @@ pub fn scoring(
         Ok((start.elapsed().as_secs_f64(), pred))
     };
     let baseline = &mut || {
-        crate::train::classify::predict_batches(&tok, texts, batch, device, &mut |b| {
+        crate::train::classify::predict_batches(&tok, texts, batch, device, &|b| {
             model.forward(&b.ids, &b.mask, false)
         })
     };
-    // What `classify::predict` does, counting the padded tokens the batches carry.
-    let mut tokens = 0usize;
-    let mut flops = 0f64;
-    let inference = &mut || {
-        let folded = model.folded()?;
-        tokens = 0;
-        flops = 0.0;
-        crate::train::classify::predict_batches(&tok, texts, batch, device, &mut |b| {
+    // What `classify::predict` does, on one kernel, counting the padded tokens the batches
+    // carry and keeping the logits to compare the kernels.
+    let folded_path = |kernel: ScoringKernel,
+                       tokens: &mut usize,
+                       flops: &mut f64,
+                       logits: &mut Vec<Tensor>|
+     -> Result<Vec<u32>> {
+        let folded = model.folded_with(kernel)?;
+        let seen = std::sync::Mutex::new((0usize, 0f64, Vec::new()));
+        let pred = crate::train::classify::predict_batches(&tok, texts, batch, device, &|b| {
             let (rows, t) = b.ids.dims2()?;
-            tokens += rows * t;
-            flops += (rows * t) as f64 * model.forward_flops_per_token(t);
-            folded.infer(&b.ids, &b.mask)
-        })
+            let out = folded.infer(&b.ids, &b.mask)?;
+            let mut seen = seen.lock().expect("a scoring batch panicked");
+            seen.0 += rows * t;
+            seen.1 += (rows * t) as f64 * model.forward_flops_per_token(t);
+            // Keyed by the batch's first ids so the two kernels' logits pair up.
+            seen.2
+                .push((b.ids.flatten_all()?.to_vec1::<u32>()?, out.clone()));
+            Ok(out)
+        })?;
+        let (t, f, mut batches) = seen.into_inner().expect("a scoring batch panicked");
+        batches.sort_by(|a, b| a.0.cmp(&b.0));
+        (*tokens, *flops) = (t, f);
+        *logits = batches.into_iter().map(|(_, l)| l).collect();
+        Ok(pred)
     };
+    let (mut tokens, mut flops) = (0usize, 0f64);
+    let (mut portable_logits, mut picked_logits) = (Vec::new(), Vec::new());
+    let (mut unused_tokens, mut unused_flops) = (0usize, 0f64);
+    let portable = &mut || {
+        folded_path(
+            ScoringKernel::Portable,
+            &mut unused_tokens,
+            &mut unused_flops,
+            &mut portable_logits,
+        )
+    };
+    let picked = &mut || folded_path(kernel, &mut tokens, &mut flops, &mut picked_logits);
     // Warm-up: thread pools, first-touch allocations.
-    inference()?;
-    let (mut base_times, mut new_times) = (Vec::new(), Vec::new());
-    let mut disagreements = 0;
+    picked()?;
+    let (mut base_times, mut portable_times, mut picked_times) = (vec![], vec![], vec![]);
+    let (mut portable_disagreements, mut disagreements) = (0, 0);
     for _ in 0..rounds.max(1) {
         let (tb, pb) = time(baseline)?;
-        let (ti, pi) = time(inference)?;
+        let (tp, pp) = time(portable)?;
+        let (ti, pi) = time(picked)?;
         base_times.push(tb);
-        new_times.push(ti);
-        disagreements = pb.iter().zip(&pi).filter(|(a, b)| a != b).count();
+        portable_times.push(tp);
+        picked_times.push(ti);
+        let differ = |a: &[u32], b: &[u32]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+        portable_disagreements = differ(&pb, &pp);
+        disagreements = differ(&pb, &pi);
+    }
+    let mut max_logit_difference = 0f32;
+    for (p, q) in portable_logits.iter().zip(&picked_logits) {
+        let d: f32 = (p - q)?.abs()?.flatten_all()?.max(0)?.to_scalar()?;
+        max_logit_difference = max_logit_difference.max(d);
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (baseline_seconds, inference_seconds) = (median(&mut base_times), median(&mut new_times));
+    let baseline_seconds = median(&mut base_times);
+    let portable_seconds = median(&mut portable_times);
+    let inference_seconds = median(&mut picked_times);
     let hidden = weights.config.hidden_size;
     let peak = matmul_peak(device, batch * run.max_seq_len / 2, hidden, hidden * 4)?;
     Ok(ScoringBenchReport {
@@ -222,10 +270,15 @@ pub fn scoring(
         held_out_examples: n,
         max_seq_len: run.max_seq_len,
         rounds: rounds.max(1),
+        kernel: format!("{kernel:?}"),
         baseline_seconds,
+        portable_seconds,
         inference_seconds,
         speedup: baseline_seconds / inference_seconds,
+        kernel_speedup: portable_seconds / inference_seconds,
+        portable_disagreements,
         disagreements,
+        max_logit_difference,
         padded_tokens: tokens,
         inference_flops_per_sec: flops / inference_seconds,
         matmul_peak_flops_per_sec: peak,

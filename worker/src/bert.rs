@@ -12,6 +12,7 @@ use candle_core::{DType, Device, Tensor};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::inference::{AddLayerNorm, FusedAttention, PackedLinear, ScoringKernel};
 use crate::lora::{DropoutRng, LoraBuilder, LoraConfig, LoraLinear, Trainables};
 use crate::{inference, nn};
 
@@ -165,6 +166,17 @@ impl LayerNorm {
         })
     }
 
+    /// `norm(x + residual)` in one pass, for scoring on the CPU (no gradient).
+    fn add_forward(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        let op = AddLayerNorm {
+            weight: self.weight.to_dtype(DType::F32)?.to_vec1()?,
+            bias: self.bias.to_dtype(DType::F32)?.to_vec1()?,
+            eps: self.eps as f32,
+        };
+        Ok(x.contiguous()?
+            .apply_op2_no_bwd(&residual.contiguous()?, &op)?)
+    }
+
     fn forward(&self, x: &Tensor, pass: Pass) -> Result<Tensor> {
         match pass {
             Pass::Infer => inference::layer_norm(x, &self.weight, &self.bias, self.eps),
@@ -194,11 +206,23 @@ struct Layer {
     query: LoraLinear,
     key: LoraLinear,
     value: LoraLinear,
+    /// A folded model's fused projections on the AMX kernel.
+    packed: Option<PackedLayer>,
     attn_out: LoraLinear,
     attn_norm: LayerNorm,
     intermediate: LoraLinear,
     output: LoraLinear,
     out_norm: LayerNorm,
+}
+
+/// Projections a folded layer on the AMX kernel runs fused.
+struct PackedLayer {
+    /// `[query | key | value]` as one projection: each layer's input is converted for the
+    /// kernel once instead of three times.
+    qkv: PackedLinear,
+    /// The intermediate projection with the erf GELU applied to each output block as it is
+    /// made (when that is the model's activation).
+    intermediate_gelu: Option<PackedLinear>,
 }
 
 /// Builds linear `bert.<rest>` through the LoRA builder, which decides frozen/LoRA/trainable.
@@ -278,6 +302,7 @@ impl BertClassifier {
                 query: linear(w, &mut lb, &format!("{p}.attention.self.query"), h, h)?,
                 key: linear(w, &mut lb, &format!("{p}.attention.self.key"), h, h)?,
                 value: linear(w, &mut lb, &format!("{p}.attention.self.value"), h, h)?,
+                packed: None,
                 attn_out: linear(w, &mut lb, &format!("{p}.attention.output.dense"), h, h)?,
                 attn_norm: LayerNorm::load(w, &format!("{p}.attention.output.LayerNorm"))?,
                 intermediate: linear(
@@ -422,20 +447,52 @@ impl BertClassifier {
     }
 
     /// A copy of this model with every LoRA update folded into its base weight and every
-    /// layer frozen: the same function, cheaper to score.
+    /// layer frozen: the same function, cheaper to score, on the fastest kernel this machine
+    /// has for it.
     pub fn folded(&self) -> Result<BertClassifier> {
+        self.folded_with(ScoringKernel::detect(self.word.device(), self.word.dtype()))
+    }
+
+    /// [`Self::folded`] on a chosen kernel (benchmarks and tests compare them).
+    pub fn folded_with(&self, kernel: ScoringKernel) -> Result<BertClassifier> {
         let layers = self
             .layers
             .iter()
             .map(|l| {
+                // q, k and v are packed once, together, rather than each on its own.
+                let (query, key, value) = (
+                    l.query.folded(ScoringKernel::Portable)?,
+                    l.key.folded(ScoringKernel::Portable)?,
+                    l.value.folded(ScoringKernel::Portable)?,
+                );
+                let intermediate = l.intermediate.folded(kernel)?;
+                let packed = match kernel {
+                    ScoringKernel::Amx => {
+                        let weight =
+                            Tensor::cat(&[query.weight(), key.weight(), value.weight()], 0)?;
+                        let biases: Option<Vec<&Tensor>> =
+                            [&query, &key, &value].iter().map(|l| l.bias()).collect();
+                        let bias = biases.map(|b| Tensor::cat(&b, 0)).transpose()?;
+                        let erf_gelu = !matches!(self.cfg.hidden_act.as_str(), "relu" | "gelu_new");
+                        Some(PackedLayer {
+                            qkv: PackedLinear::new(&weight, bias.as_ref())?,
+                            intermediate_gelu: match intermediate.packed() {
+                                Some(p) if erf_gelu => Some(p.with_gelu_erf()),
+                                _ => None,
+                            },
+                        })
+                    }
+                    ScoringKernel::Portable => None,
+                };
                 Ok(Layer {
-                    query: l.query.folded()?,
-                    key: l.key.folded()?,
-                    value: l.value.folded()?,
-                    attn_out: l.attn_out.folded()?,
+                    query,
+                    key,
+                    value,
+                    packed,
+                    attn_out: l.attn_out.folded(kernel)?,
                     attn_norm: l.attn_norm.clone(),
-                    intermediate: l.intermediate.folded()?,
-                    output: l.output.folded()?,
+                    intermediate,
+                    output: l.output.folded(kernel)?,
                     out_norm: l.out_norm.clone(),
                 })
             })
@@ -447,8 +504,8 @@ impl BertClassifier {
             token_type: self.token_type.clone(),
             emb_norm: self.emb_norm.clone(),
             layers,
-            pooler: self.pooler.as_ref().map(LoraLinear::folded).transpose()?,
-            classifier: self.classifier.folded()?,
+            pooler: self.pooler.as_ref().map(|p| p.folded(kernel)).transpose()?,
+            classifier: self.classifier.folded(kernel)?,
             pooling: self.pooling,
             hidden_dropout: 0.0,
             attn_dropout: 0.0,
@@ -487,8 +544,16 @@ impl BertClassifier {
         )?;
         // HF's extended mask: 0 where attended, a large negative where padded.
         let mask = ((attention_mask.to_dtype(DType::F32)? - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
+        // Scoring on the CPU runs each layer through the fused kernels; elsewhere (and for
+        // gradients) through candle's ops.
+        let fused = pass == Pass::Infer && x.device().is_cpu() && x.dtype() == DType::F32;
+        let token_mask = attention_mask.to_dtype(DType::F32)?.contiguous()?;
         for layer in &self.layers {
-            x = self.layer_forward(layer, &x, &mask, pass)?;
+            x = if fused {
+                self.layer_infer_cpu(layer, &x, &token_mask)?
+            } else {
+                self.layer_forward(layer, &x, &mask, pass)?
+            };
         }
         let pooled = match self.pooling {
             Pooling::Pooler => {
@@ -551,6 +616,37 @@ impl BertClassifier {
             train,
         )?;
         l.out_norm.forward(&(out + x)?, pass)
+    }
+
+    /// [`Self::layer_forward`] for scoring on the CPU: one projection to `[q | k | v]`, fused
+    /// attention, and residual adds fused into the layer norms. `token_mask`: `(b, t)` f32.
+    fn layer_infer_cpu(&self, l: &Layer, x: &Tensor, token_mask: &Tensor) -> Result<Tensor> {
+        let qkv = match &l.packed {
+            Some(packed) => packed.qkv.forward(x)?,
+            None => Tensor::cat(
+                &[
+                    l.query.forward(x, false)?,
+                    l.key.forward(x, false)?,
+                    l.value.forward(x, false)?,
+                ],
+                2,
+            )?,
+        };
+        let attention = FusedAttention {
+            heads: self.cfg.num_attention_heads,
+        };
+        let ctx = qkv.contiguous()?.apply_op2_no_bwd(token_mask, &attention)?;
+        let attn = l.attn_out.forward(&ctx, false)?;
+        let x = l.attn_norm.add_forward(&attn, x)?;
+        let fused_gelu = l.packed.as_ref().and_then(|p| p.intermediate_gelu.as_ref());
+        let inter = match (fused_gelu, self.cfg.hidden_act.as_str()) {
+            (Some(packed), _) => packed.forward(&x)?,
+            (None, "relu") => l.intermediate.forward(&x, false)?.relu()?,
+            (None, "gelu_new") => l.intermediate.forward(&x, false)?.gelu()?,
+            (None, _) => inference::gelu_erf(&l.intermediate.forward(&x, false)?)?,
+        };
+        let out = l.output.forward(&inter, false)?;
+        l.out_norm.add_forward(&out, &x)
     }
 
     /// Multiply-accumulates of one forward pass over `tokens` tokens at sequence length `t`,

@@ -18,6 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::inference::{PackedLinear, ScoringKernel};
 
 /// What to adapt and how. Field names follow PEFT's `LoraConfig`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -234,6 +235,9 @@ enum Kind {
     },
     /// The whole layer trains (`modules_to_save`); `weight`/`bias` below are its variables.
     Full,
+    /// Frozen, with weight and bias also packed for the AMX scoring kernel (a folded layer
+    /// on a CPU that has AMX). Carries no gradient: scoring only.
+    Packed(PackedLinear),
 }
 
 /// A linear layer `x·Wᵀ + b` that is frozen, LoRA-adapted, or fully trainable.
@@ -284,12 +288,23 @@ impl LoraLinear {
                 self.in_features()
             )));
         }
+        if let Kind::Packed(packed) = &self.kind {
+            if train {
+                return Err(Error::Invalid(format!(
+                    "{}: a layer folded for scoring cannot train",
+                    self.name
+                )));
+            }
+            return packed.forward(x);
+        }
         let rows: usize = lead.iter().product();
         let x2 = x.reshape((rows, in_dim))?;
         let mut y = match self.kind {
             // The head trains: its weight needs the ordinary matmul's gradient.
             Kind::Full => x2.matmul(&self.weight.t()?)?,
-            Kind::Frozen | Kind::Lora { .. } => crate::nn::frozen_matmul_t(&x2, &self.weight)?,
+            Kind::Frozen | Kind::Lora { .. } | Kind::Packed(_) => {
+                crate::nn::frozen_matmul_t(&x2, &self.weight)?
+            }
         };
         if let Some(b) = &self.bias {
             y = y.broadcast_add(b)?;
@@ -314,14 +329,32 @@ impl LoraLinear {
         Ok(y.reshape(out_dims)?)
     }
 
-    /// This layer with its update folded in: frozen, weight `W + scale·B·A`. Scoring an adapter
-    /// this way costs what scoring the base model does (no low-rank branch per call).
-    pub fn folded(&self) -> Result<LoraLinear> {
+    /// The packed form of a layer folded for the AMX kernel.
+    pub fn packed(&self) -> Option<&PackedLinear> {
+        match &self.kind {
+            Kind::Packed(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// This layer with its update folded in: frozen, weight `W + scale·B·A`, packed for
+    /// `kernel`. Scoring an adapter this way costs what scoring the base model does (no
+    /// low-rank branch per call).
+    pub fn folded(&self, kernel: ScoringKernel) -> Result<LoraLinear> {
+        let weight = self.merged_weight()?.detach();
+        let bias = self.bias.as_ref().map(Tensor::detach);
+        let kind = match kernel {
+            // Layers narrower than one tile (a two-label head) gain nothing from packing.
+            ScoringKernel::Amx if weight.dims()[0] >= 16 => {
+                Kind::Packed(PackedLinear::new(&weight, bias.as_ref())?)
+            }
+            ScoringKernel::Amx | ScoringKernel::Portable => Kind::Frozen,
+        };
         Ok(LoraLinear {
             name: self.name.clone(),
-            weight: self.merged_weight()?.detach(),
-            bias: self.bias.as_ref().map(Tensor::detach),
-            kind: Kind::Frozen,
+            weight,
+            bias,
+            kind,
         })
     }
 
@@ -331,7 +364,7 @@ impl LoraLinear {
             Kind::Lora { a, b, scale, .. } => {
                 Ok((&self.weight + b.as_tensor().matmul(a.as_tensor())?.affine(*scale, 0.0)?)?)
             }
-            Kind::Frozen | Kind::Full => Ok(self.weight.clone()),
+            Kind::Frozen | Kind::Full | Kind::Packed(_) => Ok(self.weight.clone()),
         }
     }
 }

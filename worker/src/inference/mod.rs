@@ -1,5 +1,12 @@
 //! Kernels for scoring only: fused, multi-threaded, and without gradients.
 //!
+//! * this module: layer norm, softmax and GELU for [`crate::bert::BertClassifier::infer`] on
+//!   any device;
+//! * [`amx`] / [`packed`]: linear layers on Intel AMX tiles at f32 accuracy, and the choice of
+//!   kernel ([`ScoringKernel`]);
+//! * [`attention`] / [`norm`]: a BERT layer's attention and residual layer norms fused, on
+//!   the CPU.
+//!
 //! Held-out scoring is the validator's whole critical path between a round's last submission
 //! and the next round (four forward passes over the held-out set per round: three adapters
 //! and their merge). The composed, differentiable ops of [`crate::nn`] make each layer norm and
@@ -12,6 +19,15 @@ use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use crate::error::Result;
+
+mod amx;
+mod attention;
+mod norm;
+mod packed;
+
+pub use attention::FusedAttention;
+pub use norm::AddLayerNorm;
+pub use packed::{PackedLinear, ScoringKernel};
 
 /// Layer norm over the last dimension (candle-nn's fused, row-parallel kernel).
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
@@ -64,11 +80,17 @@ impl CustomOp1 for GeluErf {
             .zip(src.par_chunks(CHUNK))
             .for_each(|(out, inp)| {
                 for (o, &v) in out.iter_mut().zip(inp) {
-                    *o = 0.5 * v * (1.0 + erf(v * std::f32::consts::FRAC_1_SQRT_2));
+                    *o = gelu_erf_scalar(v);
                 }
             });
         Ok((CpuStorage::F32(dst), layout.shape().clone()))
     }
+}
+
+/// `x·Φ(x)` of one value, through the rational [`erf`].
+#[inline(always)]
+pub(crate) fn gelu_erf_scalar(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// Beyond this |x|, erf(x) is within one f32 ulp (6e-8) of ±1.
@@ -101,6 +123,26 @@ pub fn erf(x: f32) -> f32 {
     } else {
         rational
     }
+}
+
+/// `Σ f(a_i, b_i)` in eight independent lanes: one running sum is a dependency chain the
+/// compiler may not reorder, eight are not.
+#[inline(always)]
+pub(crate) fn lanes(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(&x, &y)| f(x, y))
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += f(x[l], y[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]
@@ -164,5 +206,64 @@ mod tests {
             gelu_erf(&x.to_dtype(DType::F64).unwrap()).unwrap().dtype(),
             DType::F64
         );
+    }
+
+    /// The fused attention and residual norm give what candle's ops give, padding included
+    /// (a padded key must get no weight; a fully padded row still normalises).
+    #[test]
+    fn fused_attention_and_norm_match_candle_ops() {
+        let dev = Device::Cpu;
+        let (b, t, heads, d) = (3, 7, 4, 8);
+        let h = heads * d;
+        let qkv = Tensor::randn(0f32, 1.0, (b, t, 3 * h), &dev).unwrap();
+        let mask: Vec<f32> = [7, 3, 2]
+            .iter()
+            .flat_map(|&len| (0..t).map(move |i| if i < len { 1.0 } else { 0.0 }))
+            .collect();
+        let mask = Tensor::from_vec(mask, (b, t), &dev).unwrap();
+        let fused = qkv
+            .apply_op2_no_bwd(&mask, &FusedAttention { heads })
+            .unwrap();
+        let part = |i: usize| {
+            qkv.narrow(2, i * h, h)
+                .unwrap()
+                .reshape((b, t, heads, d))
+                .unwrap()
+                .transpose(1, 2)
+                .unwrap()
+                .contiguous()
+                .unwrap()
+        };
+        let (q, k, v) = (part(0), part(1), part(2));
+        let scores =
+            (q.matmul(&k.t().unwrap().contiguous().unwrap()).unwrap() / (d as f64).sqrt()).unwrap();
+        let padding = ((&mask - 1.0).unwrap() * 1e4)
+            .unwrap()
+            .reshape((b, 1, 1, t))
+            .unwrap();
+        let probs = crate::nn::softmax_last(&scores.broadcast_add(&padding).unwrap()).unwrap();
+        let composed = probs
+            .matmul(&v)
+            .unwrap()
+            .transpose(1, 2)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .reshape((b, t, h))
+            .unwrap();
+        assert!(max_diff(&fused, &composed) < 1e-5);
+
+        let x = Tensor::randn(0f32, 2.0, (b, t, h), &dev).unwrap();
+        let residual = Tensor::randn(0.5f32, 1.0, (b, t, h), &dev).unwrap();
+        let w = Tensor::randn(1f32, 0.1, h, &dev).unwrap();
+        let bias = Tensor::randn(0f32, 0.1, h, &dev).unwrap();
+        let op = AddLayerNorm {
+            weight: w.to_vec1().unwrap(),
+            bias: bias.to_vec1().unwrap(),
+            eps: 1e-12,
+        };
+        let fused = x.apply_op2_no_bwd(&residual, &op).unwrap();
+        let composed = crate::nn::layer_norm(&(&x + &residual).unwrap(), &w, &bias, 1e-12).unwrap();
+        assert!(max_diff(&fused, &composed) < 1e-4);
     }
 }

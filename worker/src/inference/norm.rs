@@ -1,0 +1,66 @@
+//! Residual add and layer norm in one pass, for scoring.
+
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
+use rayon::prelude::*;
+
+use super::lanes;
+
+/// Layer norm of `x + residual` over the last dimension, one row per task slice.
+pub struct AddLayerNorm {
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
+    pub eps: f32,
+}
+
+impl CustomOp2 for AddLayerNorm {
+    fn name(&self) -> &'static str {
+        "add-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        x: &CpuStorage,
+        x_layout: &Layout,
+        residual: &CpuStorage,
+        r_layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(x), CpuStorage::F32(r)) = (x, residual) else {
+            candle_core::bail!("add-layer-norm: inputs must be f32");
+        };
+        let (Some((xs, xe)), Some((rs, re))) =
+            (x_layout.contiguous_offsets(), r_layout.contiguous_offsets())
+        else {
+            candle_core::bail!("add-layer-norm: inputs must be contiguous");
+        };
+        if x_layout.shape() != r_layout.shape() {
+            candle_core::bail!(
+                "add-layer-norm: {:?} and {:?} differ",
+                x_layout.shape(),
+                r_layout.shape()
+            );
+        }
+        let n = self.weight.len();
+        if x_layout.shape().dims().last() != Some(&n) {
+            candle_core::bail!("add-layer-norm: rows are not {n} wide");
+        }
+        let mut out = vec![0f32; xe - xs];
+        const ROWS: usize = 16;
+        out.par_chunks_mut(ROWS * n)
+            .zip(x[xs..xe].par_chunks(ROWS * n))
+            .zip(r[rs..re].par_chunks(ROWS * n))
+            .for_each(|((out, x), r)| {
+                for ((o, x), r) in out.chunks_mut(n).zip(x.chunks(n)).zip(r.chunks(n)) {
+                    for ((o, x), r) in o.iter_mut().zip(x).zip(r) {
+                        *o = x + r;
+                    }
+                    let mean = lanes(o, o, |v, _| v) / n as f32;
+                    let var = lanes(o, o, |v, _| (v - mean) * (v - mean)) / n as f32;
+                    let inv = 1.0 / (var + self.eps).sqrt();
+                    for ((o, w), b) in o.iter_mut().zip(&self.weight).zip(&self.bias) {
+                        *o = (*o - mean) * inv * w + b;
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(out), x_layout.shape().clone()))
+    }
+}
