@@ -1,12 +1,18 @@
 //! The API's background work, beside the HTTP server: the outbox dispatcher, the chain
 //! follower and the reaper, each a loop that polls, acts, and sleeps. They stop when the
 //! returned handle is dropped or stopped.
+//!
+//! A loop with work waiting is woken at once ([`Wakeups`]) rather than at its next poll: a
+//! merge's next round was published up to 250 ms after it was committed, and a payout seen up
+//! to 500 ms after it was sent, on every round's critical path. The polls stay, for work
+//! another process wrote (several API replicas, a restart).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use shardwork_core::protocol::TASK_QUEUE;
 use shardwork_core::queue::{QueueError, QueueOptions};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::outbox::Dispatcher;
@@ -27,6 +33,15 @@ pub enum BackgroundError {
     NoChain,
     #[error("inconsistent record: {0}")]
     Corrupt(String),
+}
+
+/// Signals that wake the background loops when there is work for them.
+#[derive(Clone, Default)]
+pub struct Wakeups {
+    /// A write committed (it may have recorded an event the outbox must dispatch).
+    pub outbox: Arc<Notify>,
+    /// The dispatcher sent something to the chain (its events may be there now).
+    pub follower: Arc<Notify>,
 }
 
 /// The running loops; dropping it stops them.
@@ -63,11 +78,17 @@ pub async fn start(
                 .dispatch_once(&s.db, s.queue.as_ref(), s.chain.as_ref())
                 .await
             {
-                Ok(n) if n > 0 => continue,
+                Ok(n) if n > 0 => {
+                    s.wakeups.follower.notify_one();
+                    continue;
+                }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "outbox pass failed"),
             }
-            tokio::time::sleep(interval).await;
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = s.wakeups.outbox.notified() => {}
+            }
         }
     }));
 
@@ -78,10 +99,16 @@ pub async fn start(
             loop {
                 match crate::follower::follow_once(&s.db, &chain, s.config.task_max_attempts).await
                 {
+                    // Funding opens round 1; a payout may leave nothing to dispatch, but
+                    // looking costs one indexed read.
+                    Ok(n) if n > 0 => s.wakeups.outbox.notify_one(),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "chain follower pass failed"),
                 }
-                tokio::time::sleep(poll).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = s.wakeups.follower.notified() => {}
+                }
             }
         }));
     }
@@ -89,8 +116,10 @@ pub async fn start(
     let s = state;
     handles.push(tokio::spawn(async move {
         loop {
-            if let Err(e) = crate::reaper::reap_once(&s.db, chrono::Utc::now()).await {
-                tracing::warn!(error = %e, "reaper pass failed");
+            match crate::reaper::reap_once(&s.db, chrono::Utc::now()).await {
+                Ok(n) if n > 0 => s.wakeups.outbox.notify_one(),
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "reaper pass failed"),
             }
             tokio::time::sleep(interval.max(Duration::from_millis(500))).await;
         }

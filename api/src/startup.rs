@@ -10,6 +10,7 @@ use shardwork_core::queue::{QueueOptions, TaskQueue};
 use shardwork_core::store::ContentStore;
 
 use crate::auth::TokenIssuer;
+use crate::background::Wakeups;
 use crate::chain::Chain;
 use crate::configuration::{ApiConfig, ConfigError};
 use crate::metrics::Metrics;
@@ -40,6 +41,7 @@ pub struct AppState {
     pub limiter: RateLimiter,
     /// `GET /v1/jobs/{id}`'s reads, coalesced into shared round trips.
     pub job_reads: JobReads,
+    pub wakeups: Wakeups,
 }
 
 /// Why the server did not start.
@@ -68,6 +70,7 @@ impl AppState {
         Ok(Arc::new(AppState {
             limiter: RateLimiter::new(config.rate_limit_per_minute),
             job_reads: job_reads(ports.db.clone()),
+            wakeups: Wakeups::default(),
             metrics: Metrics::default(),
             tokens,
             config,

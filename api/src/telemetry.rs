@@ -142,6 +142,11 @@ pub async fn observe(
     }
     if let Some(state) = &state {
         state.metrics.observe(&method, &route, status, elapsed);
+        // A write that succeeded has committed; if it recorded work for the outbox (a round
+        // opened, a finalization), the dispatcher takes it now instead of at its next poll.
+        if response.status().is_success() && !matches!(method.as_str(), "GET" | "HEAD") {
+            state.wakeups.outbox.notify_one();
+        }
     }
     span.record("route", route.as_str());
     span.record("status", status);

@@ -335,7 +335,37 @@ async fn missing_garbage_and_expired_tokens_are_401(backend: Backend) {
     assert!(detail.contains("expired"), "{detail}");
 }
 
+/// A committed write wakes the outbox dispatcher at once (a merge's next round is published
+/// without waiting for the dispatcher's poll); reads and refused writes do not.
+async fn a_committed_write_wakes_the_outbox_and_reads_do_not(backend: Backend) {
+    let Some(app) = TestApp::start(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let woken = || {
+        let signal = app.state.wakeups.outbox.clone();
+        async move {
+            tokio::time::timeout(std::time::Duration::from_millis(100), signal.notified())
+                .await
+                .is_ok()
+        }
+    };
+    let health = send(&service, TestRequest::get().uri("/healthz")).await;
+    assert_eq!(health.status, 200, "{}", health.text);
+    assert!(!woken().await, "a read woke the dispatcher");
+    let refused = send(&service, verify("not a sign-in message", "0x00")).await;
+    assert!(refused.status >= 400, "{}", refused.text);
+    assert!(!woken().await, "a refused write woke the dispatcher");
+    let nonce = send(&service, TestRequest::post().uri("/v1/auth/nonce")).await;
+    assert!(nonce.status < 300, "{}", nonce.text);
+    assert!(
+        woken().await,
+        "a committed write did not wake the dispatcher"
+    );
+}
+
 on_both_databases!(
+    a_committed_write_wakes_the_outbox_and_reads_do_not,
     sign_in_grants_requester_tokens_that_open_me,
     nonce_is_spent_by_the_first_sign_in,
     racing_sign_ins_with_one_nonce_admit_exactly_one,
