@@ -44,6 +44,17 @@ pub struct Wakeups {
     pub follower: Arc<Notify>,
 }
 
+/// Sleeps for `poll`, or until `signal` (when wakeups are on).
+async fn nap(poll: Duration, signal: Option<&Notify>) {
+    match signal {
+        Some(signal) => tokio::select! {
+            _ = tokio::time::sleep(poll) => {}
+            _ = signal.notified() => {}
+        },
+        None => tokio::time::sleep(poll).await,
+    }
+}
+
 /// The running loops; dropping it stops them.
 pub struct Background {
     handles: Vec<JoinHandle<()>>,
@@ -85,10 +96,8 @@ pub async fn start(
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "outbox pass failed"),
             }
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                _ = s.wakeups.outbox.notified() => {}
-            }
+            let wake = s.config.background_wakeups.then_some(&*s.wakeups.outbox);
+            nap(interval, wake).await;
         }
     }));
 
@@ -105,10 +114,8 @@ pub async fn start(
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "chain follower pass failed"),
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = s.wakeups.follower.notified() => {}
-                }
+                let wake = s.config.background_wakeups.then_some(&*s.wakeups.follower);
+                nap(poll, wake).await;
             }
         }));
     }

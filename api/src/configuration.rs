@@ -84,6 +84,10 @@ pub struct ApiConfig {
     pub task_max_attempts: i32,
     /// How often the outbox dispatcher and the reaper look for work.
     pub background_interval_ms: u64,
+    /// Wake the outbox dispatcher and the chain follower as soon as this process has work for
+    /// them, instead of leaving them to their polls. Off only where a test must stop the API
+    /// between a state change and its effect.
+    pub background_wakeups: bool,
     /// The requester portal's production build (`scripts/frontend build`), served at `/`.
     /// Relative paths are from the working directory.
     pub portal_dir: PathBuf,
@@ -109,6 +113,7 @@ impl Default for ApiConfig {
             lease_secs: 300,
             task_max_attempts: 3,
             background_interval_ms: 250,
+            background_wakeups: true,
             portal_dir: PathBuf::from("frontend/dist"),
         }
     }

@@ -35,8 +35,10 @@ fn env(data_dir: &std::path::Path, port: u16) -> Vec<(String, String)> {
             format!("[\"{validator:#x}\"]"),
         ),
         ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
-        // One outbox pass at start, then a minute's sleep: the kill lands in between.
+        // One outbox pass at start, then a minute's sleep that nothing cuts short: the kill
+        // lands in between.
         ("SHARDWORK_API__BACKGROUND_INTERVAL_MS", "60000".into()),
+        ("SHARDWORK_API__BACKGROUND_WAKEUPS", "false".into()),
         ("SHARDWORK_CHAIN__POLL_INTERVAL_MS", "100".into()),
         ("SHARDWORK_LOG", "info,sqlx=warn".into()),
     ]
