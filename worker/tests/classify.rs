@@ -214,14 +214,7 @@ fn inference_path_gives_the_training_forward_logits() {
     let dev = Device::Cpu;
     let weights = BertWeights::load(&dir, &dev).unwrap();
     let run = short_run();
-    let (model, trainables) = run.build(&weights, 2).unwrap();
-    // A trained-looking adapter: B away from its zero start, so the folded update is real.
-    for (name, var) in trainables.iter() {
-        if name.contains("lora_B") {
-            var.set(&Tensor::randn(0f32, 0.05, var.shape(), &dev).unwrap())
-                .unwrap();
-        }
-    }
+    let model = with_random_adapter(&run, &weights, &dev);
     let tok = run.tokenizer(&dir).unwrap();
     let set = tiny_set();
     let refs: Vec<Vec<u32>> = set.texts.iter().map(|t| tok.encode(t).unwrap()).collect();
@@ -252,6 +245,23 @@ fn inference_path_gives_the_training_forward_logits() {
     let predicted = classify::predict(&model, &tok, &set.texts, 3, &dev).unwrap();
     let argmax: Vec<u32> = reference.argmax(1).unwrap().to_vec1().unwrap();
     assert_eq!(predicted, argmax);
+}
+
+/// A model with a trained-looking adapter: LoRA B away from its zero start, so the folded
+/// update is real.
+fn with_random_adapter(
+    run: &ClassifyRun,
+    weights: &BertWeights,
+    dev: &Device,
+) -> shardwork_worker::bert::BertClassifier {
+    let (model, trainables) = run.build(weights, 2).unwrap();
+    for (name, var) in trainables.iter() {
+        if name.contains("lora_B") {
+            var.set(&Tensor::randn(0f32, 0.05, var.shape(), dev).unwrap())
+                .unwrap();
+        }
+    }
+    model
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -286,13 +296,7 @@ fn amx_and_portable_scoring_agree_on_240_held_out_reviews() {
     let weights = BertWeights::load(&dir, &dev).unwrap();
     let mut run = short_run();
     run.max_seq_len = 48;
-    let (model, trainables) = run.build(&weights, 2).unwrap();
-    for (name, var) in trainables.iter() {
-        if name.contains("lora_B") {
-            var.set(&Tensor::randn(0f32, 0.05, var.shape(), &dev).unwrap())
-                .unwrap();
-        }
-    }
+    let model = with_random_adapter(&run, &weights, &dev);
     let tok = run.tokenizer(&dir).unwrap();
     let predict = |kernel| {
         let folded = model.folded_with(kernel).unwrap();

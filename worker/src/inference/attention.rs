@@ -11,7 +11,7 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
 use rayon::prelude::*;
 
-use super::lanes;
+use super::{contiguous_f32, lanes};
 
 /// `softmax(q·kᵀ/√d + (mask − 1)·10⁴)·v` per head, as Hugging Face's BERT computes it.
 pub struct FusedAttention {
@@ -31,15 +31,8 @@ impl CustomOp2 for FusedAttention {
         mask: &CpuStorage,
         mask_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(qkv_values), CpuStorage::F32(mask_values)) = (qkv, mask) else {
-            candle_core::bail!("fused-attention: qkv and mask must be f32");
-        };
-        let (Some((qs, qe)), Some((ms, me))) = (
-            qkv_layout.contiguous_offsets(),
-            mask_layout.contiguous_offsets(),
-        ) else {
-            candle_core::bail!("fused-attention: inputs must be contiguous");
-        };
+        let qkv = contiguous_f32(self.name(), qkv, qkv_layout)?;
+        let mask = contiguous_f32(self.name(), mask, mask_layout)?;
         let (b, t, three_h) = qkv_layout.shape().dims3()?;
         if three_h % 3 != 0 || (three_h / 3) % self.heads != 0 {
             candle_core::bail!(
@@ -54,14 +47,7 @@ impl CustomOp2 for FusedAttention {
             );
         }
         let h = three_h / 3;
-        let out = attend(
-            &qkv_values[qs..qe],
-            &mask_values[ms..me],
-            b,
-            t,
-            h,
-            self.heads,
-        );
+        let out = attend(qkv, mask, b, t, h, self.heads);
         Ok((CpuStorage::F32(out), Shape::from((b, t, h))))
     }
 }

@@ -53,6 +53,21 @@ pub fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// The values a CPU kernel reads: `storage` as an f32 slice in `layout`'s contiguous range.
+pub(crate) fn contiguous_f32<'a>(
+    op: &str,
+    storage: &'a CpuStorage,
+    layout: &Layout,
+) -> candle_core::Result<&'a [f32]> {
+    let CpuStorage::F32(values) = storage else {
+        candle_core::bail!("{op}: only f32 input is supported");
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{op}: input must be contiguous");
+    };
+    Ok(&values[start..end])
+}
+
 /// Elements per parallel chunk: large enough that scheduling costs nothing next to the work.
 const CHUNK: usize = 1 << 14;
 
@@ -68,13 +83,7 @@ impl CustomOp1 for GeluErf {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(values) = storage else {
-            candle_core::bail!("gelu-erf-inference: only f32 is supported");
-        };
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("gelu-erf-inference: input must be contiguous");
-        };
-        let src = &values[start..end];
+        let src = contiguous_f32(self.name(), storage, layout)?;
         let mut dst = vec![0f32; src.len()];
         dst.par_chunks_mut(CHUNK)
             .zip(src.par_chunks(CHUNK))

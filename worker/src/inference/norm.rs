@@ -3,7 +3,7 @@
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
 use rayon::prelude::*;
 
-use super::lanes;
+use super::{contiguous_f32, lanes};
 
 /// Layer norm of `x + residual` over the last dimension, one row per task slice.
 pub struct AddLayerNorm {
@@ -24,14 +24,8 @@ impl CustomOp2 for AddLayerNorm {
         residual: &CpuStorage,
         r_layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(x), CpuStorage::F32(r)) = (x, residual) else {
-            candle_core::bail!("add-layer-norm: inputs must be f32");
-        };
-        let (Some((xs, xe)), Some((rs, re))) =
-            (x_layout.contiguous_offsets(), r_layout.contiguous_offsets())
-        else {
-            candle_core::bail!("add-layer-norm: inputs must be contiguous");
-        };
+        let x = contiguous_f32(self.name(), x, x_layout)?;
+        let r = contiguous_f32(self.name(), residual, r_layout)?;
         if x_layout.shape() != r_layout.shape() {
             candle_core::bail!(
                 "add-layer-norm: {:?} and {:?} differ",
@@ -43,11 +37,11 @@ impl CustomOp2 for AddLayerNorm {
         if x_layout.shape().dims().last() != Some(&n) {
             candle_core::bail!("add-layer-norm: rows are not {n} wide");
         }
-        let mut out = vec![0f32; xe - xs];
+        let mut out = vec![0f32; x.len()];
         const ROWS: usize = 16;
         out.par_chunks_mut(ROWS * n)
-            .zip(x[xs..xe].par_chunks(ROWS * n))
-            .zip(r[rs..re].par_chunks(ROWS * n))
+            .zip(x.par_chunks(ROWS * n))
+            .zip(r.par_chunks(ROWS * n))
             .for_each(|((out, x), r)| {
                 for ((o, x), r) in out.chunks_mut(n).zip(x.chunks(n)).zip(r.chunks(n)) {
                     for ((o, x), r) in o.iter_mut().zip(x).zip(r) {

@@ -79,12 +79,7 @@ impl CustomOp1 for PackedLinear {
         storage: &CpuStorage,
         layout: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(values) = storage else {
-            candle_core::bail!("amx-linear: only f32 input is supported");
-        };
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            candle_core::bail!("amx-linear: input must be contiguous");
-        };
+        let values = super::contiguous_f32(self.name(), storage, layout)?;
         let dims = layout.shape().dims();
         let Some((&k, lead)) = dims.split_last() else {
             candle_core::bail!("amx-linear: input is a scalar");
@@ -96,7 +91,7 @@ impl CustomOp1 for PackedLinear {
             );
         }
         let m: usize = lead.iter().product();
-        let out = self.weight.matmul_t(&values[start..end], m, self.epilogue);
+        let out = self.weight.matmul_t(values, m, self.epilogue);
         let mut shape = lead.to_vec();
         shape.push(self.weight.out_features());
         Ok((CpuStorage::F32(out), Shape::from(shape)))
