@@ -542,18 +542,20 @@ impl BertClassifier {
             self.hidden_dropout,
             train,
         )?;
-        // HF's extended mask: 0 where attended, a large negative where padded.
-        let mask = ((attention_mask.to_dtype(DType::F32)? - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
-        // Scoring on the CPU runs each layer through the fused kernels; elsewhere (and for
-        // gradients) through candle's ops.
-        let fused = pass == Pass::Infer && x.device().is_cpu() && x.dtype() == DType::F32;
-        let token_mask = attention_mask.to_dtype(DType::F32)?.contiguous()?;
-        for layer in &self.layers {
-            x = if fused {
-                self.layer_infer_cpu(layer, &x, &token_mask)?
-            } else {
-                self.layer_forward(layer, &x, &mask, pass)?
-            };
+        let token_mask = attention_mask.to_dtype(DType::F32)?;
+        // Scoring on the CPU runs each layer through the fused kernels, which read the token
+        // mask itself; elsewhere (and for gradients) candle's ops add HF's extended mask:
+        // 0 where attended, a large negative where padded.
+        if pass == Pass::Infer && x.device().is_cpu() && x.dtype() == DType::F32 {
+            let token_mask = token_mask.contiguous()?;
+            for layer in &self.layers {
+                x = self.layer_infer_cpu(layer, &x, &token_mask)?;
+            }
+        } else {
+            let mask = ((&token_mask - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
+            for layer in &self.layers {
+                x = self.layer_forward(layer, &x, &mask, pass)?;
+            }
         }
         let pooled = match self.pooling {
             Pooling::Pooler => {
