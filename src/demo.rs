@@ -15,8 +15,8 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use shardwork_worker::node::api::ApiClient;
-use shardwork_worker::node::content::{StoreBlobs, put_bundle};
+use shardwork_client::ApiClient;
+use shardwork_node::content::{StoreBlobs, put_bundle};
 use uuid::Uuid;
 
 use crate::config::Config;
@@ -104,11 +104,11 @@ pub(crate) async fn sample_job(
     args: &SampleShape,
 ) -> anyhow::Result<(String, Value, String)> {
     let blobs = StoreBlobs(deployment.store.clone());
-    let minilm = shardwork_worker::fixtures::minilm_dir();
-    let rotten = shardwork_worker::fixtures::rotten_tomatoes();
+    let minilm = shardwork_trainer::fixtures::minilm_dir();
+    let rotten = shardwork_trainer::fixtures::rotten_tomatoes();
     let (label, model_dir, dataset, max_seq_len, lr, epochs) = match (minilm, rotten) {
         (Some(dir), Some(rt)) if !args.sample_model => {
-            let reviews = shardwork_worker::data::rotten::load(&rt)?;
+            let reviews = shardwork_trainer::data::rotten::load(&rt)?;
             // 1,200 reviews, evenly spread, keep the demo to minutes on a laptop CPU.
             let stride = (reviews.len() / 1_200).max(1);
             let mut jsonl = String::new();
@@ -129,8 +129,8 @@ pub(crate) async fn sample_job(
         }
         _ => {
             let dir = deployment_dir("sample-model")?;
-            shardwork_worker::node::sample::write_model(&dir, 42)?;
-            let data = shardwork_worker::node::sample::dataset(900, 11);
+            shardwork_trainer::sample::write_model(&dir, 42)?;
+            let data = shardwork_trainer::sample::dataset(900, 11);
             (
                 "generated 2-layer BERT + generated reviews (900)".to_owned(),
                 dir,

@@ -10,8 +10,8 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use shardwork_worker::node::api::ApiClient;
-use shardwork_worker::node::content::{ApiBlobs, fetch_bundle};
+use shardwork_client::ApiClient;
+use shardwork_node::content::{ApiBlobs, fetch_bundle};
 use uuid::Uuid;
 
 use crate::progress::ProgressLine;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use serde_json::Value;
-use shardwork_worker::node::api::ApiClient;
+use shardwork_client::ApiClient;
 use uuid::Uuid;
 
 /// Job states after which nothing more happens.

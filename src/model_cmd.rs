@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Subcommand;
-use shardwork_worker::node::content::{StoreBlobs, put_bundle};
+use shardwork_node::content::{StoreBlobs, put_bundle};
 
 use crate::config::Config;
 
@@ -34,12 +34,12 @@ pub enum ModelCommand {
 pub async fn run(config: Config, command: ModelCommand) -> anyhow::Result<()> {
     match command {
         ModelCommand::Sample { dir, seed } => {
-            shardwork_worker::node::sample::write_model(&dir, seed)?;
+            shardwork_trainer::sample::write_model(&dir, seed)?;
             println!("{}", dir.display());
         }
         ModelCommand::SampleData { out, records, seed } => {
             anyhow::ensure!(records >= 2, "--records must be at least 2");
-            let jsonl = shardwork_worker::node::sample::dataset(records, seed);
+            let jsonl = shardwork_trainer::sample::dataset(records, seed);
             std::fs::write(&out, jsonl).with_context(|| format!("writing {}", out.display()))?;
             println!("{}", out.display());
         }

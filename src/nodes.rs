@@ -13,13 +13,13 @@ use std::time::Duration;
 use alloy::signers::local::PrivateKeySigner;
 use anyhow::Context;
 use candle_core::Device;
+use shardwork_client::ApiClient;
 use shardwork_core::protocol::EthAddress;
 use shardwork_core::queue::TaskQueue;
 use shardwork_core::store::ContentStore;
-use shardwork_worker::node::api::ApiClient;
-use shardwork_worker::node::content::{ApiBlobs, Blobs, StoreBlobs};
-use shardwork_worker::node::validator::{Rules, ValidatorNode};
-use shardwork_worker::node::worker::{Behaviour, WorkerNode};
+use shardwork_node::content::{ApiBlobs, Blobs, StoreBlobs};
+use shardwork_node::validator::{Rules, ValidatorNode};
+use shardwork_node::worker::{Behaviour, WorkerNode};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 

@@ -14,17 +14,17 @@ use candle_core::Device;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
-use shardwork_worker::gguf::GgufFile;
-use shardwork_worker::llama::Llama;
-use shardwork_worker::lora::{LoraConfig, Trainables};
-use shardwork_worker::merge::{MergeMode, MergeOptions, MergeReport};
-use shardwork_worker::node::classify::ClassifyJob;
-use shardwork_worker::optim::OptimConfig;
-use shardwork_worker::peft::{Adapter, AdapterConfig};
-use shardwork_worker::tokenizer_gguf::LmTokenizer;
-use shardwork_worker::train::Progress;
-use shardwork_worker::train::sft::{self, SftConfig};
-use shardwork_worker::train::sft_data::{SftExample, read_sft_jsonl};
+use shardwork_node::work::classify::ClassifyJob;
+use shardwork_trainer::gguf::GgufFile;
+use shardwork_trainer::llama::Llama;
+use shardwork_trainer::lora::{LoraConfig, Trainables};
+use shardwork_trainer::merge::{MergeMode, MergeOptions, MergeReport};
+use shardwork_trainer::optim::OptimConfig;
+use shardwork_trainer::peft::{Adapter, AdapterConfig};
+use shardwork_trainer::tokenizer_gguf::LmTokenizer;
+use shardwork_trainer::train::Progress;
+use shardwork_trainer::train::sft::{self, SftConfig};
+use shardwork_trainer::train::sft_data::{SftExample, read_sft_jsonl};
 
 use crate::progress::ProgressLine;
 
@@ -512,7 +512,7 @@ fn merge_blocking(args: &MergeArgs) -> anyhow::Result<MergeReport> {
         MergeModeArg::Median => MergeMode::Median,
         MergeModeArg::Trimmed => MergeMode::TrimmedMean { trim: args.trim },
     };
-    let (merged, report) = shardwork_worker::merge::merge(
+    let (merged, report) = shardwork_trainer::merge::merge(
         &adapters,
         &weights,
         &MergeOptions {

@@ -8,9 +8,15 @@
 //!   in the application database.
 //!
 //! No HTTP server, no ML, no chain: those live in the crates that depend on this one.
+//!
+//! Only [`protocol`] is built by default. Each port and adapter is a feature (`store`, `kubo`,
+//! `queue`, `rabbitmq`, `table-queue`, and `siwe` for sign-in messages), so a crate links only
+//! the I/O it uses: the trainer links none, a worker no database driver.
 
 pub mod protocol;
+#[cfg(feature = "queue")]
 pub mod queue;
+#[cfg(feature = "store")]
 pub mod store;
 
 #[cfg(any(test, feature = "testkit"))]

@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use queue_bench::{QueueBenchConfig, bench_queue};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database};
+use sea_orm_migration::MigratorTrait;
 use shardwork_core::queue::rabbitmq::{RabbitQueue, RabbitSettings};
 use shardwork_core::queue::table::TableQueue;
+use shardwork_core::queue::table::schema::QueueOnly as Migrator;
 use shardwork_core::testkit::services::{Service, service_url};
-use shardwork_migrations::{Migrator, MigratorTrait};
 
 fn config(adapter: &str) -> QueueBenchConfig {
     let mut config =

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
+use sea_orm_migration::MigratorTrait;
 use shardwork_core::queue::TaskQueue;
 use shardwork_core::queue::table::TableQueue;
+use shardwork_core::queue::table::schema::QueueOnly as Migrator;
 use shardwork_core::testkit::queue_suite::QueueHarness;
 use shardwork_core::testkit::services::{Service, service_url};
-use shardwork_migrations::Migrator;
-use shardwork_migrations::MigratorTrait;
 
 struct PostgresHarness {
     queue: TableQueue,

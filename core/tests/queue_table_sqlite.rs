@@ -7,11 +7,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use sea_orm::Database;
+use sea_orm_migration::MigratorTrait;
 use shardwork_core::queue::table::TableQueue;
+use shardwork_core::queue::table::schema::QueueOnly as Migrator;
 use shardwork_core::queue::{OutgoingMessage, QueueError, QueueOptions, TaskQueue};
 use shardwork_core::testkit::queue_suite::QueueHarness;
-use shardwork_migrations::Migrator;
-use shardwork_migrations::MigratorTrait;
 
 struct SqliteHarness {
     queue: TableQueue,

@@ -8,7 +8,6 @@ pub use sea_orm_migration::prelude::*;
 pub use sea_orm_migration::sea_orm;
 
 mod m20261122_000001_core_schema;
-mod m20261122_000002_task_queue;
 mod m20261122_000003_chain_follow;
 
 pub struct Migrator;
@@ -18,7 +17,8 @@ impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
         vec![
             Box::new(m20261122_000001_core_schema::Migration),
-            Box::new(m20261122_000002_task_queue::Migration),
+            // The embedded task queue's table, kept beside its adapter.
+            Box::new(shardwork_core::queue::table::schema::Migration),
             Box::new(m20261122_000003_chain_follow::Migration),
         ]
     }

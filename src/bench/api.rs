@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use serde::Serialize;
-use shardwork_worker::node::api::ApiClient;
+use shardwork_client::ApiClient;
 use uuid::Uuid;
 
 use crate::config::Config;

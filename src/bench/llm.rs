@@ -14,12 +14,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use candle_core::{Device, Tensor};
-use shardwork_worker::gguf::GgufFile;
-use shardwork_worker::llama::Config;
-use shardwork_worker::lora::LoraConfig;
-use shardwork_worker::optim::OptimConfig;
-use shardwork_worker::train::sft::{self, SftConfig};
-use shardwork_worker::train::sft_data::SftExample;
+use shardwork_trainer::gguf::GgufFile;
+use shardwork_trainer::llama::Config;
+use shardwork_trainer::lora::LoraConfig;
+use shardwork_trainer::optim::OptimConfig;
+use shardwork_trainer::train::sft::{self, SftConfig};
+use shardwork_trainer::train::sft_data::SftExample;
 
 /// The fixed configuration the figure is reported for.
 #[derive(Debug, Clone)]

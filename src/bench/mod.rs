@@ -107,7 +107,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
         }
         BenchCommand::Llm { gguf } => {
             let gguf = gguf
-                .or_else(shardwork_worker::fixtures::smollm2_gguf)
+                .or_else(shardwork_trainer::fixtures::smollm2_gguf)
                 .context(
                     "SmolLM2 GGUF not found: run scripts/install/python-fixtures or pass --gguf",
                 )?;

@@ -16,15 +16,15 @@ use std::time::Duration;
 use alloy::primitives::{Address, U256};
 use bytes::Bytes;
 use serde_json::{Value, json};
+use shardwork_client::ApiClient;
 use shardwork_contracts::Ledger;
 use shardwork_contracts::ledger::ETH;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::testkit::anvil::Anvil;
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
+use shardwork_node::content::{ApiBlobs, put_bundle};
 use shardwork_tests::{Process, eventually, free_port, wait_healthy};
-use shardwork_worker::node::api::ApiClient;
-use shardwork_worker::node::content::{ApiBlobs, put_bundle};
 
 fn key_hex(index: usize) -> String {
     shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[index].to_owned()
@@ -131,7 +131,7 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
         .unwrap(),
     );
     let model_dir = dir.path().join("model");
-    shardwork_worker::node::sample::write_model(&model_dir, 42).unwrap();
+    shardwork_trainer::sample::write_model(&model_dir, 42).unwrap();
     let blobs = ApiBlobs(requester.clone());
     let model_cid = put_bundle(
         &blobs,
@@ -152,7 +152,7 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
         "shards": 3, "rounds": 2, "held_out_fraction": 0.2,
         "deadline": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(), "stake": { "amount": "1000000000000000000" }
     });
-    let dataset = shardwork_worker::node::sample::dataset(600, 11);
+    let dataset = shardwork_trainer::sample::dataset(600, 11);
     let job = requester
         .post_job(&spec, Bytes::from(dataset))
         .await

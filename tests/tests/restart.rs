@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
+use shardwork_client::ApiClient;
 use shardwork_core::protocol::TASK_QUEUE;
 use shardwork_core::queue::TaskQueue;
 use shardwork_core::queue::table::TableQueue;
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
 use shardwork_tests::{Process, eventually, free_port, wait_healthy};
-use shardwork_worker::node::api::ApiClient;
 
 fn env(data_dir: &std::path::Path, port: u16) -> Vec<(String, String)> {
     let validator = shardwork_contracts::dev_keys::dev_addresses()[4];

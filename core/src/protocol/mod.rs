@@ -10,6 +10,7 @@ pub mod ids;
 pub mod job_spec;
 pub mod manifest;
 pub mod node;
+#[cfg(feature = "siwe")]
 pub mod siwe;
 pub mod submission;
 pub mod task;

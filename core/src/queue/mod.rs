@@ -13,7 +13,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 
+#[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
+#[cfg(feature = "table-queue")]
 pub mod table;
 
 /// Largest payload either adapter accepts. Task messages carry CIDs and small specs, never data;

@@ -12,6 +12,7 @@
 
 pub mod dag_pb;
 pub mod embedded;
+#[cfg(feature = "kubo")]
 pub mod kubo;
 pub mod seal;
 pub mod unixfs;

@@ -4,6 +4,8 @@
 //! Compiled only for tests (`cfg(test)`) or with the `testkit` feature, so it never ships in a
 //! release binary.
 
+#[cfg(feature = "queue")]
 pub mod queue_suite;
 pub mod services;
+#[cfg(feature = "store")]
 pub mod store_suite;

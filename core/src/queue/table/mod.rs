@@ -1,5 +1,6 @@
 //! The embedded TaskQueue: messages are rows of `queue_messages` in the application database
-//! (SQLite or PostgreSQL, created by the `shardwork-migrations` crate), so `shardwork up` runs
+//! (SQLite or PostgreSQL; the table's migration is [`schema::Migration`], which
+//! `shardwork-migrations` lists in the application's schema), so `shardwork up` runs
 //! with no broker.
 //!
 //! * **Claim**: one statement picks the oldest ready row and stamps a fresh lease token on it
@@ -21,6 +22,7 @@
 //! should keep their clocks in sync (NTP), as a skew shifts visibility by the same amount.
 
 mod consumer;
+pub mod schema;
 mod sql;
 
 use std::collections::HashMap;

@@ -7,14 +7,14 @@ use std::io::Write;
 use std::path::Path;
 
 use candle_core::Device;
-use shardwork_worker::data::split;
-use shardwork_worker::gguf::GgufFile;
-use shardwork_worker::lora::LoraConfig;
-use shardwork_worker::optim::OptimConfig;
-use shardwork_worker::tokenizer_gguf::LmTokenizer;
-use shardwork_worker::train::Progress;
-use shardwork_worker::train::sft::{self, SftConfig};
-use shardwork_worker::train::sft_data::read_sft_jsonl;
+use shardwork_trainer::data::split;
+use shardwork_trainer::gguf::GgufFile;
+use shardwork_trainer::lora::LoraConfig;
+use shardwork_trainer::optim::OptimConfig;
+use shardwork_trainer::tokenizer_gguf::LmTokenizer;
+use shardwork_trainer::train::Progress;
+use shardwork_trainer::train::sft::{self, SftConfig};
+use shardwork_trainer::train::sft_data::read_sft_jsonl;
 
 const SUITE: &str = "worker llama_sft (SmolLM2 GGUF + chatterbot-corpus)";
 

@@ -9,16 +9,16 @@ use candle_core::Device;
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
 use shardwork_core::protocol::{JobSpec, TrainingTask};
 
-use crate::bert::{BertClassifier, BertWeights, ClassifierSpec, Pooling};
-use crate::data::ClassificationSet;
-use crate::eval::ClassificationMetrics;
-use crate::lora::{LoraConfig, Trainables};
-use crate::optim::OptimConfig;
-use crate::peft::{Adapter, AdapterConfig};
-use crate::text::TextTokenizer;
-use crate::train::Progress;
-use crate::train::classify::{self, ClassifyConfig, TrainReport};
-use crate::{Error, Result};
+use shardwork_trainer::bert::{BertClassifier, BertWeights, ClassifierSpec, Pooling};
+use shardwork_trainer::data::ClassificationSet;
+use shardwork_trainer::eval::ClassificationMetrics;
+use shardwork_trainer::lora::{LoraConfig, Trainables};
+use shardwork_trainer::optim::OptimConfig;
+use shardwork_trainer::peft::{Adapter, AdapterConfig};
+use shardwork_trainer::text::TextTokenizer;
+use shardwork_trainer::train::Progress;
+use shardwork_trainer::train::classify::{self, ClassifyConfig, TrainReport};
+use shardwork_trainer::{Error, Result};
 
 /// Batch size of held-out scoring (no gradients, so larger than training's).
 const EVAL_BATCH: usize = 64;

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use shardwork_worker::bert::{BertConfig, BertWeights};
-use shardwork_worker::lora::LoraConfig;
-use shardwork_worker::peft::{Adapter, AdapterConfig, CONFIG_FILE, WEIGHTS_FILE};
+use shardwork_trainer::bert::{BertConfig, BertWeights};
+use shardwork_trainer::lora::LoraConfig;
+use shardwork_trainer::peft::{Adapter, AdapterConfig, CONFIG_FILE, WEIGHTS_FILE};
 
 fn good_adapter(dir: &Path) -> Adapter {
     let dev = Device::Cpu;
@@ -140,14 +140,14 @@ fn bert_config_and_missing_tensor_errors_name_file_and_tensor() {
     );
     candle_core::safetensors::save(&t, dir.path().join("model.safetensors")).unwrap();
     let weights = BertWeights::load(dir.path(), &Device::Cpu).unwrap();
-    let spec = shardwork_worker::bert::ClassifierSpec {
+    let spec = shardwork_trainer::bert::ClassifierSpec {
         num_labels: 2,
         lora: LoraConfig::new(2, 4.0, 0.0, &["query"], &[]).unwrap(),
-        pooling: shardwork_worker::bert::Pooling::Mean,
+        pooling: shardwork_trainer::bert::Pooling::Mean,
         encoder_dropout: None,
         seed: 0,
     };
-    let msg = shardwork_worker::bert::BertClassifier::new(&weights, &spec)
+    let msg = shardwork_trainer::bert::BertClassifier::new(&weights, &spec)
         .err()
         .unwrap()
         .to_string();

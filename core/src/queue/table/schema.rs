@@ -1,4 +1,6 @@
-//! The table behind the embedded TaskQueue adapter (`shardwork_core::queue::table`).
+//! The table behind the embedded TaskQueue adapter, as a sea-orm migration: it lives beside the
+//! adapter whose statements read it, and `shardwork-migrations` lists it in the application's
+//! schema. [`QueueOnly`] applies it alone, for this crate's tests and benches.
 //!
 //! One row per message. Times are epoch milliseconds in `BIGINT`s rather than timestamps: the
 //! adapter's claim is one hand-written statement per dialect, and integer comparisons read the
@@ -12,6 +14,16 @@
 
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::schema::*;
+
+/// A migrator with only the queue's table, for a database that holds nothing else.
+pub struct QueueOnly;
+
+#[async_trait::async_trait]
+impl MigratorTrait for QueueOnly {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(Migration)]
+    }
+}
 
 pub struct Migration;
 

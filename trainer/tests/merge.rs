@@ -3,9 +3,9 @@
 use std::collections::BTreeMap;
 
 use candle_core::{DType, Device, Tensor};
-use shardwork_worker::lora::LoraConfig;
-use shardwork_worker::merge::{MergeMode, MergeOptions, merge};
-use shardwork_worker::peft::{Adapter, AdapterConfig};
+use shardwork_trainer::lora::LoraConfig;
+use shardwork_trainer::merge::{MergeMode, MergeOptions, merge};
+use shardwork_trainer::peft::{Adapter, AdapterConfig};
 
 const MODULES: [&str; 2] = ["m.layer.0.q", "m.layer.0.v"];
 const R: usize = 4;

@@ -6,10 +6,10 @@ mod llama_support;
 use std::io::Write;
 
 use candle_core::Device;
-use shardwork_worker::chat_template::ChatMessage;
-use shardwork_worker::generate::{GenerateOptions, Sampling, generate};
-use shardwork_worker::gguf::GgufFile;
-use shardwork_worker::tokenizer_gguf::LmTokenizer;
+use shardwork_trainer::chat_template::ChatMessage;
+use shardwork_trainer::generate::{GenerateOptions, Sampling, generate};
+use shardwork_trainer::gguf::GgufFile;
+use shardwork_trainer::tokenizer_gguf::LmTokenizer;
 
 const SUITE: &str = "worker llama_gguf (SmolLM2 GGUF)";
 

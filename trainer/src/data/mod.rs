@@ -2,6 +2,7 @@
 
 pub mod classify;
 pub mod jsonl;
+#[cfg(feature = "experiments")]
 pub mod rotten;
 pub mod split;
 

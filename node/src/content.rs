@@ -11,8 +11,8 @@ use bytes::Bytes;
 use shardwork_core::protocol::Bundle;
 use shardwork_core::store::{ContentStore, parse_cid, unixfs};
 
-use super::NodeError;
-use super::api::ApiClient;
+use crate::NodeError;
+use shardwork_client::ApiClient;
 
 /// Content access of a node.
 #[async_trait]

@@ -1,14 +1,14 @@
 //! The CI-sized accuracy check: MiniLM + LoRA r=8 on query/value + the head, trained on the
 //! seeded Rotten Tomatoes split, beats Naive Bayes trained and scored on the same split. The
-//! longer run (more steps, the whole held-out split) is `cargo bench -p shardwork-worker
+//! longer run (more steps, the whole held-out split) is `cargo bench -p shardwork-trainer
 //! --bench trainer`.
 
 mod common;
 
 use candle_core::Device;
-use shardwork_worker::bench;
-use shardwork_worker::experiment::ClassifyRun;
-use shardwork_worker::fixtures;
+use shardwork_trainer::bench;
+use shardwork_trainer::experiment::ClassifyRun;
+use shardwork_trainer::fixtures;
 
 const SUITE: &str = "worker rotten tomatoes";
 

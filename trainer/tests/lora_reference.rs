@@ -5,9 +5,9 @@ mod common;
 use std::process::Command;
 
 use candle_core::{Device, Tensor};
-use shardwork_worker::fixtures;
-use shardwork_worker::lora::{LoraBuilder, LoraConfig};
-use shardwork_worker::peft::{Adapter, AdapterConfig};
+use shardwork_trainer::fixtures;
+use shardwork_trainer::lora::{LoraBuilder, LoraConfig};
+use shardwork_trainer::peft::{Adapter, AdapterConfig};
 
 const SUITE: &str = "worker lora_reference";
 
@@ -21,7 +21,7 @@ fn candle_lora_forward_matches_numpy_from_saved_peft_adapter() {
     };
     let dev = Device::Cpu;
     let model_path = model_dir.join("model.safetensors");
-    let base = shardwork_worker::safetensors_file::load(&model_path, &dev).unwrap();
+    let base = shardwork_trainer::safetensors_file::load(&model_path, &dev).unwrap();
     let cfg = LoraConfig::new(8, 16.0, 0.1, &["query", "value"], &[]).unwrap();
     let mut lb = LoraBuilder::new(cfg.clone(), 11).unwrap();
     let mut layers = Vec::new();

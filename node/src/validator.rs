@@ -32,12 +32,12 @@ use shardwork_core::store::seal::{self, SealingKey};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::NodeError;
-use super::api::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
-use super::classify::ClassifyJob;
-use super::content::{Blobs, fetch_bundle, put_bundle};
-use crate::merge::{self, MergeMode, MergeOptions};
-use crate::peft::Adapter;
+use crate::NodeError;
+use crate::content::{Blobs, fetch_bundle, put_bundle};
+use crate::work::classify::ClassifyJob;
+use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
+use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
+use shardwork_trainer::peft::Adapter;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rules {
@@ -133,7 +133,7 @@ struct Preparation {
 /// callers of [`ValidatorNode::pass`]).
 pub struct JobContext {
     job: ClassifyJob,
-    held_out: crate::data::ClassificationSet,
+    held_out: shardwork_trainer::data::ClassificationSet,
     base_metric: f64,
 }
 
@@ -325,7 +325,7 @@ impl ValidatorNode {
             .blobs
             .get(
                 held_out_cid.ok_or_else(|| missing("held-out set"))?,
-                super::content::MAX_FILE_BYTES,
+                crate::content::MAX_FILE_BYTES,
             )
             .await?;
         let plain =
@@ -524,7 +524,10 @@ fn update_norm(adapter: &Adapter) -> Result<f64, NodeError> {
     let scale = adapter.config.lora_alpha / adapter.config.r.max(1) as f64;
     let mut sum = 0.0;
     for pair in adapter.lora_pairs()?.values() {
-        let delta = pair.b.matmul(&pair.a).map_err(crate::Error::from)?;
+        let delta = pair
+            .b
+            .matmul(&pair.a)
+            .map_err(shardwork_trainer::Error::from)?;
         sum += f64::from(frobenius_sq(&delta)?) * scale * scale;
     }
     Ok(sum.sqrt())
@@ -535,7 +538,7 @@ fn frobenius_sq(t: &candle_core::Tensor) -> Result<f32, NodeError> {
         .and_then(|t| t.sqr())
         .and_then(|t| t.sum_all())
         .and_then(|t| t.to_scalar::<f32>())
-        .map_err(crate::Error::from)?)
+        .map_err(shardwork_trainer::Error::from)?)
 }
 
 fn all_finite(adapter: &Adapter) -> Result<bool, NodeError> {
@@ -544,7 +547,7 @@ fn all_finite(adapter: &Adapter) -> Result<bool, NodeError> {
             .to_dtype(candle_core::DType::F32)
             .and_then(|t| t.flatten_all())
             .and_then(|t| t.to_vec1())
-            .map_err(crate::Error::from)?;
+            .map_err(shardwork_trainer::Error::from)?;
         if values.iter().any(|v| !v.is_finite()) {
             return Ok(false);
         }
@@ -565,7 +568,10 @@ fn max_relative_norm(job: &ClassifyJob, adapter: &Adapter) -> Result<f64, NodeEr
         let Some(w) = frozen.get(&key) else {
             return Ok(f64::INFINITY);
         };
-        let delta = pair.b.matmul(&pair.a).map_err(crate::Error::from)?;
+        let delta = pair
+            .b
+            .matmul(&pair.a)
+            .map_err(shardwork_trainer::Error::from)?;
         let norm = |t: &candle_core::Tensor| -> Result<f64, NodeError> {
             Ok(f64::from(frobenius_sq(t)?).sqrt())
         };

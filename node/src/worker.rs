@@ -18,16 +18,16 @@ use shardwork_core::protocol::{
 use shardwork_core::queue::{Delivery, TaskQueue};
 use tokio::sync::watch;
 
-use super::NodeError;
+use crate::NodeError;
 
 /// When a task refused to this worker becomes visible again.
 const REFUSED_REDELIVERY: Duration = Duration::from_millis(500);
 /// How long a worker stays off the queue after refusing a task.
 const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
-use super::api::{ApiClient, Lease, Progress};
-use super::classify::ClassifyJob;
-use super::content::{Blobs, fetch_bundle, put_bundle};
-use crate::peft::Adapter;
+use crate::content::{Blobs, fetch_bundle, put_bundle};
+use crate::work::classify::ClassifyJob;
+use shardwork_client::{ApiClient, Lease, Progress};
+use shardwork_trainer::peft::Adapter;
 
 /// How a worker behaves. Anything but `Honest` exists to prove the validator catches it (the
 /// adversarial end-to-end tests, `shardwork demo --adversary`).
@@ -163,7 +163,7 @@ impl WorkerNode {
         let shard_path = dir.path().join("shard.jsonl");
         let shard = self
             .blobs
-            .get(&task.shard_cid.to_string(), super::content::MAX_FILE_BYTES)
+            .get(&task.shard_cid.to_string(), crate::content::MAX_FILE_BYTES)
             .await?;
         std::fs::write(&shard_path, &shard).map_err(|e| NodeError::Io(e.to_string()))?;
         let previous = match &task.previous_adapter_cid {
@@ -175,7 +175,7 @@ impl WorkerNode {
             None => None,
         };
 
-        let (progress_tx, progress_rx) = watch::channel(None::<crate::train::Progress>);
+        let (progress_tx, progress_rx) = watch::channel(None::<shardwork_trainer::train::Progress>);
         let device = self.device.clone();
         let behaviour = self.behaviour;
         let out_dir = dir.path().join("adapter");
@@ -242,7 +242,7 @@ impl WorkerNode {
         &self,
         lease: &Lease,
         training: tokio::task::JoinHandle<Result<T, NodeError>>,
-        progress: watch::Receiver<Option<crate::train::Progress>>,
+        progress: watch::Receiver<Option<shardwork_trainer::train::Progress>>,
     ) -> Result<T, NodeError> {
         let mut training = training;
         let mut ticker = tokio::time::interval(self.heartbeat);
@@ -307,7 +307,7 @@ fn noise_like(adapter: &Adapter) -> Result<Adapter, NodeError> {
     for (name, t) in &adapter.tensors {
         let noise = Tensor::randn(0f32, 1f32, t.dims(), t.device())
             .and_then(|n| n.to_dtype(t.dtype()))
-            .map_err(crate::Error::from)?;
+            .map_err(shardwork_trainer::Error::from)?;
         tensors.insert(name.clone(), noise);
     }
     Ok(Adapter {

@@ -1,17 +1,17 @@
 //! Trainer benchmarks on the real fixtures (run scripts/install/python-fixtures first).
 //!
-//!   cargo bench -p shardwork-worker --bench trainer -- classify [STEPS] [HELD_OUT_LIMIT] [LR]
-//!   cargo bench -p shardwork-worker --bench trainer -- federated [STEPS] [HELD_OUT_LIMIT] [LR]
-//!   cargo bench -p shardwork-worker --bench trainer -- scoring [ROUNDS] [HELD_OUT_LIMIT] [MAX_SEQ_LEN]
+//!   cargo bench -p shardwork-trainer --bench trainer -- classify [STEPS] [HELD_OUT_LIMIT] [LR]
+//!   cargo bench -p shardwork-trainer --bench trainer -- federated [STEPS] [HELD_OUT_LIMIT] [LR]
+//!   cargo bench -p shardwork-trainer --bench trainer -- scoring [ROUNDS] [HELD_OUT_LIMIT] [MAX_SEQ_LEN]
 //!
 //! Prints progress on stderr and one JSON report on stdout. Built with `--features cuda` it
 //! runs on the first GPU.
 
 use std::process::ExitCode;
 
-use shardwork_worker::bench;
-use shardwork_worker::experiment::ClassifyRun;
-use shardwork_worker::fixtures;
+use shardwork_trainer::bench;
+use shardwork_trainer::experiment::ClassifyRun;
+use shardwork_trainer::fixtures;
 
 fn device() -> candle_core::Device {
     #[cfg(feature = "cuda")]

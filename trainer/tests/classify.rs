@@ -1,19 +1,19 @@
 //! MiniLM + LoRA classification on real fixtures: the base stays frozen, runs are
 //! reproducible, and adapters round-trip through PEFT files. (Accuracy against Naive Bayes on
-//! Rotten Tomatoes is measured by `cargo bench -p shardwork-worker --bench trainer`.)
+//! Rotten Tomatoes is measured by `cargo bench -p shardwork-trainer --bench trainer`.)
 
 mod common;
 
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
-use shardwork_worker::bert::BertWeights;
-use shardwork_worker::data::ClassificationSet;
-use shardwork_worker::experiment::ClassifyRun;
-use shardwork_worker::fixtures;
-use shardwork_worker::inference::ScoringKernel;
-use shardwork_worker::peft::Adapter;
-use shardwork_worker::train::classify;
+use shardwork_trainer::bert::BertWeights;
+use shardwork_trainer::data::ClassificationSet;
+use shardwork_trainer::experiment::ClassifyRun;
+use shardwork_trainer::fixtures;
+use shardwork_trainer::inference::ScoringKernel;
+use shardwork_trainer::peft::Adapter;
+use shardwork_trainer::train::classify;
 
 const SUITE: &str = "worker classify";
 
@@ -94,7 +94,7 @@ fn training_changes_only_adapter_tensors_and_base_stays_bit_identical() {
 
     // What the model computes with, and the file on disk, are unchanged bit for bit.
     let on_disk =
-        shardwork_worker::safetensors_file::load(&dir.join("model.safetensors"), &dev).unwrap();
+        shardwork_trainer::safetensors_file::load(&dir.join("model.safetensors"), &dev).unwrap();
     let after = model.frozen_tensors();
     assert_eq!(after.len(), base_before.len());
     assert!(after.len() > 90, "{} frozen tensors", after.len());
@@ -194,10 +194,10 @@ fn adapter_saved_in_peft_layout_reloads_to_identical_predictions() {
     other.model_seed += 1;
     let (fresh, fresh_trainables) = other.build(&weights, 2).unwrap();
     fresh_trainables.load(&loaded.tensors).unwrap();
-    let logits = |m: &shardwork_worker::bert::BertClassifier| {
+    let logits = |m: &shardwork_trainer::bert::BertClassifier| {
         let seqs = tok.encode_all(&data.texts).unwrap();
         let refs: Vec<&[u32]> = seqs.iter().map(|s| s.as_slice()).collect();
-        let b = shardwork_worker::text::pad(&refs, tok.pad_id(), &dev).unwrap();
+        let b = shardwork_trainer::text::pad(&refs, tok.pad_id(), &dev).unwrap();
         m.forward(&b.ids, &b.mask, false)
             .unwrap()
             .to_vec2::<f32>()
@@ -219,7 +219,7 @@ fn inference_path_gives_the_training_forward_logits() {
     let set = tiny_set();
     let refs: Vec<Vec<u32>> = set.texts.iter().map(|t| tok.encode(t).unwrap()).collect();
     let refs: Vec<&[u32]> = refs.iter().map(Vec::as_slice).collect();
-    let batch = shardwork_worker::text::pad(&refs, tok.pad_id(), &dev).unwrap();
+    let batch = shardwork_trainer::text::pad(&refs, tok.pad_id(), &dev).unwrap();
     let reference = model.forward(&batch.ids, &batch.mask, false).unwrap();
     // Both matrix kernels, whichever this machine picks by default: a validator's verdicts
     // must not depend on whether its CPU has AMX.
@@ -253,7 +253,7 @@ fn with_random_adapter(
     run: &ClassifyRun,
     weights: &BertWeights,
     dev: &Device,
-) -> shardwork_worker::bert::BertClassifier {
+) -> shardwork_trainer::bert::BertClassifier {
     let (model, trainables) = run.build(weights, 2).unwrap();
     for (name, var) in trainables.iter() {
         if name.contains("lora_B") {
@@ -291,7 +291,7 @@ fn amx_and_portable_scoring_agree_on_240_held_out_reviews() {
         eprintln!("no AMX on this CPU: only the portable kernel exists here");
         return;
     }
-    let (_, held_out) = shardwork_worker::experiment::rotten_tomatoes_split(&rt).unwrap();
+    let (_, held_out) = shardwork_trainer::experiment::rotten_tomatoes_split(&rt).unwrap();
     let held_out = held_out.subset(&(0..240).collect::<Vec<_>>());
     let weights = BertWeights::load(&dir, &dev).unwrap();
     let mut run = short_run();

@@ -1,5 +1,5 @@
 //! The SmolLM2 GGUF and chatterbot-corpus fixtures (installed by scripts/install/python-fixtures,
-//! found by `shardwork_worker::fixtures`); a missing fixture is a loud skip, or a failure under
+//! found by `shardwork_trainer::fixtures`); a missing fixture is a loud skip, or a failure under
 //! SHARDWORK_REQUIRE_SERVICES=1.
 
 #![allow(dead_code)]
@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use shardwork_core::testkit::services::{record_skip, services_required};
-use shardwork_worker::fixtures;
+use shardwork_trainer::fixtures;
 
 fn require(suite: &str, found: Option<PathBuf>, what: &str) -> Option<PathBuf> {
     if found.is_some() {

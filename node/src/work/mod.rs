@@ -1,0 +1,2 @@
+//! The kinds of work a job asks of the nodes.
+pub mod classify;
