@@ -16,6 +16,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use shardwork_client::ApiClient;
+use shardwork_core::protocol::{EventView, JobEvent, events};
 use shardwork_node::content::{StoreBlobs, put_bundle};
 use uuid::Uuid;
 
@@ -60,7 +61,20 @@ pub struct DemoReport {
     pub final_metric: Option<f64>,
     pub base_metric: Option<f64>,
     pub adapter_cid: Option<String>,
-    pub contributors: Vec<Value>,
+    pub contributors: Vec<ContributorReport>,
+}
+
+/// What one contributor did and earned.
+#[derive(Debug, serde::Serialize)]
+pub struct ContributorReport {
+    pub address: String,
+    pub samples: u64,
+    pub accepted: u32,
+    pub rejected: u32,
+    pub quality_bps: u16,
+    /// Reputation after the job, in basis points; absent when nothing was paid.
+    pub reputation: Option<u32>,
+    pub paid_wei: String,
 }
 
 pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
@@ -187,15 +201,15 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
         funded["escrow_job_id"].as_str().unwrap_or("?"),
         funded["tx_hash"].as_str().unwrap_or("?")
     );
-    let mut events: Vec<Value> = Vec::new();
+    let mut events: Vec<EventView> = Vec::new();
     let status = crate::job_events::follow(
         &requester,
         job_id,
         Duration::from_secs(args.timeout_secs),
         Duration::from_millis(250),
         &mut |event| {
-            print_event(event, args.json);
-            if event["kind"] == "task_failed" {
+            print_event(&event.event, args.json);
+            if matches!(event.event, JobEvent::TaskFailed(_)) {
                 bail!(
                     "a task of job {job_id} failed after all its attempts, so the job cannot \
                      finish; its stake is refunded at the deadline"
@@ -208,21 +222,17 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
     )
     .await?;
     let wall = started.elapsed().as_secs_f64();
-    Ok(summarise(job_id, model, status, wall, &events))
+    Ok(summarise(job_id, model, status.to_string(), wall, &events))
 }
 
 /// One line per event: on stdout for people, on stderr when stdout carries `--json`.
-fn print_event(event: &Value, json_output: bool) {
+fn print_event(event: &JobEvent, json_output: bool) {
     let line = crate::job_events::describe(event);
     if json_output {
         eprintln!("event       {line}");
     } else {
         println!("event       {line}");
     }
-}
-
-fn time_of(event: &Value) -> Option<DateTime<Utc>> {
-    event["created_at"].as_str()?.parse().ok()
 }
 
 /// The wall time outside training, in the order it is spent.
@@ -256,23 +266,20 @@ fn seconds_between(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
 }
 
 /// Every round's claims and submissions, in one pass over the events.
-fn round_times(events: &[Value]) -> BTreeMap<i64, RoundTimes> {
-    let mut claimed: BTreeMap<(i64, i64), DateTime<Utc>> = BTreeMap::new();
-    let mut rounds: BTreeMap<i64, RoundTimes> = BTreeMap::new();
+fn round_times(events: &[EventView]) -> BTreeMap<u32, RoundTimes> {
+    let mut claimed: BTreeMap<(u32, u32), DateTime<Utc>> = BTreeMap::new();
+    let mut rounds: BTreeMap<u32, RoundTimes> = BTreeMap::new();
     for e in events {
-        let p = &e["payload"];
-        let key = (
-            p["round"].as_i64().unwrap_or(0),
-            p["shard"].as_i64().unwrap_or(0),
-        );
-        let Some(t) = time_of(e) else { continue };
-        match e["kind"].as_str() {
-            Some("task_claimed") => {
+        let t = e.created_at;
+        match &e.event {
+            JobEvent::TaskClaimed(c) => {
+                let key = (c.round, c.shard);
                 claimed.insert(key, t);
                 let round = rounds.entry(key.0).or_default();
                 round.first_claim = Some(round.first_claim.map_or(t, |c| c.min(t)));
             }
-            Some("submitted") => {
+            JobEvent::Submitted(s) => {
+                let key = (s.round, s.shard);
                 let round = rounds.entry(key.0).or_default();
                 round.last_submission = Some(round.last_submission.map_or(t, |l| l.max(t)));
                 if let Some(start) = claimed.get(&key) {
@@ -287,17 +294,21 @@ fn round_times(events: &[Value]) -> BTreeMap<i64, RoundTimes> {
 }
 
 impl OverheadBreakdown {
-    fn of(events: &[Value], rounds: &BTreeMap<i64, RoundTimes>, wall: f64) -> OverheadBreakdown {
+    fn of(
+        events: &[EventView],
+        rounds: &BTreeMap<u32, RoundTimes>,
+        wall: f64,
+    ) -> OverheadBreakdown {
         let (Some(first), Some(last)) = (
-            events.iter().find_map(time_of),
-            events.iter().rev().find_map(time_of),
+            events.first().map(|e| e.created_at),
+            events.last().map(|e| e.created_at),
         ) else {
             return OverheadBreakdown::default();
         };
         let completed = events
             .iter()
-            .filter(|e| e["kind"] == "completed")
-            .filter_map(time_of)
+            .filter(|e| matches!(e.event, JobEvent::Completed(_)))
+            .map(|e| e.created_at)
             .max();
         let mut breakdown = OverheadBreakdown {
             client_seconds: (wall - seconds_between(first, last)).max(0.0),
@@ -338,41 +349,38 @@ fn summarise(
     model: String,
     status: String,
     wall: f64,
-    events: &[Value],
+    events: &[EventView],
 ) -> DemoReport {
-    let last = |kind: &str| {
-        events
-            .iter()
-            .rev()
-            .find(|e| e["kind"] == kind)
-            .map(|e| e["payload"].clone())
-    };
-    let aggregated = last("aggregated");
-    let completed = last("completed");
-    let finalize_contribs: Vec<Value> = last("finalize")
-        .and_then(|p| p["contributions"].as_array().cloned())
+    let aggregated = events.iter().rev().find_map(|e| match &e.event {
+        JobEvent::Aggregated(a) => Some(a),
+        _ => None,
+    });
+    let completed = events.iter().rev().find_map(|e| match &e.event {
+        JobEvent::Completed(c) => Some(c),
+        _ => None,
+    });
+    let finalize = events.iter().rev().find_map(|e| match &e.event {
+        JobEvent::Finalize(f) => Some(f),
+        _ => None,
+    });
+    let payouts: BTreeMap<&str, &events::Payout> = completed
+        .map(|c| c.payouts.iter().map(|p| (p.address.as_str(), p)).collect())
         .unwrap_or_default();
-    let payouts: BTreeMap<String, Value> = completed
-        .as_ref()
-        .and_then(|p| p["payouts"].as_array().cloned())
+    let contributors = finalize
+        .map(|f| f.contributions.as_slice())
         .unwrap_or_default()
-        .into_iter()
-        .map(|p| (p["address"].as_str().unwrap_or_default().to_owned(), p))
-        .collect();
-    let contributors = finalize_contribs
-        .into_iter()
+        .iter()
         .map(|c| {
-            let address = c["address"].as_str().unwrap_or_default().to_owned();
-            let paid = payouts.get(&address);
-            json!({
-                "address": address,
-                "samples": c["samples"],
-                "accepted": c["accepted"],
-                "rejected": c["rejected"],
-                "quality_bps": c["quality_bps"],
-                "reputation": paid.map(|p| p["reputation"].clone()).unwrap_or(Value::Null),
-                "paid_wei": paid.map(|p| p["amount_wei"].clone()).unwrap_or(json!("0")),
-            })
+            let paid = payouts.get(c.address.as_str());
+            ContributorReport {
+                address: c.address.clone(),
+                samples: c.samples,
+                accepted: c.accepted,
+                rejected: c.rejected,
+                quality_bps: c.quality_bps,
+                reputation: paid.map(|p| p.reputation),
+                paid_wei: paid.map_or_else(|| "0".to_owned(), |p| p.amount_wei.clone()),
+            }
         })
         .collect();
     let rounds = round_times(events);
@@ -390,15 +398,10 @@ fn summarise(
             0.0
         },
         overhead,
-        metric_name: aggregated
-            .as_ref()
-            .and_then(|a| a["metric_name"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| "accuracy".into()),
-        final_metric: aggregated.as_ref().and_then(|a| a["metric"].as_f64()),
-        base_metric: aggregated.as_ref().and_then(|a| a["base_metric"].as_f64()),
-        adapter_cid: completed
-            .as_ref()
-            .and_then(|c| c["adapter_cid"].as_str().map(str::to_owned)),
+        metric_name: aggregated.map_or_else(|| "accuracy".into(), |a| a.metric_name.clone()),
+        final_metric: aggregated.map(|a| a.metric),
+        base_metric: aggregated.map(|a| a.base_metric),
+        adapter_cid: completed.map(|c| c.adapter_cid.clone()),
         contributors,
     }
 }
@@ -420,16 +423,13 @@ fn print_report(r: &DemoReport) {
     for c in &r.contributors {
         println!(
             "{:<44} {:>8} {:>9} {:>8} {:>11} {:>24}",
-            c["address"].as_str().unwrap_or("?"),
-            c["samples"].to_string(),
-            format!(
-                "{}/{}",
-                c["accepted"],
-                c["accepted"].as_u64().unwrap_or(0) + c["rejected"].as_u64().unwrap_or(0)
-            ),
-            c["quality_bps"].to_string(),
-            c["reputation"].to_string(),
-            c["paid_wei"].as_str().unwrap_or("0"),
+            c.address,
+            c.samples.to_string(),
+            format!("{}/{}", c.accepted, c.accepted + c.rejected),
+            c.quality_bps.to_string(),
+            c.reputation
+                .map_or_else(|| "-".to_owned(), |r| r.to_string()),
+            c.paid_wei,
         );
     }
     println!(

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use shardwork_client::ApiClient;
+use shardwork_core::protocol::{JobEvent, JobStatus};
 use shardwork_node::content::{ApiBlobs, fetch_bundle};
 use uuid::Uuid;
 
@@ -228,16 +229,14 @@ struct Standing {
 }
 
 impl Standing {
-    fn apply(&mut self, event: &Value) {
-        let p = &event["payload"];
-        match event["kind"].as_str() {
-            Some("round_opened") => {
-                self.round = p["round"].as_i64().unwrap_or(self.round);
+    fn apply(&mut self, event: &JobEvent) {
+        match event {
+            JobEvent::RoundOpened(opened) => {
+                self.round = i64::from(opened.round);
                 self.accepted_in_round = 0;
             }
-            Some("verdict")
-                if p["accepted"].as_bool() == Some(true)
-                    && p["round"].as_i64() == Some(self.round) =>
+            JobEvent::Verdict(verdict)
+                if verdict.accepted && i64::from(verdict.round) == self.round =>
             {
                 self.accepted_in_round += 1;
             }
@@ -270,14 +269,16 @@ async fn follow(api: &ApiClient, id: Uuid, timeout: Duration, json: bool) -> any
         Duration::from_millis(500),
         &mut |event| {
             let (bar, standing) = &mut *shared.borrow_mut();
-            standing.apply(event);
+            standing.apply(&event.event);
             if json {
                 println!("{}", serde_json::to_string(event)?);
             } else {
                 bar.println(&format!(
                     "{}  {}",
-                    event["created_at"].as_str().unwrap_or(""),
-                    crate::job_events::describe(event)
+                    event
+                        .created_at
+                        .to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    crate::job_events::describe(&event.event)
                 ));
             }
             Ok(())
@@ -299,7 +300,7 @@ async fn follow(api: &ApiClient, id: Uuid, timeout: Duration, json: bool) -> any
     .await;
     bar.finish();
     let status = outcome?;
-    if status != "completed" {
+    if status != JobStatus::Completed {
         bail!("job {id} ended {status}");
     }
     let result = api.result(id).await?;

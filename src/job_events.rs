@@ -1,17 +1,14 @@
 //! Following a job's events and how they read to a person, shared by `shardwork demo` and
-//! `shardwork job watch`.
+//! `shardwork job watch`. The events are the protocol's typed [`JobEvent`]s.
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
-use serde_json::Value;
+use anyhow::{Context, bail};
 use shardwork_client::ApiClient;
+use shardwork_core::protocol::{EventView, JobEvent, JobStatus};
 use uuid::Uuid;
 
-/// Job states after which nothing more happens.
-const FINAL_STATUSES: [&str; 3] = ["completed", "refunded", "cancelled"];
-
-/// Follows job `id` until it reaches a final status, which it returns: `on_event` sees every
+/// Follows job `id` until it reaches a terminal status, which it returns: `on_event` sees every
 /// event once, in order (including those written as the job ended), and may stop the watch
 /// with an error; `on_poll` sees the status after each poll. Gives up after `timeout`.
 pub async fn follow(
@@ -19,21 +16,22 @@ pub async fn follow(
     id: Uuid,
     timeout: Duration,
     poll: Duration,
-    on_event: &mut dyn FnMut(&Value) -> anyhow::Result<()>,
-    on_poll: &mut dyn FnMut(&str),
-) -> anyhow::Result<String> {
+    on_event: &mut dyn FnMut(&EventView) -> anyhow::Result<()>,
+    on_poll: &mut dyn FnMut(JobStatus),
+) -> anyhow::Result<JobStatus> {
     let started = Instant::now();
     let mut after = 0;
     loop {
         // The status is read before the events, so the events of a job seen ended are all in.
         let job = api.job(id).await?;
-        let status = job["status"].as_str().unwrap_or_default().to_owned();
+        let status: JobStatus = serde_json::from_value(job["status"].clone())
+            .with_context(|| format!("job {id} has no status the CLI knows: {}", job["status"]))?;
         for event in api.events(id, after).await? {
-            after = event["id"].as_i64().unwrap_or(after);
+            after = event.id;
             on_event(&event)?;
         }
-        on_poll(&status);
-        if FINAL_STATUSES.contains(&status.as_str()) {
+        on_poll(status);
+        if status.is_terminal() {
             return Ok(status);
         }
         if started.elapsed() > timeout {
@@ -43,52 +41,40 @@ pub async fn follow(
     }
 }
 
-/// A one-line description of a job event from `GET /v1/jobs/{id}/events`.
-pub fn describe(event: &Value) -> String {
-    let p = &event["payload"];
-    match event["kind"].as_str().unwrap_or_default() {
-        "funded" => "escrow funding seen on chain; the job is open".to_owned(),
-        "round_opened" => format!("round {} opened: {} tasks queued", p["round"], p["tasks"]),
-        "task_claimed" => format!(
+/// A one-line description of a job event.
+pub fn describe(event: &JobEvent) -> String {
+    match event {
+        JobEvent::Funded(_) => "escrow funding seen on chain; the job is open".to_owned(),
+        JobEvent::RoundOpened(e) => format!("round {} opened: {} tasks queued", e.round, e.tasks),
+        JobEvent::TaskClaimed(e) => format!(
             "round {} shard {} claimed by {}",
-            p["round"],
-            p["shard"],
-            p["worker"].as_str().unwrap_or("?")
+            e.round, e.shard, e.worker
         ),
-        "submitted" => format!(
+        JobEvent::Submitted(e) => format!(
             "round {} shard {} adapter submitted ({} samples)",
-            p["round"], p["shard"], p["samples"]
+            e.round, e.shard, e.samples
         ),
-        "verdict" => format!(
+        JobEvent::Verdict(e) => format!(
             "round {} verdict on {}: {}{}",
-            p["round"],
-            p["worker"].as_str().unwrap_or("?"),
-            if p["accepted"].as_bool() == Some(true) {
-                format!(
-                    "accepted, quality {:.3}",
-                    p["quality"].as_f64().unwrap_or(0.0)
-                )
+            e.round,
+            e.worker,
+            if e.accepted {
+                format!("accepted, quality {:.3}", e.quality)
             } else {
                 "REJECTED".into()
             },
-            p["reason"]
-                .as_str()
+            e.reason
+                .as_deref()
                 .map(|r| format!(" ({r})"))
                 .unwrap_or_default()
         ),
-        "aggregated" => format!(
+        JobEvent::Aggregated(e) => format!(
             "round {} merged: held-out {} {:.4} (base {:.4})",
-            p["round"],
-            p["metric_name"].as_str().unwrap_or("metric"),
-            p["metric"].as_f64().unwrap_or(f64::NAN),
-            p["base_metric"].as_f64().unwrap_or(f64::NAN)
+            e.round, e.metric_name, e.metric, e.base_metric
         ),
-        "task_requeued" => format!("task requeued: {}", p["reason"].as_str().unwrap_or("?")),
-        "task_failed" => format!("task failed after {} attempts", p["attempts"]),
-        "completed" => format!(
-            "completed on chain (tx {})",
-            p["tx_hash"].as_str().unwrap_or("?")
-        ),
-        other => other.to_owned(),
+        JobEvent::TaskRequeued(e) => format!("task requeued: {}", e.reason),
+        JobEvent::TaskFailed(e) => format!("task failed after {} attempts", e.attempts),
+        JobEvent::Completed(e) => format!("completed on chain (tx {})", e.tx_hash),
+        other => other.kind().to_owned(),
     }
 }

@@ -18,6 +18,7 @@ use shardwork_core::protocol::EthAddress;
 use shardwork_core::queue::TaskQueue;
 use shardwork_core::store::ContentStore;
 use shardwork_node::content::{ApiBlobs, Blobs, StoreBlobs};
+use shardwork_node::models::WorkDir;
 use shardwork_node::validator::{Rules, ValidatorNode};
 use shardwork_node::worker::{Behaviour, WorkerNode};
 use tokio::sync::watch;
@@ -90,7 +91,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
         )?),
         blobs: blobs.clone(),
         device: device.clone(),
-        work_dir: setup.work_dir.join("validator"),
+        work_dir: WorkDir::new(setup.work_dir.join("validator")),
         poll: VALIDATOR_POLL,
         rules: Rules::default(),
     };
@@ -115,7 +116,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             blobs: blobs.clone(),
             queue: setup.queue.clone(),
             device: device.clone(),
-            work_dir: setup.work_dir.join(format!("worker-{i}")),
+            work_dir: WorkDir::new(setup.work_dir.join(format!("worker-{i}"))),
             heartbeat: HEARTBEAT,
             behaviour,
         };
@@ -214,7 +215,7 @@ pub async fn run_worker(
         api,
         queue,
         device: training_device(),
-        work_dir,
+        work_dir: WorkDir::new(work_dir),
         heartbeat: HEARTBEAT,
         behaviour: Behaviour::Honest,
     };
@@ -242,7 +243,7 @@ pub async fn run_validator(
         blobs: remote_blobs(&config, api.clone()).await?,
         api,
         device: training_device(),
-        work_dir,
+        work_dir: WorkDir::new(work_dir),
         poll: VALIDATOR_POLL,
         rules: Rules::default(),
     };

@@ -43,11 +43,6 @@ pub fn parse_job_id(text: &str) -> Option<U256> {
     U256::from_str_radix(text, 10).ok()
 }
 
-/// The kind byte `createJob` takes for a job of this kind (`"lora"` or `"federated"`).
-pub fn kind_code(kind: &str) -> u8 {
-    if kind == "lora" { 0 } else { 1 }
-}
-
 /// Lower-case 0x-hex, the form addresses take in the database.
 pub fn address_text(address: Address) -> String {
     format!("{address:#x}")

@@ -1,30 +1,29 @@
 //! The Shardwork HTTP API: Sign-In with Ethereum, job quotes, worker registration; problem+json
 //! errors, request tracing, Prometheus metrics and per-caller rate limits.
 //!
-//! The CLI builds [`startup::Ports`] and an [`configuration::ApiConfig`] and calls
-//! [`startup::serve`]; tests use [`startup::app`] or [`startup::Application`].
+//! Three layers, imports pointing one way:
+//!
+//! * [`domain`]: the job lifecycle, the flow of a funded job, the dataset pipeline, sizing,
+//!   sealing and job look-ups. Knows nothing of HTTP; returns [`domain::DomainError`].
+//! * [`http`]: routes, extractors, problem+json, OpenAPI, auth, telemetry. Calls the domain and
+//!   maps its errors to statuses in one place.
+//! * [`background`]: the outbox dispatcher, the chain follower and the reaper, loops over the
+//!   domain.
+//!
+//! [`state`] holds what the HTTP layer and the loops share; [`startup`] composes them. The CLI
+//! builds [`state::Ports`] and an [`configuration::ApiConfig`] and calls [`startup::serve`];
+//! tests use [`http::app::app`] or [`startup::Application`].
 
-pub mod auth;
 pub mod background;
 pub mod chain;
 pub mod coalesce;
 pub mod configuration;
+pub mod domain;
 pub mod entities;
-pub mod extract;
-pub mod flow;
-pub mod follower;
-pub mod lifecycle;
-pub mod metrics;
-pub mod openapi;
-pub mod outbox;
-pub mod pipeline;
-pub mod problem;
-pub mod reaper;
-pub mod routes;
-pub mod sealing;
-pub mod sizing;
+pub mod http;
 pub mod startup;
-pub mod telemetry;
+pub mod state;
 
 pub use configuration::ApiConfig;
-pub use startup::{Application, Ports, Running, StartupError, serve, start};
+pub use startup::{Application, Running, StartupError, serve, start};
+pub use state::Ports;

@@ -1,48 +1,18 @@
-//! Builds the actix-web application from the configuration and the ports, and runs it.
+//! Composes the API: checks the configuration, assembles the state (`crate::state`), binds the
+//! HTTP application (`crate::http::app`) and starts the background loops
+//! (`crate::background`). Nothing in the crate imports this module; the CLI and the tests do.
 
 use std::net::TcpListener;
 use std::sync::Arc;
 
+use actix_web::HttpServer;
 use actix_web::dev::Server;
-use actix_web::{App, HttpServer, web};
-use sea_orm::DatabaseConnection;
-use shardwork_core::queue::{QueueOptions, TaskQueue};
-use shardwork_core::store::ContentStore;
+use shardwork_core::queue::QueueOptions;
 
-use crate::auth::TokenIssuer;
-use crate::background::Wakeups;
-use crate::chain::Chain;
+use crate::background::{self, Background};
 use crate::configuration::{ApiConfig, ConfigError};
-use crate::metrics::Metrics;
-use crate::routes;
-use crate::routes::jobs::read::{JobReads, job_reads};
-use crate::telemetry::{self, RateLimiter};
-
-/// The infrastructure the API runs on, built by the caller (the CLI, or a test).
-#[derive(Clone)]
-pub struct Ports {
-    /// Migrated to `shardwork_migrations::Migrator`'s latest version.
-    pub db: DatabaseConnection,
-    pub store: Arc<dyn ContentStore>,
-    pub queue: Arc<dyn TaskQueue>,
-    /// The escrow the API follows and pays out through; without it jobs cannot be funded.
-    pub chain: Option<Chain>,
-}
-
-/// Everything a handler may reach, shared by all workers of the server.
-pub struct AppState {
-    pub config: ApiConfig,
-    pub db: DatabaseConnection,
-    pub store: Arc<dyn ContentStore>,
-    pub queue: Arc<dyn TaskQueue>,
-    pub chain: Option<Chain>,
-    pub tokens: Arc<TokenIssuer>,
-    pub metrics: Metrics,
-    pub limiter: RateLimiter,
-    /// `GET /v1/jobs/{id}`'s reads, coalesced into shared round trips.
-    pub job_reads: JobReads,
-    pub wakeups: Wakeups,
-}
+use crate::http::app::app;
+use crate::state::{AppState, Ports};
 
 /// Why the server did not start.
 #[derive(Debug, thiserror::Error)]
@@ -58,60 +28,6 @@ pub enum StartupError {
     Io(#[from] std::io::Error),
 }
 
-impl AppState {
-    /// Checks the configuration and assembles the state.
-    pub fn new(config: ApiConfig, ports: Ports) -> Result<Arc<AppState>, StartupError> {
-        config.validate().map_err(StartupError::Config)?;
-        let tokens = Arc::new(TokenIssuer::new(
-            config.jwt_secret.expose().as_bytes(),
-            config.access_token_ttl_secs,
-            config.refresh_token_ttl_secs,
-        ));
-        Ok(Arc::new(AppState {
-            limiter: RateLimiter::new(config.rate_limit_per_minute),
-            job_reads: job_reads(ports.db.clone()),
-            wakeups: Wakeups::default(),
-            metrics: Metrics::default(),
-            tokens,
-            config,
-            db: ports.db,
-            store: ports.store,
-            queue: ports.queue,
-            chain: ports.chain,
-        }))
-    }
-}
-
-/// Registers state, extractor configuration, middleware-independent routes and the
-/// problem+json fallback on an `App` (or a test service).
-pub fn configure(state: Arc<AppState>) -> impl FnOnce(&mut web::ServiceConfig) {
-    move |cfg| {
-        let json_limit = state.config.json_limit_bytes;
-        cfg.app_data(web::Data::from(state.tokens.clone()))
-            .app_data(web::Data::from(state));
-        crate::extract::configure_extractors(cfg, json_limit);
-        routes::configure(cfg);
-        cfg.default_service(web::to(routes::portal::fallback));
-    }
-}
-
-/// The complete application: routes plus the telemetry/rate-limit middleware.
-pub fn app(
-    state: Arc<AppState>,
-) -> App<
-    impl actix_web::dev::ServiceFactory<
-        actix_web::dev::ServiceRequest,
-        Config = (),
-        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
-        Error = actix_web::Error,
-        InitError = (),
-    >,
-> {
-    App::new()
-        .configure(configure(state))
-        .wrap(actix_web::middleware::from_fn(telemetry::observe))
-}
-
 /// A bound, not yet running server; `port` is the one the OS gave when binding port 0.
 pub struct Application {
     pub port: u16,
@@ -122,7 +38,7 @@ pub struct Application {
 impl Application {
     pub fn build(config: ApiConfig, ports: Ports) -> Result<Application, StartupError> {
         let address = config.bind;
-        let state = AppState::new(config, ports)?;
+        let state = AppState::new(config, ports).map_err(StartupError::Config)?;
         let listener =
             TcpListener::bind(address).map_err(|source| StartupError::Bind { address, source })?;
         let port = listener.local_addr()?.port();
@@ -147,7 +63,7 @@ impl Application {
 pub struct Running {
     pub port: u16,
     pub state: Arc<AppState>,
-    background: crate::background::Background,
+    background: Background,
     handle: actix_web::dev::ServerHandle,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -179,7 +95,7 @@ pub async fn start(
 ) -> Result<Running, StartupError> {
     tracing::info!(config = %serde_json::to_string(&config).unwrap_or_default(), "effective API configuration");
     let application = Application::build(config, ports)?;
-    let background = crate::background::start(application.state.clone(), queue_options)
+    let background = background::start(application.state.clone(), queue_options)
         .await
         .map_err(|e| StartupError::Io(std::io::Error::other(e)))?;
     let handle = application.server.handle();

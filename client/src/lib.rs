@@ -14,8 +14,9 @@ use serde::de::DeserializeOwned;
 pub use shardwork_core::protocol::node::{
     AcceptedAdapter, Aggregate, Lease, PendingValidation, Progress, ReadyRound, Verdict,
 };
+use shardwork_core::protocol::problem::ProblemType;
 use shardwork_core::protocol::siwe::SiweMessage;
-use shardwork_core::protocol::{EthAddress, Submission};
+use shardwork_core::protocol::{EthAddress, EventView, Submission};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -27,6 +28,9 @@ pub enum ApiError {
         method: &'static str,
         path: String,
         status: u16,
+        /// The problem's kind from its `type`, or guessed from the status when the answer had
+        /// no problem body (a proxy's 502, say).
+        kind: Option<ProblemType>,
         detail: String,
     },
     #[error("{method} {path}: {source}")]
@@ -42,11 +46,60 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The error for an answer with status `status` >= 400 and body `body` (problem+json from
+    /// the API; anything else from a proxy in front of it).
+    fn problem(method: &'static str, path: &str, status: u16, body: &[u8]) -> ApiError {
+        let problem = serde_json::from_slice::<serde_json::Value>(body).ok();
+        let detail = problem
+            .as_ref()
+            .and_then(|v| v["detail"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+        let kind = problem
+            .as_ref()
+            .and_then(|v| v["type"].as_str())
+            .and_then(ProblemType::from_type_uri)
+            .or_else(|| ProblemType::from_status(status));
+        ApiError::Problem {
+            method,
+            path: path.to_owned(),
+            status,
+            kind,
+            detail,
+        }
+    }
+
     pub fn status(&self) -> Option<u16> {
         match self {
             ApiError::Problem { status, .. } => Some(*status),
             _ => None,
         }
+    }
+
+    /// The kind of problem the API answered with.
+    pub fn kind(&self) -> Option<ProblemType> {
+        match self {
+            ApiError::Problem { kind, .. } => *kind,
+            _ => None,
+        }
+    }
+
+    /// The state does not allow it: done, failed, or held by someone else.
+    pub fn is_conflict(&self) -> bool {
+        self.kind() == Some(ProblemType::Conflict)
+    }
+
+    /// This caller's role or standing may not do it.
+    pub fn is_forbidden(&self) -> bool {
+        self.kind() == Some(ProblemType::Forbidden)
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.kind() == Some(ProblemType::NotFound)
+    }
+
+    /// The token was refused (expired): sign in again.
+    pub fn is_unauthenticated(&self) -> bool {
+        self.kind() == Some(ProblemType::Unauthenticated)
     }
 
     /// The API could not be reached or said it is not ready (502/503): worth retrying.
@@ -58,7 +111,9 @@ impl ApiError {
                     || source.is_timeout()
                     || source.is_body()
             }
-            ApiError::Problem { status, .. } => matches!(status, 502 | 503),
+            ApiError::Problem { status, kind, .. } => {
+                *kind == Some(ProblemType::Unavailable) || matches!(status, 502 | 503)
+            }
             _ => false,
         }
     }
@@ -225,16 +280,7 @@ impl ApiClient {
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(transport)?;
         if status >= 400 {
-            let detail = serde_json::from_slice::<serde_json::Value>(&bytes)
-                .ok()
-                .and_then(|v| v["detail"].as_str().map(str::to_owned))
-                .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
-            return Err(ApiError::Problem {
-                method,
-                path: path.to_owned(),
-                status,
-                detail,
-            });
+            return Err(ApiError::problem(method, path, status, &bytes));
         }
         Ok(bytes)
     }
@@ -287,7 +333,7 @@ impl ApiClient {
             .send_raw(method, path, json.clone(), body.clone(), Some(&token))
             .await
         {
-            Err(e) if e.status() == Some(401) => {
+            Err(e) if e.is_unauthenticated() => {
                 let token = self.token(true).await?;
                 self.send_raw(method, path, json, body, Some(&token)).await
             }
@@ -353,7 +399,7 @@ impl ApiClient {
             .send_bytes("GET", &path, None, None, Some(&token))
             .await
         {
-            Err(e) if e.status() == Some(401) => {
+            Err(e) if e.is_unauthenticated() => {
                 let token = self.token(true).await?;
                 self.send_bytes("GET", &path, None, None, Some(&token))
                     .await
@@ -445,20 +491,13 @@ impl ApiClient {
         let response = send(token, body).await.map_err(transport)?;
         let status = response.status().as_u16();
         let bytes = response.bytes().await.map_err(transport)?;
-        let value: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::Decode {
-                path: path.to_owned(),
-                detail: e.to_string(),
-            })?;
         if status >= 400 {
-            return Err(ApiError::Problem {
-                method: "POST",
-                path: path.to_owned(),
-                status,
-                detail: value["detail"].as_str().unwrap_or_default().to_owned(),
-            });
+            return Err(ApiError::problem("POST", path, status, &bytes));
         }
-        Ok(value)
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::Decode {
+            path: path.to_owned(),
+            detail: e.to_string(),
+        })
     }
 
     /// Development mode: the server funds the job's escrow from its development account.
@@ -473,8 +512,12 @@ impl ApiClient {
     }
 
     /// The job's events after event id `after`, oldest first.
-    pub async fn events(&self, job_id: Uuid, after: i64) -> Result<Vec<serde_json::Value>> {
-        let page: serde_json::Value = self
+    pub async fn events(&self, job_id: Uuid, after: i64) -> Result<Vec<EventView>> {
+        #[derive(Deserialize)]
+        struct Page {
+            events: Vec<EventView>,
+        }
+        let page: Page = self
             .call(
                 "GET",
                 &format!("/v1/jobs/{job_id}/events?after={after}&limit=500"),
@@ -482,7 +525,7 @@ impl ApiClient {
                 None,
             )
             .await?;
-        Ok(page["events"].as_array().cloned().unwrap_or_default())
+        Ok(page.events)
     }
 
     /// The signed-in requester's jobs, newest first (one page of at most 100).

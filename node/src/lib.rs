@@ -8,6 +8,7 @@
 //! seam, [`work`], so the loops here know no model family.
 
 pub mod content;
+pub mod models;
 pub mod validator;
 pub mod work;
 pub mod worker;

@@ -6,7 +6,6 @@
 //! the API's reaper when the lease expires) and another worker takes it. A message for a task
 //! that is done, failed or leased elsewhere is dropped after the API says so (409).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,15 +18,16 @@ use shardwork_core::queue::{Delivery, TaskQueue};
 use tokio::sync::watch;
 
 use crate::NodeError;
+use crate::content::{Blobs, fetch_bundle, put_bundle};
+use crate::models::WorkDir;
+use crate::work;
+use shardwork_client::{ApiClient, Lease, Progress};
+use shardwork_trainer::peft::Adapter;
 
 /// When a task refused to this worker becomes visible again.
 const REFUSED_REDELIVERY: Duration = Duration::from_millis(500);
 /// How long a worker stays off the queue after refusing a task.
 const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
-use crate::content::{Blobs, fetch_bundle, put_bundle};
-use crate::work::classify::ClassifyJob;
-use shardwork_client::{ApiClient, Lease, Progress};
-use shardwork_trainer::peft::Adapter;
 
 /// How a worker behaves. Anything but `Honest` exists to prove the validator catches it (the
 /// adversarial end-to-end tests, `shardwork demo --adversary`).
@@ -44,7 +44,7 @@ pub struct WorkerNode {
     pub queue: Arc<dyn TaskQueue>,
     pub device: Device,
     /// Models are fetched here once per CID; task folders are made and removed under it.
-    pub work_dir: PathBuf,
+    pub work_dir: WorkDir,
     /// How often a running task extends its lease.
     pub heartbeat: Duration,
     pub behaviour: Behaviour,
@@ -107,7 +107,7 @@ impl WorkerNode {
         };
         let lease = match self.api.claim(message.task_id).await {
             Ok(lease) => lease,
-            Err(e) if e.status() == Some(409) || e.status() == Some(404) => {
+            Err(e) if e.is_conflict() || e.is_not_found() => {
                 delivery.ack().await?;
                 return Ok(Handled::Dropped {
                     reason: e.to_string(),
@@ -117,7 +117,7 @@ impl WorkerNode {
             // the queue for the others, uncounted (refusals must not dead-letter a task another
             // worker would take), and this worker steps back from the queue for a moment so an
             // idle worker, whose polling has slowed, gets it first.
-            Err(e) if e.status() == Some(403) => {
+            Err(e) if e.is_forbidden() => {
                 delivery.release(Some(REFUSED_REDELIVERY)).await?;
                 tokio::time::sleep(REFUSED_BACKOFF).await;
                 return Ok(Handled::Dropped {
@@ -149,17 +149,17 @@ impl WorkerNode {
 
     async fn run_task(&self, lease: &Lease) -> Result<(), NodeError> {
         let task = &lease.task;
-        let dir = tempfile::Builder::new()
-            .prefix("task-")
-            .tempdir_in(self.ensure_work_dir()?)
-            .map_err(|e| NodeError::Io(e.to_string()))?;
+        let dir = self.work_dir.scratch("task-")?;
         let spec_bytes = self
             .blobs
             .get(&task.job_spec_cid.to_string(), 1 << 20)
             .await?;
         let spec: JobSpec = serde_json::from_slice(&spec_bytes)
             .map_err(|e| NodeError::Content(format!("job spec {}: {e}", task.job_spec_cid)))?;
-        let model_dir = self.model_dir(&task.base_model_cid).await?;
+        let model_dir = self
+            .work_dir
+            .model(self.blobs.as_ref(), &task.base_model_cid)
+            .await?;
         let shard_path = dir.path().join("shard.jsonl");
         let shard = self
             .blobs
@@ -182,23 +182,22 @@ impl WorkerNode {
         let out = out_dir.clone();
         let started = Instant::now();
         let training = tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
-            let job = ClassifyJob::load(spec, &model_dir, &device)?;
-            let data = job.dataset(&shard_path)?;
+            let work = work::load(spec, &model_dir, &device)?;
             let start = match previous {
                 Some(p) => Some(Adapter::load(&p, &device)?),
                 None => None,
             };
-            let (adapter, report) = job.train(start.as_ref(), &data, &device, &mut |p| {
+            let trained = work.train(start.as_ref(), &shard_path, &device, &mut |p| {
                 let _ = progress_tx.send(Some(*p));
             })?;
-            let adapter = match behaviour {
-                Behaviour::Honest => adapter,
-                Behaviour::RandomNoise => noise_like(&adapter)?,
-            };
-            adapter.save(&out)?;
-            Ok((report, data.len()))
+            match behaviour {
+                Behaviour::Honest => trained.adapter.save(&out)?,
+                Behaviour::RandomNoise => noise_like(&trained.adapter)?.save(&out)?,
+            }
+            Ok(trained)
         });
-        let (report, samples) = self.heartbeat_until(lease, training, progress_rx).await?;
+        let report = self.heartbeat_until(lease, training, progress_rx).await?;
+        let samples = report.records;
 
         let adapter_cid = put_bundle(
             self.blobs.as_ref(),
@@ -265,7 +264,7 @@ impl WorkerNode {
                     };
                     if let Err(e) = self.api.extend(lease.task_id, lease.lease_token, &report).await {
                         tracing::warn!(error = %e, "lease extension failed");
-                        if e.status() == Some(409) {
+                        if e.is_conflict() {
                             training.abort();
                             return Err(e.into());
                         }
@@ -273,31 +272,6 @@ impl WorkerNode {
                 }
             }
         }
-    }
-
-    fn ensure_work_dir(&self) -> Result<&std::path::Path, NodeError> {
-        std::fs::create_dir_all(&self.work_dir)
-            .map_err(|e| NodeError::Io(format!("{}: {e}", self.work_dir.display())))?;
-        Ok(&self.work_dir)
-    }
-
-    /// The base model's folder, fetched (and verified) once per CID.
-    async fn model_dir(&self, cid: &ContentId) -> Result<PathBuf, NodeError> {
-        let dir = self.ensure_work_dir()?.join("models").join(cid.to_string());
-        if dir.join(".complete").exists() {
-            return Ok(dir);
-        }
-        let partial = self
-            .ensure_work_dir()?
-            .join("models")
-            .join(format!("{cid}.partial-{}", uuid::Uuid::new_v4()));
-        fetch_bundle(self.blobs.as_ref(), &cid.to_string(), &partial).await?;
-        std::fs::write(partial.join(".complete"), b"").map_err(|e| NodeError::Io(e.to_string()))?;
-        // Another task may have finished the same fetch first; either copy is the same bytes.
-        if std::fs::rename(&partial, &dir).is_err() {
-            let _ = std::fs::remove_dir_all(&partial);
-        }
-        Ok(dir)
     }
 }
 

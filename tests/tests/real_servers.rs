@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use alloy::primitives::{Address, U256};
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::json;
 use shardwork_client::ApiClient;
 use shardwork_contracts::Ledger;
 use shardwork_contracts::ledger::ETH;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::testkit::anvil::Anvil;
+use shardwork_core::protocol::{EventView, JobEvent};
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
 use shardwork_node::content::{ApiBlobs, put_bundle};
@@ -162,10 +163,10 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
 
     // Kill worker 5 the moment it holds a lease.
     let doomed_address = format!("{:#x}", shardwork_contracts::dev_keys::dev_addresses()[5]);
-    let claimed_by_doomed = |events: &[Value]| {
-        events.iter().any(|e| {
-            e["kind"] == "task_claimed" && e["payload"]["worker"] == doomed_address.as_str()
-        })
+    let claimed_by_doomed = |events: &[EventView]| {
+        events.iter().any(
+            |e| matches!(&e.event, JobEvent::TaskClaimed(c) if c.worker == doomed_address.as_str()),
+        )
     };
     let r = requester.clone();
     eventually("worker 5 claims a task", Duration::from_secs(120), || {
@@ -186,7 +187,7 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
             let events = r.events(job_id, 0).await.ok()?;
             events
                 .iter()
-                .any(|e| e["kind"] == "task_claimed" && e["payload"]["round"] == 2)
+                .any(|e| matches!(&e.event, JobEvent::TaskClaimed(c) if c.round == 2))
                 .then_some(events)
         }
     })
@@ -195,7 +196,7 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
     assert!(
         !before_kill
             .iter()
-            .any(|e| e["kind"] == "aggregated" && e["payload"]["round"] == 2),
+            .any(|e| matches!(&e.event, JobEvent::Aggregated(a) if a.round == 2)),
         "the API must die before round 2 is merged, or the restart tests nothing"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -215,29 +216,33 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
     assert_eq!(status, "completed", "api log:\n{}", api.log_text());
     let events = requester.events(job_id, 0).await.unwrap();
     assert!(
-        events.iter().any(|e| e["kind"] == "task_requeued"),
+        events
+            .iter()
+            .any(|e| matches!(e.event, JobEvent::TaskRequeued(_))),
         "the killed worker's lease expired and its task went back"
     );
     let last_merge = events
         .iter()
         .rev()
-        .find(|e| e["kind"] == "aggregated")
+        .find_map(|e| match &e.event {
+            JobEvent::Aggregated(a) => Some(a),
+            _ => None,
+        })
         .unwrap();
-    let (metric, base) = (
-        last_merge["payload"]["metric"].as_f64().unwrap(),
-        last_merge["payload"]["base_metric"].as_f64().unwrap(),
-    );
+    let (metric, base) = (last_merge.metric, last_merge.base_metric);
     assert!(metric > base + 0.1, "final {metric} vs base {base}");
 
     // Paid once each, and the chain agrees with the database.
-    let completed = events.iter().find(|e| e["kind"] == "completed").unwrap();
-    let payouts = completed["payload"]["payouts"].as_array().unwrap();
+    let payouts = events
+        .iter()
+        .find_map(|e| match &e.event {
+            JobEvent::Completed(c) => Some(&c.payouts),
+            _ => None,
+        })
+        .unwrap();
     let mut seen = std::collections::BTreeSet::new();
     for p in payouts {
-        assert!(
-            seen.insert(p["address"].as_str().unwrap().to_owned()),
-            "paid twice: {p}"
-        );
+        assert!(seen.insert(p.address.clone()), "paid twice: {p:?}");
     }
     let ledger = RpcLedger::connect(RpcConfig::new(anvil.url()), Vec::new())
         .await
@@ -281,15 +286,15 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
         api.log_text()
     );
     for p in payouts {
-        let address: Address = p["address"].as_str().unwrap().parse().unwrap();
+        let address: Address = p.address.parse().unwrap();
         let on_chain = ledger.withdrawable(escrow, address, ETH).await.unwrap();
-        assert_eq!(on_chain.to_string(), p["amount_wei"].as_str().unwrap());
+        assert_eq!(on_chain.to_string(), p.amount_wei);
         let row = db
             .query_one_raw(Statement::from_string(
                 db.get_database_backend(),
                 format!(
                     "SELECT earnings_wei FROM workers WHERE address = '{}'",
-                    p["address"].as_str().unwrap()
+                    p.address
                 ),
             ))
             .await

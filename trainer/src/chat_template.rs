@@ -5,7 +5,6 @@
 use std::ops::Range;
 
 use minijinja::{Environment, ErrorKind, context};
-use serde::{Deserialize, Serialize};
 
 const TEMPLATE_NAME: &str = "chat";
 
@@ -22,21 +21,8 @@ pub enum ChatTemplateError {
     NotIncremental(usize),
 }
 
-/// One turn of a conversation, as in the `{"messages": [...]}` dataset format.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-}
-
-impl ChatMessage {
-    pub fn new(role: &str, content: &str) -> Self {
-        Self {
-            role: role.to_owned(),
-            content: content.to_owned(),
-        }
-    }
-}
+/// One turn of a conversation: the protocol's `{"messages"}` record turn.
+pub use shardwork_core::protocol::ChatMessage;
 
 #[derive(Debug, Clone)]
 pub struct ChatTemplate {

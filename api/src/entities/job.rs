@@ -1,6 +1,7 @@
-//! `jobs`: one row per posted job; `status` is owned by `crate::lifecycle`.
+//! `jobs`: one row per posted job; `status` is owned by `crate::domain::lifecycle`.
 
 use sea_orm::entity::prelude::*;
+use shardwork_core::protocol::{JobKind, JobStatus};
 
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "jobs")]
@@ -8,8 +9,8 @@ pub struct Model {
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
     pub requester: String,
-    pub kind: String,
-    pub status: String,
+    pub kind: JobKind,
+    pub status: JobStatus,
     pub spec: Json,
     pub spec_cid: Option<String>,
     pub dataset_cid: Option<String>,

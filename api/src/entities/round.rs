@@ -1,6 +1,7 @@
-//! `rounds`: one per federated round of a job; `status` is owned by `crate::rounds`.
+//! `rounds`: one per federated round of a job; `status` is owned by `crate::domain::flow::rounds`.
 
 use sea_orm::entity::prelude::*;
+use shardwork_core::protocol::RoundStatus;
 
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "rounds")]
@@ -9,7 +10,7 @@ pub struct Model {
     pub id: Uuid,
     pub job_id: Uuid,
     pub number: i32,
-    pub status: String,
+    pub status: RoundStatus,
     pub base_adapter_cid: Option<String>,
     pub aggregate_adapter_cid: Option<String>,
     pub aggregate: Option<Json>,

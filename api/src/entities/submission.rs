@@ -1,6 +1,7 @@
 //! `submissions`: what a worker handed in for a task, and the validator's verdict on it.
 
 use sea_orm::entity::prelude::*;
+use shardwork_core::protocol::VerdictStatus;
 
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "submissions")]
@@ -12,7 +13,7 @@ pub struct Model {
     pub adapter_cid: String,
     pub metrics_cid: String,
     pub sample_count: i64,
-    pub verdict: String,
+    pub verdict: VerdictStatus,
     pub quality: Option<f64>,
     pub reject_reason: Option<String>,
     pub created_at: DateTimeUtc,

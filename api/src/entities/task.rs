@@ -1,6 +1,7 @@
-//! `tasks`: one per shard per round, with its lease; `status` is owned by `crate::tasks`.
+//! `tasks`: one per shard per round, with its lease; `status` is owned by `crate::domain::flow::tasks`.
 
 use sea_orm::entity::prelude::*;
+use shardwork_core::protocol::TaskStatus;
 
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "tasks")]
@@ -10,7 +11,7 @@ pub struct Model {
     pub job_id: Uuid,
     pub shard_id: Uuid,
     pub round: i32,
-    pub status: String,
+    pub status: TaskStatus,
     pub lease_holder: Option<Uuid>,
     pub lease_token: Option<Uuid>,
     pub lease_expires_at: Option<DateTimeUtc>,

@@ -2,8 +2,8 @@ use actix_web::test::TestRequest;
 use chrono::{Duration, Utc};
 use sea_orm::{ActiveValue::Set, EntityTrait};
 use serde_json::json;
-use shardwork_api::auth::{Role, TokenKind};
 use shardwork_api::entities::siwe_nonce;
+use shardwork_api::http::auth::{Role, TokenKind};
 
 use crate::helpers::*;
 use crate::on_both_databases;

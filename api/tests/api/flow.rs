@@ -9,8 +9,8 @@ use actix_web::test::TestRequest;
 use bytes::Bytes;
 use sea_orm::QueryFilter;
 use serde_json::{Value, json};
-use shardwork_api::follower::follow_once;
-use shardwork_api::outbox::Dispatcher;
+use shardwork_api::background::follower::follow_once;
+use shardwork_api::background::outbox::Dispatcher;
 use shardwork_core::protocol::{TASK_QUEUE, TaskMessage};
 use shardwork_core::queue::QueueOptions;
 
@@ -510,7 +510,7 @@ async fn expired_leases_go_back_to_the_queue_until_attempts_run_out(backend: Bac
         assert_eq!(claim.body["attempt"], attempt, "{}", claim.text);
         let later = chrono::Utc::now() + chrono::Duration::seconds(10);
         assert_eq!(
-            shardwork_api::reaper::reap_once(&app.db, later)
+            shardwork_api::background::reaper::reap_once(&app.db, later)
                 .await
                 .unwrap(),
             1
@@ -648,14 +648,14 @@ async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
     chain.ledger.advance_time(8 * 86_400).await.unwrap();
     let later = chrono::Utc::now() + chrono::Duration::days(8);
     assert_eq!(
-        shardwork_api::reaper::reap_once(&app.db, later)
+        shardwork_api::background::reaper::reap_once(&app.db, later)
             .await
             .unwrap(),
         1
     );
     // Recorded once, however often the reaper runs.
     assert_eq!(
-        shardwork_api::reaper::reap_once(&app.db, later)
+        shardwork_api::background::reaper::reap_once(&app.db, later)
             .await
             .unwrap(),
         0

@@ -1,7 +1,7 @@
 use actix_web::test::TestRequest;
 use bytes::Bytes;
 use serde_json::{Value, json};
-use shardwork_api::sealing;
+use shardwork_api::domain::sealing;
 use shardwork_core::protocol::ShardManifest;
 use shardwork_core::store::seal;
 

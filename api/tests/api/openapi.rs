@@ -11,8 +11,8 @@ use std::rc::Rc;
 use actix_web::dev::Service;
 use actix_web::http::Method;
 use actix_web::test::{self, TestRequest};
-use shardwork_api::openapi::{self, DOCS_PREFIX, DocRole};
-use shardwork_api::startup::app;
+use shardwork_api::http::app::app;
+use shardwork_api::http::openapi::{self, DOCS_PREFIX, DocRole};
 use utoipa::OpenApi;
 
 use crate::helpers::*;

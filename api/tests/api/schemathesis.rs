@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use shardwork_api::openapi::{ApiDoc, DocRole};
+use shardwork_api::http::openapi::{ApiDoc, DocRole};
 use shardwork_api::{Application, Ports};
 use shardwork_core::testkit::services::{record_skip, services_required};
 use utoipa::OpenApi;

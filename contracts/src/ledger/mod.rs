@@ -321,11 +321,8 @@ pub trait Ledger: Send + Sync {
         Ok(JobInfo {
             requester: job.requester,
             deadline: job.deadline,
-            kind: match job.kind {
-                0 => JobKind::Lora,
-                1 => JobKind::Federated,
-                raw => return Err(undecodable("kind", raw)),
-            },
+            kind: JobKind::from_escrow_code(job.kind)
+                .ok_or_else(|| undecodable("kind", job.kind))?,
             status: JobStatus::from_raw(job.status)
                 .ok_or_else(|| undecodable("status", job.status))?,
             fee_bps: job.feeBps,

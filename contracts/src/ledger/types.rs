@@ -18,22 +18,8 @@ pub struct DeployParams {
     pub fee_bps: u16,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum JobKind {
-    /// One contributor, `completeJob`.
-    Lora,
-    /// Many contributors weighted by quality x reputation, `completeFederatedJob`.
-    Federated,
-}
-
-impl From<JobKind> for u8 {
-    fn from(kind: JobKind) -> u8 {
-        match kind {
-            JobKind::Lora => 0,
-            JobKind::Federated => 1,
-        }
-    }
-}
+/// The protocol's job kind; its byte on chain is [`JobKind::escrow_code`].
+pub use shardwork_core::protocol::JobKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobStatus {

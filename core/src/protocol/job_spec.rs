@@ -4,6 +4,8 @@
 //! the limits below, returning all problems at once with their paths.
 
 use chrono::{DateTime, Duration, Utc};
+#[cfg(feature = "orm")]
+use sea_orm::sea_query::StringLen;
 use serde::{Deserialize, Serialize};
 
 use super::PROTOCOL_VERSION;
@@ -27,13 +29,65 @@ pub const MAX_DEADLINE_DAYS: i64 = 365;
 
 /// Single-contributor LoRA, or federated over shards and rounds.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "orm", derive(sea_orm::EnumIter, sea_orm::DeriveActiveEnum))]
+#[cfg_attr(
+    feature = "orm",
+    sea_orm(rs_type = "String", db_type = "String(StringLen::None)")
+)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobKind {
     /// One worker trains one adapter on the whole training set: one shard, one round.
+    #[cfg_attr(feature = "orm", sea_orm(string_value = "lora"))]
     Lora,
     /// Workers train on shards; accepted adapters are merged each round.
+    #[cfg_attr(feature = "orm", sea_orm(string_value = "federated"))]
     Federated,
+}
+
+impl JobKind {
+    /// Both kinds.
+    pub const ALL: [JobKind; 2] = [JobKind::Lora, JobKind::Federated];
+
+    /// The name the spec, the API's JSON and its database use (`lora`, `federated`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Lora => "lora",
+            JobKind::Federated => "federated",
+        }
+    }
+
+    /// The kind named `name` ([`Self::as_str`]), if any.
+    pub fn parse(name: &str) -> Option<JobKind> {
+        JobKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// The byte the escrow contract's `JobKind` enum stores for this kind (`createJob`'s and
+    /// `JobCreated`'s `kind`): one contributor paid by `completeJob`, or many by
+    /// `completeFederatedJob`.
+    pub const fn escrow_code(self) -> u8 {
+        match self {
+            JobKind::Lora => 0,
+            JobKind::Federated => 1,
+        }
+    }
+
+    /// The kind the escrow stores as `code`, if any.
+    pub fn from_escrow_code(code: u8) -> Option<JobKind> {
+        JobKind::ALL.into_iter().find(|k| k.escrow_code() == code)
+    }
+}
+
+impl From<JobKind> for u8 {
+    fn from(kind: JobKind) -> u8 {
+        kind.escrow_code()
+    }
+}
+
+impl std::fmt::Display for JobKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How the base model's weights are stored.

@@ -6,24 +6,32 @@
 
 pub mod adapter;
 pub mod bundle;
+pub mod events;
 pub mod ids;
 pub mod job_spec;
 pub mod manifest;
 pub mod node;
+pub mod problem;
+pub mod records;
+pub mod shuffle;
 #[cfg(feature = "siwe")]
 pub mod siwe;
+pub mod status;
 pub mod submission;
 pub mod task;
 pub mod validation;
 
 pub use adapter::{ADAPTER_FORMAT_PEFT, AdapterMeta};
 pub use bundle::Bundle;
+pub use events::{EventView, JobEvent, StatusChange};
 pub use ids::{ContentId, EthAddress, WeiAmount};
 pub use job_spec::{
     Architecture, BaseModel, JobKind, JobSpec, LoraSpec, ModelFormat, Stake, TrainingArgs,
     TrainingTask,
 };
 pub use manifest::{HeldOutRef, ShardManifest, ShardRef};
+pub use records::{ChatMessage, DatasetRecord, Label, RecordError};
+pub use status::{JobStatus, RoundStatus, TaskStatus, VerdictStatus};
 pub use submission::{Submission, SubmissionMetrics};
 pub use task::{TASK_QUEUE, TaskMessage};
 pub use validation::{FieldError, SpecErrors};

@@ -3,9 +3,11 @@
 //! score on a held-out file. The worker and the validator build the model the same way, so the
 //! base model the validator compares against is exactly the one the worker started from.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::OnceLock;
 
-use candle_core::Device;
+use candle_core::{Device, Tensor};
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
 use shardwork_core::protocol::{JobSpec, TrainingTask};
 
@@ -20,6 +22,8 @@ use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::classify::{self, ClassifyConfig, TrainReport};
 use shardwork_trainer::{Error, Result};
 
+use super::{Direction, HeldOut, Metric, Trained, Work};
+
 /// Batch size of held-out scoring (no gradients, so larger than training's).
 const EVAL_BATCH: usize = 64;
 
@@ -30,6 +34,8 @@ pub struct ClassifyJob {
     pub tokenizer: TextTokenizer,
     pub label_names: Vec<String>,
     pub lora: LoraConfig,
+    /// The base model's frozen weights by checkpoint path, built once for the norm rule.
+    frozen: OnceLock<BTreeMap<String, Tensor>>,
 }
 
 impl ClassifyJob {
@@ -77,6 +83,7 @@ impl ClassifyJob {
             weights,
             tokenizer,
             lora,
+            frozen: OnceLock::new(),
         })
     }
 
@@ -167,5 +174,67 @@ impl ClassifyJob {
     ) -> Result<ClassificationMetrics> {
         let (model, _) = self.build_from(adapter)?;
         classify::evaluate(&model, &self.tokenizer, held_out, EVAL_BATCH, device)
+    }
+}
+
+/// Held-out accuracy: the share of the way from the base model's accuracy to 1.
+const ACCURACY: Metric = Metric {
+    name: "accuracy",
+    direction: Direction::HigherIsBetter,
+    best: 1.0,
+};
+
+impl Work for ClassifyJob {
+    fn metric(&self) -> Metric {
+        ACCURACY
+    }
+
+    fn seed(&self) -> u64 {
+        self.training.seed
+    }
+
+    fn adapter_config(&self) -> AdapterConfig {
+        ClassifyJob::adapter_config(self)
+    }
+
+    fn train(
+        &self,
+        start: Option<&Adapter>,
+        shard: &Path,
+        device: &Device,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Trained> {
+        let data = self.dataset(shard)?;
+        let (adapter, report) = ClassifyJob::train(self, start, &data, device, progress)?;
+        Ok(Trained {
+            adapter,
+            records: data.len(),
+            steps: report.steps,
+            final_loss: report.final_loss,
+            tokens_per_sec: report.tokens_per_sec,
+        })
+    }
+
+    fn held_out(&self, path: &Path) -> Result<HeldOut> {
+        Ok(HeldOut::new(self.dataset(path)?))
+    }
+
+    fn score(&self, adapter: Option<&Adapter>, held_out: &HeldOut, device: &Device) -> Result<f64> {
+        let set: &ClassificationSet = held_out.get()?;
+        Ok(self.evaluate(adapter, set, device)?.accuracy)
+    }
+
+    fn base_weight(&self, module: &str) -> Result<Option<Tensor>> {
+        let frozen = match self.frozen.get() {
+            Some(frozen) => frozen,
+            None => {
+                let (model, _) = self.build()?;
+                let built = model.frozen_tensors().into_iter().collect();
+                self.frozen.get_or_init(|| built)
+            }
+        };
+        // PEFT names the classifier's encoder `bert.`; the checkpoint's paths do not.
+        let key = format!("{}.weight", module.trim_start_matches("bert."));
+        Ok(frozen.get(&key).cloned())
     }
 }

@@ -1,2 +1,158 @@
-//! The kinds of work a job asks of the nodes.
+//! The seam between the nodes' loops and the trainer: what a job asks of a node, whatever the
+//! model family.
+//!
+//! The worker and the validator hold a job's work as an `Arc<dyn Work>` built by [`load`] from
+//! the job's spec and its verified model folder. The worker calls [`Work::train`]; the validator
+//! calls [`Work::held_out`] once per job, then [`Work::score`] for the base model, every
+//! submission and every merge, and [`Work::base_weight`] for the norm rule. A new kind of job is
+//! a new implementation of [`Work`] and one arm of [`load`]; the loops do not change.
+//!
+//! Implementations: [`classify`] (BERT-family sequence classification, judged by held-out
+//! accuracy).
+
 pub mod classify;
+
+use std::any::Any;
+use std::path::Path;
+use std::sync::Arc;
+
+use candle_core::{Device, Tensor};
+use shardwork_core::protocol::{JobSpec, TrainingTask};
+use shardwork_trainer::peft::{Adapter, AdapterConfig};
+use shardwork_trainer::train::Progress;
+use shardwork_trainer::{Error, Result};
+
+/// Which way a held-out metric improves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Accuracy, F1: more is better.
+    HigherIsBetter,
+    /// Loss, perplexity: less is better.
+    LowerIsBetter,
+}
+
+/// The held-out metric a kind of work is judged by.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Metric {
+    /// The name reports and verdicts use (`accuracy`).
+    pub name: &'static str,
+    pub direction: Direction,
+    /// The best value the metric can take (1 for accuracy, 0 for a loss): the quality of an
+    /// adapter is the share of the way from the base model's score to it.
+    pub best: f64,
+}
+
+impl Metric {
+    /// How much better `value` is than `reference`, in the metric's units (negative: worse).
+    pub fn gain(&self, value: f64, reference: f64) -> f64 {
+        match self.direction {
+            Direction::HigherIsBetter => value - reference,
+            Direction::LowerIsBetter => reference - value,
+        }
+    }
+
+    /// The share of the possible improvement over `reference` that `value` achieved, in [0, 1].
+    pub fn quality(&self, value: f64, reference: f64) -> f64 {
+        let headroom = self.gain(self.best, reference).max(1e-9);
+        (self.gain(value, reference) / headroom).clamp(0.0, 1.0)
+    }
+}
+
+/// What training one shard produced.
+pub struct Trained {
+    pub adapter: Adapter,
+    /// Records of the shard trained on.
+    pub records: usize,
+    pub steps: usize,
+    /// Mean training loss over the last steps.
+    pub final_loss: f32,
+    pub tokens_per_sec: f64,
+}
+
+/// A job's held-out set, parsed once by the [`Work`] that scores it. Opaque to the nodes: only
+/// the implementation that made it reads it.
+pub struct HeldOut(Box<dyn Any + Send + Sync>);
+
+impl HeldOut {
+    pub fn new<T: Any + Send + Sync>(set: T) -> HeldOut {
+        HeldOut(Box::new(set))
+    }
+
+    /// The set as the implementation that made it stored it.
+    pub fn get<T: Any>(&self) -> Result<&T> {
+        self.0.downcast_ref().ok_or_else(|| {
+            Error::Invalid("a held-out set was scored by another kind of work".into())
+        })
+    }
+}
+
+/// One job's work, as the nodes need it.
+pub trait Work: Send + Sync {
+    /// The held-out metric this work is judged by.
+    fn metric(&self) -> Metric;
+
+    /// The job's seed (merges that draw random numbers use it, so every validator agrees).
+    fn seed(&self) -> u64;
+
+    /// The PEFT configuration every adapter of this job must carry.
+    fn adapter_config(&self) -> AdapterConfig;
+
+    /// Trains on the JSONL shard at `shard`, starting from `start` (the round's adapter; the
+    /// fresh model in round 1), reporting each step to `progress`.
+    fn train(
+        &self,
+        start: Option<&Adapter>,
+        shard: &Path,
+        device: &Device,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Trained>;
+
+    /// Parses the held-out JSONL at `path` into what [`Work::score`] reads.
+    fn held_out(&self, path: &Path) -> Result<HeldOut>;
+
+    /// The held-out metric of the model at `adapter` (the base model without one).
+    fn score(&self, adapter: Option<&Adapter>, held_out: &HeldOut, device: &Device) -> Result<f64>;
+
+    /// The frozen base weight the adapter's module `module` (its PEFT name) adapts, or `None`
+    /// when the model has no such module.
+    fn base_weight(&self, module: &str) -> Result<Option<Tensor>>;
+}
+
+/// The work a job's spec asks for, on the base model in `model_dir` (already verified by CID).
+/// A kind the nodes cannot run is an [`Error::Invalid`] naming it.
+pub fn load(spec: JobSpec, model_dir: &Path, device: &Device) -> Result<Arc<dyn Work>> {
+    match spec.base_model.task {
+        TrainingTask::SequenceClassification => Ok(Arc::new(classify::ClassifyJob::load(
+            spec, model_dir, device,
+        )?)),
+        other => Err(Error::Invalid(format!(
+            "the marketplace's nodes run sequence-classification jobs; this job is {other:?} \
+             (causal-LM jobs are trained with `shardwork train`, not yet by the marketplace's \
+             workers)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quality_is_the_share_of_the_way_to_the_best_value_in_either_direction() {
+        let accuracy = Metric {
+            name: "accuracy",
+            direction: Direction::HigherIsBetter,
+            best: 1.0,
+        };
+        assert!((accuracy.quality(0.75, 0.5) - 0.5).abs() < 1e-12);
+        assert_eq!(accuracy.quality(0.4, 0.5), 0.0);
+        let loss = Metric {
+            name: "loss",
+            direction: Direction::LowerIsBetter,
+            best: 0.0,
+        };
+        assert!((loss.gain(1.5, 2.0) - 0.5).abs() < 1e-12);
+        assert!((loss.quality(1.5, 2.0) - 0.25).abs() < 1e-12);
+        assert_eq!(loss.quality(2.5, 2.0), 0.0);
+    }
+}

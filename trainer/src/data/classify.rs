@@ -4,32 +4,10 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use serde::Deserialize;
+pub use shardwork_core::protocol::Label;
+use shardwork_core::protocol::{DatasetRecord, TrainingTask};
 
 use crate::error::{Error, Result};
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClassifyRecord {
-    pub text: String,
-    pub label: Label,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
-#[serde(untagged)]
-pub enum Label {
-    Int(u64),
-    Name(String),
-}
-
-impl Label {
-    fn name(&self) -> String {
-        match self {
-            Label::Int(i) => i.to_string(),
-            Label::Name(s) => s.clone(),
-        }
-    }
-}
 
 /// Texts with label ids `0..label_names.len()`.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,39 +35,21 @@ impl ClassificationSet {
     /// the same way as its training file; a label not in `label_names` is an error naming
     /// its line.
     pub fn from_jsonl(path: &Path, label_names: Option<&[String]>) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let mut texts = Vec::new();
         let mut raw = Vec::new();
         let mut lines = Vec::new();
-        use std::io::BufRead;
-        for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-            let line_no = i + 1;
-            let line = line.map_err(|e| Error::Dataset {
-                path: path.to_path_buf(),
-                line: line_no,
-                detail: format!("unreadable: {e}"),
-            })?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let rec: ClassifyRecord = super::jsonl::parse(line.as_bytes(), path)
-                .map_err(|e| relabel_line(e, line_no))?
-                .pop()
-                .ok_or_else(|| Error::Dataset {
+        let records = super::jsonl::read_records(path, TrainingTask::SequenceClassification, None)?;
+        for (line_no, record) in records {
+            let DatasetRecord::Labelled { text, label } = record else {
+                return Err(Error::Dataset {
                     path: path.to_path_buf(),
                     line: line_no,
-                    detail: "empty record".into(),
-                })?;
-            texts.push(rec.text);
-            raw.push(rec.label);
+                    detail: format!("a {} record is not a classification record", record.shape()),
+                });
+            };
+            texts.push(text);
+            raw.push(label);
             lines.push(line_no);
-        }
-        if texts.is_empty() {
-            return Err(Error::Dataset {
-                path: path.to_path_buf(),
-                line: 0,
-                detail: "no records".into(),
-            });
         }
         let names: Vec<String> = match label_names {
             Some(n) => n.to_vec(),
@@ -133,13 +93,6 @@ impl ClassificationSet {
             out.push('\n');
         }
         std::fs::write(path, out).map_err(|e| Error::io(path, e))
-    }
-}
-
-fn relabel_line(e: Error, line: usize) -> Error {
-    match e {
-        Error::Dataset { path, detail, .. } => Error::Dataset { path, line, detail },
-        other => other,
     }
 }
 

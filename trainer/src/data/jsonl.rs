@@ -5,8 +5,48 @@ use std::io::BufRead;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
+use shardwork_core::protocol::{DatasetRecord, TrainingTask};
 
 use crate::error::{Error, Result};
+
+/// The dataset records of `path` that a job of `task` trains on, each with its 1-based line,
+/// read with the protocol's one record parser (the one the API checks datasets with at posting).
+/// A bad line is an error naming the file, the line and the field at fault.
+pub fn read_records(
+    path: &Path,
+    task: TrainingTask,
+    num_labels: Option<u32>,
+) -> Result<Vec<(usize, DatasetRecord)>> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line_no = i + 1;
+        let line = line.map_err(|e| Error::Dataset {
+            path: path.to_path_buf(),
+            line: line_no,
+            detail: format!("unreadable: {e}"),
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = DatasetRecord::parse_for(line.as_bytes(), task, num_labels).map_err(|e| {
+            Error::Dataset {
+                path: path.to_path_buf(),
+                line: line_no,
+                detail: e.message,
+            }
+        })?;
+        out.push((line_no, record));
+    }
+    if out.is_empty() {
+        return Err(Error::Dataset {
+            path: path.to_path_buf(),
+            line: 0,
+            detail: "no records".to_owned(),
+        });
+    }
+    Ok(out)
+}
 
 /// Parses every non-blank line of `path` as a `T`.
 pub fn read<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {

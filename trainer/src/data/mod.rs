@@ -6,4 +6,4 @@ pub mod jsonl;
 pub mod rotten;
 pub mod split;
 
-pub use classify::{ClassificationSet, ClassifyRecord};
+pub use classify::{ClassificationSet, Label};

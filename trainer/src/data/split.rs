@@ -1,19 +1,10 @@
 //! Seeded, reproducible splits: the same seed gives the same held-out set and shards on every
 //! machine (the validator and every worker must agree on them).
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-use rand::seq::SliceRandom;
+pub use shardwork_core::protocol::shuffle::permutation;
 
 use super::ClassificationSet;
 use crate::error::{Error, Result};
-
-/// A permutation of `0..n` determined by `seed`.
-pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..n).collect();
-    idx.shuffle(&mut StdRng::seed_from_u64(seed));
-    idx
-}
 
 /// `(train, held_out)` with `round(len · held_out_fraction)` held-out records.
 pub fn train_test(

@@ -15,7 +15,7 @@ use crate::llama::{Llama, LlamaError};
 use crate::lora::{LoraBuilder, LoraConfig, Trainables};
 use crate::optim::{AdamW, OptimConfig};
 use crate::tokenizer_gguf::LmTokenizer;
-use crate::train::sft_data::{SftExample, SftRecord, encode_record};
+use crate::train::sft_data::{DatasetRecord, SftExample, encode_record};
 
 fn model_err(e: LlamaError) -> Error {
     match e {
@@ -28,7 +28,7 @@ fn model_err(e: LlamaError) -> Error {
 /// Tokenizes records, dropping those with nothing left to learn after truncation to `max_len`.
 pub fn encode_dataset(
     tok: &LmTokenizer,
-    records: &[SftRecord],
+    records: &[DatasetRecord],
     max_len: usize,
 ) -> Result<Vec<SftExample>> {
     if max_len < 2 {

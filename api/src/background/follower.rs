@@ -1,0 +1,389 @@
+//! The chain follower: reads the escrow's events in block order and mirrors them into the
+//! database — a funded job opens (and round 1 is queued), payouts credit workers and move their
+//! reputation, completions, refunds and on-chain cancellations end jobs.
+//!
+//! Each batch of blocks is applied in one transaction together with the cursor that says where
+//! the next batch starts, so a crash re-reads exactly the blocks whose effects were not committed:
+//! every event takes effect once.
+
+use std::collections::BTreeMap;
+
+use alloy::primitives::U256;
+use chrono::{DateTime, TimeZone, Utc};
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    TransactionTrait,
+};
+use shardwork_contracts::bindings::JobEscrow::{self, JobEscrowEvents};
+use shardwork_contracts::ledger::EscrowEvent;
+use shardwork_core::protocol::{JobEvent, events};
+
+use crate::background::error::BackgroundError;
+use crate::chain::{Chain, address_text};
+use crate::domain::flow::rounds::open_round;
+use crate::domain::lifecycle::{self, JobStatus, Transition, record_event};
+use crate::entities::{chain_cursor, job, reputation_event, worker};
+
+/// Blocks read per batch (providers cap `eth_getLogs` ranges).
+const MAX_BLOCK_RANGE: u64 = 2_000;
+
+fn cursor_name(chain: &Chain) -> String {
+    format!("escrow:{}:{}", chain.chain_id, address_text(chain.escrow))
+}
+
+/// Reads and applies the next batch of blocks. Returns how many events it applied.
+pub async fn follow_once(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    max_attempts: i32,
+) -> Result<usize, BackgroundError> {
+    let name = cursor_name(chain);
+    let next = match chain_cursor::Entity::find_by_id(name.clone())
+        .one(db)
+        .await?
+    {
+        Some(cursor) => cursor.next_block as u64,
+        None => chain.start_block,
+    };
+    let latest = chain
+        .ledger
+        .block_number()
+        .await?
+        .saturating_sub(chain.confirmations);
+    if latest < next {
+        return Ok(0);
+    }
+    let to = latest.min(next + MAX_BLOCK_RANGE - 1);
+    let events = chain.ledger.events(chain.escrow, next, Some(to)).await?;
+    let now = Utc::now();
+    let txn = db.begin().await?;
+    let mut payouts: BTreeMap<U256, Vec<events::Payout>> = BTreeMap::new();
+    for event in &events {
+        apply(&txn, chain, event, &mut payouts, max_attempts, now).await?;
+    }
+    chain_cursor::Entity::insert(chain_cursor::ActiveModel {
+        name: Set(name),
+        next_block: Set((to + 1) as i64),
+        updated_at: Set(now),
+    })
+    .on_conflict(
+        OnConflict::column(chain_cursor::Column::Name)
+            .update_columns([
+                chain_cursor::Column::NextBlock,
+                chain_cursor::Column::UpdatedAt,
+            ])
+            .to_owned(),
+    )
+    .exec(&txn)
+    .await?;
+    txn.commit().await?;
+    Ok(events.len())
+}
+
+async fn job_by_escrow_id<C: ConnectionTrait>(
+    txn: &C,
+    chain: &Chain,
+    id: U256,
+) -> Result<Option<job::Model>, BackgroundError> {
+    Ok(job::Entity::find()
+        .filter(job::Column::EscrowAddress.eq(address_text(chain.escrow)))
+        .filter(job::Column::EscrowJobId.eq(id.to_string()))
+        .one(txn)
+        .await?)
+}
+
+async fn apply<C: ConnectionTrait>(
+    txn: &C,
+    chain: &Chain,
+    event: &EscrowEvent,
+    payouts: &mut BTreeMap<U256, Vec<events::Payout>>,
+    max_attempts: i32,
+    now: DateTime<Utc>,
+) -> Result<(), BackgroundError> {
+    let tx_hash = format!("{:#x}", event.tx_hash);
+    match &event.event {
+        JobEscrowEvents::JobCreated(created) => {
+            on_created(txn, chain, created, &tx_hash, max_attempts, now).await?
+        }
+        JobEscrowEvents::JobStarted(started) => {
+            if let Some(job) = job_by_escrow_id(txn, chain, started.jobId).await? {
+                record_event(
+                    txn,
+                    job.id,
+                    &JobEvent::Started(events::Started {
+                        tx_hash: tx_hash.clone(),
+                    }),
+                    false,
+                    now,
+                )
+                .await?;
+            }
+        }
+        JobEscrowEvents::ContributorPaid(paid) => {
+            on_paid(txn, chain, paid, &tx_hash, now).await?;
+            payouts.entry(paid.jobId).or_default().push(events::Payout {
+                address: address_text(paid.contributor),
+                amount_wei: paid.amount.to_string(),
+                reputation: u32::from(paid.reputation),
+            });
+        }
+        JobEscrowEvents::JobCompleted(done) => {
+            let Some(job) = job_by_escrow_id(txn, chain, done.jobId).await? else {
+                return Ok(());
+            };
+            let paid = payouts.remove(&done.jobId).unwrap_or_default();
+            job::Entity::update_many()
+                .col_expr(
+                    job::Column::ResultAdapterCid,
+                    Expr::value(done.adapterCid.clone()),
+                )
+                .filter(job::Column::Id.eq(job.id))
+                .exec(txn)
+                .await?;
+            lifecycle::apply(
+                txn,
+                &job,
+                Transition::Complete,
+                |change| {
+                    JobEvent::Completed(events::Completed {
+                        change,
+                        adapter_cid: done.adapterCid.clone(),
+                        tx_hash: tx_hash.clone(),
+                        payouts: paid,
+                        fee_wei: done.fee.to_string(),
+                        dust_wei: done.dust.to_string(),
+                    })
+                },
+                now,
+            )
+            .await?;
+        }
+        JobEscrowEvents::JobRefunded(refunded) => {
+            if let Some(job) = job_by_escrow_id(txn, chain, refunded.jobId).await? {
+                lifecycle::apply(
+                    txn,
+                    &job,
+                    Transition::Refund,
+                    |change| {
+                        JobEvent::Refunded(events::Refunded {
+                            change,
+                            tx_hash: tx_hash.clone(),
+                            stake_wei: refunded.stake.to_string(),
+                        })
+                    },
+                    now,
+                )
+                .await?;
+            }
+        }
+        JobEscrowEvents::JobCancelled(cancelled) => {
+            if let Some(job) = job_by_escrow_id(txn, chain, cancelled.jobId).await? {
+                lifecycle::apply(
+                    txn,
+                    &job,
+                    Transition::CancelOnChain,
+                    |change| {
+                        JobEvent::Cancelled(events::Cancelled {
+                            change,
+                            by: None,
+                            reason: None,
+                            tx_hash: Some(tx_hash.clone()),
+                            stake_wei: Some(cancelled.stake.to_string()),
+                        })
+                    },
+                    now,
+                )
+                .await?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Why a `JobCreated` does not fund the job it names, if it does not.
+fn funding_mismatch(
+    job: &job::Model,
+    chain: &Chain,
+    created: &JobEscrow::JobCreated,
+) -> Option<String> {
+    let requester = address_text(created.requester);
+    let from_dev_funder = chain.dev_funder == Some(created.requester);
+    if requester != job.requester.to_ascii_lowercase() && !from_dev_funder {
+        return Some(format!(
+            "funded by {requester}, but the job was posted by {}",
+            job.requester
+        ));
+    }
+    if created.stake.to_string() != job.stake_wei {
+        return Some(format!(
+            "stake {} wei, the job asks {} wei",
+            created.stake, job.stake_wei
+        ));
+    }
+    let token = job.spec["stake"]["token"]
+        .as_str()
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_else(|| address_text(alloy::primitives::Address::ZERO));
+    if address_text(created.token) != token {
+        return Some(format!(
+            "paid in token {}, the job asks {token}",
+            address_text(created.token)
+        ));
+    }
+    if created.deadline as i64 != job.deadline.timestamp() {
+        return Some(format!(
+            "deadline {}, the job's is {}",
+            created.deadline,
+            job.deadline.timestamp()
+        ));
+    }
+    if created.kind != job.kind.escrow_code() {
+        return Some(format!("kind {}, the job is {}", created.kind, job.kind));
+    }
+    None
+}
+
+async fn on_created<C: ConnectionTrait>(
+    txn: &C,
+    chain: &Chain,
+    created: &JobEscrow::JobCreated,
+    tx_hash: &str,
+    max_attempts: i32,
+    now: DateTime<Utc>,
+) -> Result<(), BackgroundError> {
+    // The escrow's `specCid` is the job's manifest CID, which names the job (it holds its id).
+    let Some(job) = job::Entity::find()
+        .filter(job::Column::ManifestCid.eq(created.specCid.clone()))
+        .one(txn)
+        .await?
+    else {
+        tracing::info!(escrow_job = %created.jobId, spec = %created.specCid, "escrow job for no posted job; ignored");
+        return Ok(());
+    };
+    if job.status != JobStatus::AwaitingFunding {
+        record_event(
+            txn,
+            job.id,
+            &JobEvent::FundingIgnored(events::FundingIgnored {
+                escrow_job_id: created.jobId.to_string(),
+                tx_hash: tx_hash.to_owned(),
+                reason: format!(
+                    "the job is already {}; cancel escrow job {} on chain to take the stake back",
+                    job.status, created.jobId
+                ),
+            }),
+            false,
+            now,
+        )
+        .await?;
+        return Ok(());
+    }
+    if let Some(reason) = funding_mismatch(&job, chain, created) {
+        record_event(
+            txn,
+            job.id,
+            &JobEvent::FundingIgnored(events::FundingIgnored {
+                escrow_job_id: created.jobId.to_string(),
+                tx_hash: tx_hash.to_owned(),
+                reason: format!(
+                    "{reason}; cancel escrow job {} on chain to take the stake back",
+                    created.jobId
+                ),
+            }),
+            false,
+            now,
+        )
+        .await?;
+        return Ok(());
+    }
+    let dev_funded = chain.dev_funder == Some(created.requester)
+        && address_text(created.requester) != job.requester.to_ascii_lowercase();
+    job::Entity::update_many()
+        .col_expr(
+            job::Column::EscrowJobId,
+            Expr::value(created.jobId.to_string()),
+        )
+        .col_expr(
+            job::Column::EscrowAddress,
+            Expr::value(address_text(chain.escrow)),
+        )
+        .col_expr(job::Column::DevFunded, Expr::value(dev_funded))
+        .filter(job::Column::Id.eq(job.id))
+        .exec(txn)
+        .await?;
+    lifecycle::apply(
+        txn,
+        &job,
+        Transition::Fund,
+        |change| {
+            JobEvent::Funded(events::Funded {
+                change,
+                escrow_job_id: created.jobId.to_string(),
+                tx_hash: tx_hash.to_owned(),
+                escrow: address_text(chain.escrow),
+                dev_funded,
+            })
+        },
+        now,
+    )
+    .await?;
+    let job = crate::domain::jobs::find_job(txn, job.id).await?;
+    open_round(txn, &job, 1, None, max_attempts, now).await?;
+    Ok(())
+}
+
+async fn on_paid<C: ConnectionTrait>(
+    txn: &C,
+    chain: &Chain,
+    paid: &JobEscrow::ContributorPaid,
+    tx_hash: &str,
+    now: DateTime<Utc>,
+) -> Result<(), BackgroundError> {
+    let address = address_text(paid.contributor);
+    let Some(w) = worker::Entity::find()
+        .filter(worker::Column::Address.eq(address.clone()))
+        .one(txn)
+        .await?
+    else {
+        return Ok(());
+    };
+    let earnings = U256::from_str_radix(&w.earnings_wei, 10).unwrap_or_default() + paid.amount;
+    let reputation = i64::from(paid.reputation);
+    worker::Entity::update_many()
+        .col_expr(
+            worker::Column::EarningsWei,
+            Expr::value(earnings.to_string()),
+        )
+        .col_expr(worker::Column::Reputation, Expr::value(reputation))
+        .col_expr(worker::Column::UpdatedAt, Expr::value(now))
+        .filter(worker::Column::Id.eq(w.id))
+        .exec(txn)
+        .await?;
+    let job_id = job_by_escrow_id(txn, chain, paid.jobId)
+        .await?
+        .map(|j| j.id);
+    reputation_event::Entity::insert(reputation_event::ActiveModel {
+        worker_id: Set(w.id),
+        job_id: Set(job_id),
+        delta: Set(reputation - w.reputation),
+        reason: Set(format!(
+            "paid {} wei for escrow job {}",
+            paid.amount, paid.jobId
+        )),
+        tx_hash: Set(Some(tx_hash.to_owned())),
+        created_at: Set(now),
+        ..Default::default()
+    })
+    .exec(txn)
+    .await?;
+    Ok(())
+}
+
+/// Unix seconds as a UTC time (for chain timestamps).
+pub fn from_unix(seconds: u64) -> DateTime<Utc> {
+    Utc.timestamp_opt(seconds as i64, 0)
+        .single()
+        .unwrap_or_default()
+}

@@ -1,0 +1,322 @@
+//! The outbox dispatcher: turns committed events that need an effect elsewhere into that
+//! effect, then stamps them dispatched.
+//!
+//! | event            | effect                                                              |
+//! |------------------|---------------------------------------------------------------------|
+//! | `round_opened`   | round 1: `markStarted` on chain; then publish the round's tasks     |
+//! | `task_requeued`  | publish the task again (a new attempt)                              |
+//! | `finalize`       | `completeFederatedJob` / `completeJob` with the contributions       |
+//! | `refund_due`     | `refund` on chain                                                   |
+//!
+//! Every effect is safe to repeat, because a crash after the effect and before the stamp repeats
+//! it: publications carry an idempotency key per attempt (the queue drops a duplicate still in
+//! it; a late duplicate finds its task claimed and is dropped by the worker), and chain calls
+//! first read the escrow's state and skip what is already done. The state the effects cause
+//! (job opened, paid, refunded) is written by the chain follower from the chain's events, never
+//! here, so it too happens once.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use alloy::primitives::Address;
+use bytes::Bytes;
+use chrono::Utc;
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use shardwork_contracts::ledger::{
+    Contribution as ChainContribution, FederatedCompletion, JobStatus as EscrowStatus, TxOutcome,
+};
+use shardwork_core::protocol::events::Finalize;
+use shardwork_core::protocol::{JobEvent, JobKind, TASK_QUEUE};
+use shardwork_core::queue::{OutgoingMessage, TaskQueue};
+use uuid::Uuid;
+
+use crate::background::error::BackgroundError;
+use crate::chain::{Chain, address_text, parse_job_id};
+use crate::domain::flow::tasks::{TaskStatus, task_message};
+use crate::entities::{chain_transaction, job, job_event, task};
+
+/// Rows handled per pass.
+const BATCH: u64 = 50;
+/// Longest wait before retrying a failed effect.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The dispatcher's memory of failures, for backoff between retries (lost on restart, which
+/// only means a prompt retry).
+#[derive(Default)]
+pub struct Dispatcher {
+    retry_after: HashMap<i64, Instant>,
+}
+
+impl Dispatcher {
+    /// One pass over undispatched events, oldest first. Returns how many were dispatched.
+    pub async fn dispatch_once(
+        &mut self,
+        db: &DatabaseConnection,
+        queue: &dyn TaskQueue,
+        chain: Option<&Chain>,
+    ) -> Result<usize, BackgroundError> {
+        let rows = job_event::Entity::find()
+            .filter(job_event::Column::NeedsDispatch.eq(true))
+            .filter(job_event::Column::DispatchedAt.is_null())
+            .order_by_asc(job_event::Column::Id)
+            .limit(BATCH)
+            .all(db)
+            .await?;
+        let mut done = 0;
+        for row in rows {
+            if self
+                .retry_after
+                .get(&row.id)
+                .is_some_and(|at| *at > Instant::now())
+            {
+                continue;
+            }
+            let span = tracing::info_span!("dispatch", event = row.id, kind = %row.kind, job = %row.job_id);
+            let _guard = span.enter();
+            match self.effect(db, queue, chain, &row).await {
+                Ok(()) => {
+                    job_event::Entity::update_many()
+                        .col_expr(job_event::Column::DispatchedAt, Expr::value(Utc::now()))
+                        .col_expr(
+                            job_event::Column::DispatchAttempts,
+                            Expr::value(row.dispatch_attempts + 1),
+                        )
+                        .filter(job_event::Column::Id.eq(row.id))
+                        .filter(job_event::Column::DispatchedAt.is_null())
+                        .exec(db)
+                        .await?;
+                    self.retry_after.remove(&row.id);
+                    done += 1;
+                }
+                Err(err) => {
+                    let attempts = row.dispatch_attempts + 1;
+                    tracing::warn!(error = %err, attempts, "dispatch failed; will retry");
+                    job_event::Entity::update_many()
+                        .col_expr(job_event::Column::DispatchAttempts, Expr::value(attempts))
+                        .col_expr(
+                            job_event::Column::LastDispatchError,
+                            Expr::value(err.to_string()),
+                        )
+                        .filter(job_event::Column::Id.eq(row.id))
+                        .exec(db)
+                        .await?;
+                    let backoff = Duration::from_millis(250)
+                        .saturating_mul(1 << attempts.clamp(0, 8))
+                        .min(MAX_BACKOFF);
+                    self.retry_after.insert(row.id, Instant::now() + backoff);
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    async fn effect(
+        &self,
+        db: &DatabaseConnection,
+        queue: &dyn TaskQueue,
+        chain: Option<&Chain>,
+        row: &job_event::Model,
+    ) -> Result<(), BackgroundError> {
+        let event = JobEvent::from_parts(&row.kind, row.payload.clone()).map_err(|e| {
+            BackgroundError::Corrupt(format!("{} event {} payload: {e}", row.kind, row.id))
+        })?;
+        match event {
+            JobEvent::RoundOpened(opened) => {
+                if opened.round == 1
+                    && let Some(chain) = chain
+                {
+                    ensure_started(db, chain, row.job_id).await?;
+                }
+                let tasks = task::Entity::find()
+                    .filter(task::Column::JobId.eq(row.job_id))
+                    .filter(task::Column::Round.eq(opened.round as i32))
+                    .filter(task::Column::Status.eq(TaskStatus::Queued))
+                    .all(db)
+                    .await?;
+                publish(db, queue, &tasks).await
+            }
+            JobEvent::TaskRequeued(requeued) => {
+                let tasks = task::Entity::find()
+                    .filter(task::Column::Id.eq(requeued.task_id))
+                    .filter(task::Column::Status.eq(TaskStatus::Queued))
+                    .all(db)
+                    .await?;
+                publish(db, queue, &tasks).await
+            }
+            JobEvent::Finalize(finalize) => {
+                let chain = chain.ok_or(BackgroundError::NoChain)?;
+                complete(db, chain, row.job_id, &finalize).await
+            }
+            JobEvent::RefundDue(_) => {
+                let chain = chain.ok_or(BackgroundError::NoChain)?;
+                refund(db, chain, row.job_id).await
+            }
+            other => Err(BackgroundError::Corrupt(format!(
+                "event {} of kind {:?} is marked for dispatch, but nothing dispatches it",
+                row.id,
+                other.kind()
+            ))),
+        }
+    }
+}
+
+async fn publish(
+    db: &DatabaseConnection,
+    queue: &dyn TaskQueue,
+    tasks: &[task::Model],
+) -> Result<(), BackgroundError> {
+    let mut messages = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        let message = task_message(db, t).await?;
+        let payload = serde_json::to_vec(&message)
+            .map_err(|e| BackgroundError::Corrupt(format!("encoding task {}: {e}", t.id)))?;
+        messages.push(OutgoingMessage {
+            idempotency_key: message.publication_key(t.attempts),
+            payload: Bytes::from(payload),
+            delay: None,
+        });
+    }
+    if !messages.is_empty() {
+        queue.publish_batch(TASK_QUEUE, messages).await?;
+        tracing::info!(tasks = tasks.len(), "tasks published");
+    }
+    Ok(())
+}
+
+/// The job's escrow id, or an error saying the job is not funded.
+async fn escrow_id(
+    db: &DatabaseConnection,
+    job_id: Uuid,
+) -> Result<(job::Model, alloy::primitives::U256), BackgroundError> {
+    let job = crate::domain::jobs::find_job(db, job_id).await?;
+    let id = job
+        .escrow_job_id
+        .as_deref()
+        .and_then(parse_job_id)
+        .ok_or_else(|| BackgroundError::Corrupt(format!("job {job_id} has no escrow job id")))?;
+    Ok((job, id))
+}
+
+async fn record_tx(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    job_id: Uuid,
+    kind: &str,
+    outcome: &TxOutcome,
+) -> Result<(), BackgroundError> {
+    let now = Utc::now();
+    chain_transaction::Entity::insert(chain_transaction::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        job_id: Set(Some(job_id)),
+        kind: Set(kind.into()),
+        status: Set("mined".into()),
+        tx_hash: Set(Some(format!("{:#x}", outcome.tx_hash))),
+        from_address: Set(Some(address_text(chain.operator))),
+        nonce: Set(None),
+        block_number: Set(Some(outcome.block_number as i64)),
+        error: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    })
+    .exec(db)
+    .await?;
+    Ok(())
+}
+
+/// `markStarted`, unless the escrow already shows the job started.
+async fn ensure_started(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    job_id: Uuid,
+) -> Result<(), BackgroundError> {
+    let (_, id) = escrow_id(db, job_id).await?;
+    let info = chain.ledger.job(chain.escrow, id).await?;
+    if info.status != EscrowStatus::Open {
+        return Ok(());
+    }
+    let outcome = chain
+        .ledger
+        .mark_started(chain.escrow, chain.operator, id)
+        .await?;
+    record_tx(db, chain, job_id, "mark_started", &outcome).await
+}
+
+async fn complete(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    job_id: Uuid,
+    finalize: &Finalize,
+) -> Result<(), BackgroundError> {
+    let (job, id) = escrow_id(db, job_id).await?;
+    let info = chain.ledger.job(chain.escrow, id).await?;
+    if matches!(
+        info.status,
+        EscrowStatus::Completed | EscrowStatus::Refunded | EscrowStatus::Cancelled
+    ) {
+        return Ok(());
+    }
+    let contributions: Vec<ChainContribution> = finalize
+        .contributions
+        .iter()
+        .map(|c| {
+            c.address
+                .parse::<Address>()
+                .map(|contributor| ChainContribution {
+                    contributor,
+                    quality: c.quality_bps,
+                })
+                .map_err(|e| BackgroundError::Corrupt(format!("contributor {}: {e}", c.address)))
+        })
+        .collect::<Result<_, _>>()?;
+    let outcome = if job.kind == JobKind::Lora {
+        // One shard, so one accepted contributor; rejected earlier attempts are not listed.
+        let best = contributions
+            .iter()
+            .max_by_key(|c| c.quality)
+            .copied()
+            .ok_or_else(|| BackgroundError::Corrupt(format!("job {job_id} has no contributor")))?;
+        chain
+            .ledger
+            .complete_job(
+                chain.escrow,
+                chain.operator,
+                id,
+                &finalize.adapter_cid,
+                best,
+            )
+            .await?
+    } else {
+        let completion = FederatedCompletion {
+            job_id: id,
+            adapter_cid: finalize.adapter_cid.clone(),
+            manifest_cid: finalize.manifest_cid.clone().unwrap_or_default(),
+            contributions,
+        };
+        chain
+            .ledger
+            .complete_federated_job(chain.escrow, chain.operator, &completion)
+            .await?
+    };
+    record_tx(db, chain, job_id, "complete", &outcome).await
+}
+
+async fn refund(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    job_id: Uuid,
+) -> Result<(), BackgroundError> {
+    let (_, id) = escrow_id(db, job_id).await?;
+    let info = chain.ledger.job(chain.escrow, id).await?;
+    if !matches!(info.status, EscrowStatus::Open | EscrowStatus::Started) {
+        return Ok(());
+    }
+    let outcome = chain
+        .ledger
+        .refund(chain.escrow, chain.operator, id)
+        .await?;
+    record_tx(db, chain, job_id, "refund", &outcome).await
+}

@@ -1,0 +1,231 @@
+//! Rounds: opening one (a task per shard, published by the outbox), noticing when all its
+//! adapters are accepted, and recording the validator's merge, which either opens the next
+//! round from the merged adapter or queues the job's finalization on chain.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::{JobEvent, events};
+use uuid::Uuid;
+
+pub use shardwork_core::protocol::node::Aggregate;
+
+use super::payout;
+use super::tasks::TaskStatus;
+use crate::domain::error::DomainError;
+use crate::domain::lifecycle::record_event;
+use crate::entities::{job, round, shard, task};
+
+pub use shardwork_core::protocol::RoundStatus;
+
+/// Opens round `number` of `job` from `base_adapter` (the previous merge; none in round 1):
+/// the round, one queued task per shard, the job's current round, and a `round_opened` event
+/// the outbox turns into queue messages. Runs in the caller's transaction.
+pub async fn open_round<C: ConnectionTrait>(
+    txn: &C,
+    job: &job::Model,
+    number: i32,
+    base_adapter: Option<String>,
+    max_attempts: i32,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
+    round::Entity::insert(round::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        job_id: Set(job.id),
+        number: Set(number),
+        status: Set(RoundStatus::Open),
+        base_adapter_cid: Set(base_adapter.clone()),
+        aggregate_adapter_cid: Set(None),
+        aggregate: Set(None),
+        created_at: Set(now),
+        completed_at: Set(None),
+    })
+    .exec(txn)
+    .await?;
+    let shards = shard::Entity::find()
+        .filter(shard::Column::JobId.eq(job.id))
+        .all(txn)
+        .await?;
+    let tasks: Vec<task::ActiveModel> = shards
+        .iter()
+        .map(|s| task::ActiveModel {
+            id: Set(Uuid::now_v7()),
+            job_id: Set(job.id),
+            shard_id: Set(s.id),
+            round: Set(number),
+            status: Set(TaskStatus::Queued),
+            lease_holder: Set(None),
+            lease_token: Set(None),
+            lease_expires_at: Set(None),
+            attempts: Set(0),
+            max_attempts: Set(max_attempts),
+            progress: Set(None),
+            created_at: Set(now),
+            updated_at: Set(now),
+        })
+        .collect();
+    task::Entity::insert_many(tasks).exec(txn).await?;
+    job::Entity::update_many()
+        .col_expr(job::Column::CurrentRound, Expr::value(number))
+        .col_expr(job::Column::UpdatedAt, Expr::value(now))
+        .filter(job::Column::Id.eq(job.id))
+        .exec(txn)
+        .await?;
+    record_event(
+        txn,
+        job.id,
+        &JobEvent::RoundOpened(events::RoundOpened {
+            round: number as u32,
+            tasks: shards.len() as u32,
+            base_adapter_cid: base_adapter,
+        }),
+        true,
+        now,
+    )
+    .await
+}
+
+pub async fn find_round<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    number: i32,
+) -> Result<round::Model, DomainError> {
+    round::Entity::find()
+        .filter(round::Column::JobId.eq(job_id))
+        .filter(round::Column::Number.eq(number))
+        .one(db)
+        .await?
+        .ok_or_else(|| DomainError::NotFound(format!("job {job_id} has no round {number}")))
+}
+
+/// Moves the round to `aggregating` when its last task was just accepted. Runs in the
+/// verdict's transaction, so exactly one verdict (the last) does it.
+pub async fn close_if_complete<C: ConnectionTrait>(
+    txn: &C,
+    job_id: Uuid,
+    number: i32,
+    now: DateTime<Utc>,
+) -> Result<bool, DomainError> {
+    let tasks = task::Entity::find()
+        .filter(task::Column::JobId.eq(job_id))
+        .filter(task::Column::Round.eq(number))
+        .all(txn)
+        .await?;
+    if tasks.is_empty() || tasks.iter().any(|t| t.status != TaskStatus::Accepted) {
+        return Ok(false);
+    }
+    let updated = round::Entity::update_many()
+        .col_expr(
+            round::Column::Status,
+            Expr::value(RoundStatus::Aggregating.as_str()),
+        )
+        .filter(round::Column::JobId.eq(job_id))
+        .filter(round::Column::Number.eq(number))
+        .filter(round::Column::Status.eq(RoundStatus::Open))
+        .exec(txn)
+        .await?;
+    if updated.rows_affected == 1 {
+        record_event(
+            txn,
+            job_id,
+            &JobEvent::RoundReady(events::RoundReady {
+                round: number as u32,
+                accepted: tasks.len() as u32,
+            }),
+            false,
+            now,
+        )
+        .await?;
+    }
+    Ok(updated.rows_affected == 1)
+}
+
+/// What recording a merge led to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AggregateOutcome {
+    NextRoundOpened,
+    FinalizationQueued,
+}
+
+/// Records the merge of round `number` and moves the job on, in the caller's transaction.
+pub async fn record_aggregate<C: ConnectionTrait>(
+    txn: &C,
+    job: &job::Model,
+    number: i32,
+    aggregate: &Aggregate,
+    max_attempts: i32,
+    now: DateTime<Utc>,
+) -> Result<AggregateOutcome, DomainError> {
+    if !(aggregate.metric.is_finite() && aggregate.base_metric.is_finite()) {
+        return Err(DomainError::invalid(
+            "metric",
+            "metric and base_metric must be finite numbers",
+        ));
+    }
+    let round = find_round(txn, job.id, number).await?;
+    if round.status != RoundStatus::Aggregating {
+        return Err(DomainError::Conflict(format!(
+            "round {number} of job {} is {}; only a round whose adapters are all accepted is merged",
+            job.id, round.status
+        )));
+    }
+    let adapter_cid = aggregate.adapter_cid.to_string();
+    let summary =
+        serde_json::to_value(aggregate).map_err(|e| DomainError::internal("aggregate", e))?;
+    let updated = round::Entity::update_many()
+        .col_expr(
+            round::Column::Status,
+            Expr::value(RoundStatus::Completed.as_str()),
+        )
+        .col_expr(
+            round::Column::AggregateAdapterCid,
+            Expr::value(adapter_cid.clone()),
+        )
+        .col_expr(round::Column::Aggregate, Expr::value(summary))
+        .col_expr(round::Column::CompletedAt, Expr::value(now))
+        .filter(round::Column::Id.eq(round.id))
+        .filter(round::Column::Status.eq(RoundStatus::Aggregating))
+        .exec(txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "round {number} of job {} was merged concurrently",
+            job.id
+        )));
+    }
+    record_event(
+        txn,
+        job.id,
+        &JobEvent::Aggregated(events::Aggregated {
+            round: number as u32,
+            adapter_cid: adapter_cid.clone(),
+            metric: aggregate.metric,
+            base_metric: aggregate.base_metric,
+            metric_name: aggregate.metric_name.clone(),
+            details: aggregate.details.clone(),
+        }),
+        false,
+        now,
+    )
+    .await?;
+    if number < job.rounds {
+        open_round(txn, job, number + 1, Some(adapter_cid), max_attempts, now).await?;
+        return Ok(AggregateOutcome::NextRoundOpened);
+    }
+    let contributions = payout::contributions(txn, job.id).await?;
+    record_event(
+        txn,
+        job.id,
+        &JobEvent::Finalize(events::Finalize {
+            adapter_cid,
+            manifest_cid: job.manifest_cid.clone(),
+            contributions,
+        }),
+        true,
+        now,
+    )
+    .await?;
+    Ok(AggregateOutcome::FinalizationQueued)
+}

@@ -1,0 +1,466 @@
+//! Tasks and their leases: claim, extend (heartbeat with progress), submit, and the return of
+//! a task to the queue when its lease expires or its adapter is rejected.
+//!
+//! A task's status changes only here, each time by a conditional update (the `WHERE` names the
+//! status and lease the change starts from), so two workers racing for one task, or a worker
+//! racing the reaper, cannot both win. Queue delivery is at-least-once; these checks make every
+//! effect happen once.
+
+use chrono::{DateTime, Duration, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    TransactionTrait,
+};
+
+pub use shardwork_core::protocol::node::{Lease, Progress};
+use shardwork_core::protocol::{JobEvent, Submission, TaskMessage, VerdictStatus, events};
+use uuid::Uuid;
+
+use crate::domain::error::DomainError;
+use crate::domain::lifecycle::{JobStatus, record_event};
+use crate::entities::{job, round, shard, submission, task, worker};
+
+pub use shardwork_core::protocol::TaskStatus;
+
+/// Checks a heartbeat's progress: a position in the run, finite non-negative figures.
+pub fn validate_progress(progress: &Progress) -> Result<(), DomainError> {
+    if progress.total_steps == 0 || progress.step > progress.total_steps {
+        return Err(DomainError::invalid(
+            "progress.step",
+            format!(
+                "step {} of {} total steps is not a position in the run",
+                progress.step, progress.total_steps
+            ),
+        ));
+    }
+    for (path, value) in [
+        ("progress.loss", progress.loss),
+        ("progress.tokens_per_second", progress.tokens_per_second),
+    ] {
+        if let Some(v) = value
+            && !(v.is_finite() && v >= 0.0)
+        {
+            return Err(DomainError::invalid(
+                path,
+                format!("{v} is not a finite non-negative number"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub async fn find_task<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<task::Model, DomainError> {
+    task::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| DomainError::NotFound(format!("no task {id}")))
+}
+
+/// The worker row of a signed-in address, or a 409 telling it to register first.
+pub async fn registered_worker<C: ConnectionTrait>(
+    db: &C,
+    address: &str,
+) -> Result<worker::Model, DomainError> {
+    worker::Entity::find()
+        .filter(worker::Column::Address.eq(address.to_ascii_lowercase()))
+        .one(db)
+        .await?
+        .ok_or_else(|| {
+            DomainError::Conflict(format!(
+                "{address} is not registered as a worker; POST /v1/workers/register first"
+            ))
+        })
+}
+
+/// The queue message of `task`, from the database's record of its job, shard and round.
+pub async fn task_message<C: ConnectionTrait>(
+    db: &C,
+    task: &task::Model,
+) -> Result<TaskMessage, DomainError> {
+    let job = job::Entity::find_by_id(task.job_id)
+        .one(db)
+        .await?
+        .ok_or_else(|| crate::domain::jobs::job_not_found(task.job_id))?;
+    let shard = shard::Entity::find_by_id(task.shard_id)
+        .one(db)
+        .await?
+        .ok_or_else(|| DomainError::internal("task message", "task without its shard"))?;
+    let round = round::Entity::find()
+        .filter(round::Column::JobId.eq(task.job_id))
+        .filter(round::Column::Number.eq(task.round))
+        .one(db)
+        .await?
+        .ok_or_else(|| DomainError::internal("task message", "task without its round"))?;
+    let parse = |what: &str, text: &str| {
+        text.parse()
+            .map_err(|e| DomainError::internal("task message", format!("{what} {text:?}: {e}")))
+    };
+    let base_model = job.spec["base_model"]["cid"].as_str().unwrap_or_default();
+    Ok(TaskMessage {
+        version: shardwork_core::protocol::PROTOCOL_VERSION,
+        task_id: task.id,
+        job_id: task.job_id,
+        round: task.round as u32,
+        shard_index: shard.index as u32,
+        shard_cid: parse("shard cid", &shard.cid)?,
+        job_spec_cid: parse("spec cid", job.spec_cid.as_deref().unwrap_or_default())?,
+        base_model_cid: parse("base model cid", base_model)?,
+        previous_adapter_cid: match &round.base_adapter_cid {
+            Some(cid) => Some(parse("previous adapter cid", cid)?),
+            None => None,
+        },
+    })
+}
+
+/// Grants `worker` the lease on `task_id`. A worker re-claiming a task it already holds (a
+/// redelivered message) gets its live lease back; a task done, failed, or leased by someone
+/// else is a 409 the worker answers by dropping the message.
+pub async fn claim(
+    db: &DatabaseConnection,
+    task_id: Uuid,
+    worker: &worker::Model,
+    lease: Duration,
+    now: DateTime<Utc>,
+) -> Result<Lease, DomainError> {
+    let txn = db.begin().await?;
+    let task = find_task(&txn, task_id).await?;
+    let job = crate::domain::jobs::find_job(&txn, task.job_id).await?;
+    if job.status != JobStatus::Open {
+        return Err(DomainError::Conflict(format!(
+            "job {} is {}; its tasks cannot be claimed",
+            job.id, job.status
+        )));
+    }
+    if task.round != job.current_round {
+        return Err(DomainError::Conflict(format!(
+            "task {} belongs to round {}, the job is in round {}",
+            task.id, task.round, job.current_round
+        )));
+    }
+    let min_reputation = job.spec["min_reputation"].as_i64().unwrap_or(0);
+    if worker.reputation < min_reputation {
+        return Err(DomainError::Forbidden(format!(
+            "job {} needs reputation {min_reputation}; {} has {}",
+            job.id, worker.address, worker.reputation
+        )));
+    }
+    // A worker whose adapter for this task was rejected does not get to try it again: the task
+    // goes to someone else (403, so the worker puts the message back rather than dropping it).
+    let rejected_before = submission::Entity::find()
+        .filter(submission::Column::TaskId.eq(task.id))
+        .filter(submission::Column::WorkerId.eq(worker.id))
+        .filter(submission::Column::Verdict.eq(VerdictStatus::Rejected))
+        .one(&txn)
+        .await?
+        .is_some();
+    if rejected_before {
+        return Err(DomainError::Forbidden(format!(
+            "{}'s adapter for task {} was rejected; another worker will train it",
+            worker.address, task.id
+        )));
+    }
+    let live_lease = task.lease_expires_at.is_some_and(|at| at > now);
+    if task.status == TaskStatus::Leased && task.lease_holder == Some(worker.id) {
+        if live_lease {
+            let message = task_message(&txn, &task).await?;
+            txn.commit().await?;
+            return Ok(Lease {
+                task_id,
+                lease_token: task.lease_token.unwrap_or_default(),
+                expires_at: task.lease_expires_at.unwrap_or(now),
+                attempt: task.attempts,
+                task: message,
+            });
+        }
+    } else if task.status != TaskStatus::Queued {
+        let why = if task.status == TaskStatus::Leased && live_lease {
+            format!(
+                "is leased to another worker until {}",
+                task.lease_expires_at.unwrap_or(now).to_rfc3339()
+            )
+        } else {
+            format!("is {}", task.status)
+        };
+        return Err(DomainError::Conflict(format!("task {} {why}", task.id)));
+    }
+    if task.attempts >= task.max_attempts {
+        return Err(DomainError::Conflict(format!(
+            "task {} has used all {} attempts",
+            task.id, task.max_attempts
+        )));
+    }
+    let token = Uuid::new_v4();
+    let expires_at = now + lease;
+    let updated = task::Entity::update_many()
+        .col_expr(
+            task::Column::Status,
+            Expr::value(TaskStatus::Leased.as_str()),
+        )
+        .col_expr(task::Column::LeaseHolder, Expr::value(worker.id))
+        .col_expr(task::Column::LeaseToken, Expr::value(token))
+        .col_expr(task::Column::LeaseExpiresAt, Expr::value(expires_at))
+        .col_expr(task::Column::Attempts, Expr::value(task.attempts + 1))
+        .col_expr(
+            task::Column::Progress,
+            Expr::value(Option::<serde_json::Value>::None),
+        )
+        .col_expr(task::Column::UpdatedAt, Expr::value(now))
+        .filter(task::Column::Id.eq(task.id))
+        .filter(task::Column::Status.eq(task.status))
+        .filter(task::Column::Attempts.eq(task.attempts))
+        .exec(&txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "task {} was claimed by another worker just now",
+            task.id
+        )));
+    }
+    let shard_index = shard::Entity::find_by_id(task.shard_id)
+        .one(&txn)
+        .await?
+        .map(|s| s.index)
+        .unwrap_or_default();
+    record_event(
+        &txn,
+        job.id,
+        &JobEvent::TaskClaimed(events::TaskClaimed {
+            task_id: task.id,
+            round: task.round as u32,
+            shard: shard_index as u32,
+            worker: worker.address.clone(),
+            attempt: (task.attempts + 1) as u32,
+            lease_expires_at: expires_at,
+        }),
+        false,
+        now,
+    )
+    .await?;
+    let fresh = find_task(&txn, task.id).await?;
+    let message = task_message(&txn, &fresh).await?;
+    txn.commit().await?;
+    Ok(Lease {
+        task_id,
+        lease_token: token,
+        expires_at,
+        attempt: task.attempts + 1,
+        task: message,
+    })
+}
+
+/// The task, checked to be leased by `worker` under `token` (an expired lease still counts
+/// while nobody else has taken the task).
+fn check_holder(
+    task: &task::Model,
+    worker: &worker::Model,
+    token: Uuid,
+) -> Result<(), DomainError> {
+    if task.status != TaskStatus::Leased {
+        return Err(DomainError::Conflict(format!(
+            "task {} is {}, not leased",
+            task.id, task.status
+        )));
+    }
+    if task.lease_holder != Some(worker.id) || task.lease_token != Some(token) {
+        return Err(DomainError::Conflict(format!(
+            "task {} is not leased to {} under this lease token; it was reassigned",
+            task.id, worker.address
+        )));
+    }
+    Ok(())
+}
+
+/// Extends the lease and records progress; returns the new expiry.
+pub async fn extend<C: ConnectionTrait>(
+    db: &C,
+    task_id: Uuid,
+    worker: &worker::Model,
+    token: Uuid,
+    progress: &Progress,
+    lease: Duration,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, DomainError> {
+    validate_progress(progress)?;
+    let task = find_task(db, task_id).await?;
+    check_holder(&task, worker, token)?;
+    let expires_at = now + lease;
+    let progress_json =
+        serde_json::to_value(progress).map_err(|e| DomainError::internal("progress", e))?;
+    let updated = task::Entity::update_many()
+        .col_expr(task::Column::LeaseExpiresAt, Expr::value(expires_at))
+        .col_expr(task::Column::Progress, Expr::value(progress_json))
+        .col_expr(task::Column::UpdatedAt, Expr::value(now))
+        .filter(task::Column::Id.eq(task.id))
+        .filter(task::Column::Status.eq(TaskStatus::Leased))
+        .filter(task::Column::LeaseToken.eq(token))
+        .exec(db)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "task {} was reassigned while extending",
+            task.id
+        )));
+    }
+    Ok(expires_at)
+}
+
+/// Records `submission` for the task: idempotent (the same submission again answers with the
+/// stored one), and refused once the lease has passed to someone else.
+pub async fn submit(
+    db: &DatabaseConnection,
+    worker: &worker::Model,
+    submission: &Submission,
+    now: DateTime<Utc>,
+) -> Result<(submission::Model, bool), DomainError> {
+    submission.validate().map_err(DomainError::from)?;
+    let txn = db.begin().await?;
+    let task = find_task(&txn, submission.task_id).await?;
+    if let Some(existing) = submission::Entity::find()
+        .filter(submission::Column::TaskId.eq(task.id))
+        .filter(submission::Column::WorkerId.eq(worker.id))
+        .filter(submission::Column::Verdict.eq(VerdictStatus::Pending))
+        .one(&txn)
+        .await?
+    {
+        if existing.adapter_cid == submission.adapter_cid.to_string()
+            && existing.metrics_cid == submission.metrics_cid.to_string()
+        {
+            txn.rollback().await?;
+            return Ok((existing, false));
+        }
+        return Err(DomainError::Conflict(format!(
+            "task {} already has a different submission from {} awaiting its verdict",
+            task.id, worker.address
+        )));
+    }
+    check_holder(&task, worker, submission.lease_token)?;
+    let shard = shard::Entity::find_by_id(task.shard_id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| DomainError::internal("submit", "task without its shard"))?;
+    if submission.samples > shard.sample_count as u64 {
+        return Err(DomainError::invalid(
+            "samples",
+            format!(
+                "{} exceeds the {} records of shard {}",
+                submission.samples, shard.sample_count, shard.index
+            ),
+        ));
+    }
+    let updated = task::Entity::update_many()
+        .col_expr(
+            task::Column::Status,
+            Expr::value(TaskStatus::Submitted.as_str()),
+        )
+        .col_expr(task::Column::UpdatedAt, Expr::value(now))
+        .filter(task::Column::Id.eq(task.id))
+        .filter(task::Column::Status.eq(TaskStatus::Leased))
+        .filter(task::Column::LeaseToken.eq(submission.lease_token))
+        .exec(&txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "task {} was reassigned while submitting",
+            task.id
+        )));
+    }
+    // A worker whose earlier adapter for this task was rejected submits again as a new row.
+    submission::Entity::delete_many()
+        .filter(submission::Column::TaskId.eq(task.id))
+        .filter(submission::Column::WorkerId.eq(worker.id))
+        .filter(submission::Column::Verdict.eq(VerdictStatus::Rejected))
+        .exec(&txn)
+        .await?;
+    let row = submission::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        task_id: Set(task.id),
+        worker_id: Set(worker.id),
+        adapter_cid: Set(submission.adapter_cid.to_string()),
+        metrics_cid: Set(submission.metrics_cid.to_string()),
+        sample_count: Set(submission.samples as i64),
+        verdict: Set(VerdictStatus::Pending),
+        quality: Set(None),
+        reject_reason: Set(None),
+        created_at: Set(now),
+        validated_at: Set(None),
+        report: Set(None),
+    };
+    let id = row.id.clone().unwrap();
+    submission::Entity::insert(row).exec(&txn).await?;
+    record_event(
+        &txn,
+        task.job_id,
+        &JobEvent::Submitted(events::Submitted {
+            submission_id: id,
+            task_id: task.id,
+            round: task.round as u32,
+            shard: shard.index as u32,
+            worker: worker.address.clone(),
+            samples: submission.samples,
+            adapter_cid: submission.adapter_cid.to_string(),
+        }),
+        false,
+        now,
+    )
+    .await?;
+    let stored = submission::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| DomainError::internal("submit", "submission vanished"))?;
+    txn.commit().await?;
+    Ok((stored, true))
+}
+
+/// Puts `task` back in the queue for another attempt (lease expired, or adapter rejected), or
+/// marks it failed when its attempts are used up. Runs inside the caller's transaction; the
+/// `task_requeued` event is dispatched (published) by the outbox.
+pub async fn requeue<C: ConnectionTrait>(
+    txn: &C,
+    task: &task::Model,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<TaskStatus, DomainError> {
+    let exhausted = task.attempts >= task.max_attempts;
+    let to = if exhausted {
+        TaskStatus::Failed
+    } else {
+        TaskStatus::Queued
+    };
+    let updated = task::Entity::update_many()
+        .col_expr(task::Column::Status, Expr::value(to.as_str()))
+        .col_expr(task::Column::LeaseHolder, Expr::value(Option::<Uuid>::None))
+        .col_expr(task::Column::LeaseToken, Expr::value(Option::<Uuid>::None))
+        .col_expr(
+            task::Column::LeaseExpiresAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(task::Column::UpdatedAt, Expr::value(now))
+        .filter(task::Column::Id.eq(task.id))
+        .filter(task::Column::Status.eq(task.status))
+        .filter(task::Column::Attempts.eq(task.attempts))
+        .exec(txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "task {} changed while being requeued",
+            task.id
+        )));
+    }
+    let attempt = events::TaskAttempt {
+        task_id: task.id,
+        round: task.round as u32,
+        attempts: task.attempts as u32,
+        max_attempts: task.max_attempts as u32,
+        reason: reason.to_owned(),
+    };
+    // A failed task is the end of its attempts, nothing to publish; a requeued one is
+    // published again by the outbox.
+    let (event, dispatch) = if exhausted {
+        (JobEvent::TaskFailed(attempt), false)
+    } else {
+        (JobEvent::TaskRequeued(attempt), true)
+    };
+    record_event(txn, task.job_id, &event, dispatch, now).await?;
+    Ok(to)
+}

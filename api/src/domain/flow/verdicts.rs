@@ -1,0 +1,287 @@
+//! The validator's side of a round: what is waiting to be scored, and recording a verdict.
+//!
+//! Quality is the validator's judgement in `0 ..= 1`; the service documents how it computes it
+//! (worker/src/validator). An accepted adapter closes its task (and, when it is the round's last,
+//! moves the round to aggregation); a rejected one sends the task back to the queue for another
+//! worker, until its attempts are used up.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, TransactionTrait,
+};
+use shardwork_core::protocol::{JobEvent, VerdictStatus, events};
+use uuid::Uuid;
+
+pub use shardwork_core::protocol::node::{AcceptedAdapter, PendingValidation, ReadyRound, Verdict};
+
+use super::rounds;
+use super::tasks::{TaskStatus, find_task, requeue};
+use crate::domain::error::DomainError;
+use crate::domain::lifecycle::{JobStatus, record_event};
+use crate::entities::{job, reputation_event, round, shard, submission, task, worker};
+
+/// The oldest `limit` pending submissions of open jobs.
+pub async fn pending<C: ConnectionTrait>(
+    db: &C,
+    limit: u64,
+) -> Result<Vec<PendingValidation>, DomainError> {
+    let rows = submission::Entity::find()
+        .filter(submission::Column::Verdict.eq(VerdictStatus::Pending))
+        .order_by_asc(submission::Column::CreatedAt)
+        .order_by_asc(submission::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for s in rows {
+        let task = find_task(db, s.task_id).await?;
+        let Some(job) = job::Entity::find_by_id(task.job_id).one(db).await? else {
+            continue;
+        };
+        if job.status != JobStatus::Open {
+            continue;
+        }
+        let shard_index = shard::Entity::find_by_id(task.shard_id)
+            .one(db)
+            .await?
+            .map(|s| s.index)
+            .unwrap_or_default();
+        let round = rounds::find_round(db, job.id, task.round).await?;
+        let worker = worker::Entity::find_by_id(s.worker_id)
+            .one(db)
+            .await?
+            .map(|w| w.address)
+            .unwrap_or_default();
+        out.push(PendingValidation {
+            submission_id: s.id,
+            job_id: job.id,
+            task_id: task.id,
+            round: task.round,
+            shard_index,
+            worker,
+            adapter_cid: s.adapter_cid,
+            metrics_cid: s.metrics_cid,
+            samples: s.sample_count,
+            submitted_at: s.created_at,
+            job_spec_cid: job.spec_cid,
+            manifest_cid: job.manifest_cid,
+            held_out_cid: job.heldout_cid,
+            previous_adapter_cid: round.base_adapter_cid,
+        });
+    }
+    Ok(out)
+}
+
+/// Checks a verdict: quality in 0..=1, a reason for a rejection, and not an essay.
+pub fn validate_verdict(verdict: &Verdict) -> Result<(), DomainError> {
+    if !(verdict.quality.is_finite() && (0.0..=1.0).contains(&verdict.quality)) {
+        return Err(DomainError::invalid(
+            "quality",
+            format!("{} is outside 0..=1", verdict.quality),
+        ));
+    }
+    if !verdict.accepted
+        && verdict
+            .reason
+            .as_deref()
+            .is_none_or(|r| r.trim().is_empty())
+    {
+        return Err(DomainError::invalid(
+            "reason",
+            "a rejection says why (the worker sees it)",
+        ));
+    }
+    if verdict.reason.as_ref().is_some_and(|r| r.len() > 2_000) {
+        return Err(DomainError::invalid(
+            "reason",
+            "longer than 2,000 characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Reputation change recorded (off chain) for a rejected adapter; the chain's own reputation
+/// moves at payout, where the worker is listed with quality 0.
+pub const REJECTION_REPUTATION_DELTA: i64 = -500;
+
+/// Records `verdict` on submission `id`. A second verdict on the same submission is a 409.
+pub async fn record(
+    db: &DatabaseConnection,
+    id: Uuid,
+    verdict: &Verdict,
+    now: DateTime<Utc>,
+) -> Result<submission::Model, DomainError> {
+    validate_verdict(verdict)?;
+    let txn = db.begin().await?;
+    let s = submission::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| DomainError::NotFound(format!("no submission {id}")))?;
+    if s.verdict != VerdictStatus::Pending {
+        return Err(DomainError::Conflict(format!(
+            "submission {id} already has its verdict ({})",
+            s.verdict
+        )));
+    }
+    let task = find_task(&txn, s.task_id).await?;
+    let job = crate::domain::jobs::find_job(&txn, task.job_id).await?;
+    if job.status != JobStatus::Open {
+        return Err(DomainError::Conflict(format!(
+            "job {} is {}; its submissions are no longer judged",
+            job.id, job.status
+        )));
+    }
+    let (label, quality) = if verdict.accepted {
+        (VerdictStatus::Accepted, verdict.quality)
+    } else {
+        (VerdictStatus::Rejected, 0.0)
+    };
+    let updated = submission::Entity::update_many()
+        .col_expr(submission::Column::Verdict, Expr::value(label.as_str()))
+        .col_expr(submission::Column::Quality, Expr::value(quality))
+        .col_expr(
+            submission::Column::RejectReason,
+            Expr::value(verdict.reason.clone()),
+        )
+        .col_expr(
+            submission::Column::Report,
+            Expr::value(verdict.report.clone()),
+        )
+        .col_expr(submission::Column::ValidatedAt, Expr::value(now))
+        .filter(submission::Column::Id.eq(id))
+        .filter(submission::Column::Verdict.eq(VerdictStatus::Pending))
+        .exec(&txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "submission {id} was judged concurrently"
+        )));
+    }
+    let worker = worker::Entity::find_by_id(s.worker_id)
+        .one(&txn)
+        .await?
+        .map(|w| w.address)
+        .unwrap_or_default();
+    record_event(
+        &txn,
+        job.id,
+        &JobEvent::Verdict(events::VerdictRecorded {
+            submission_id: id,
+            task_id: task.id,
+            round: task.round as u32,
+            worker,
+            accepted: verdict.accepted,
+            quality,
+            reason: verdict.reason.clone(),
+            report: verdict.report.clone(),
+        }),
+        false,
+        now,
+    )
+    .await?;
+    if verdict.accepted {
+        let moved = task::Entity::update_many()
+            .col_expr(
+                task::Column::Status,
+                Expr::value(TaskStatus::Accepted.as_str()),
+            )
+            .col_expr(task::Column::UpdatedAt, Expr::value(now))
+            .filter(task::Column::Id.eq(task.id))
+            .filter(task::Column::Status.eq(TaskStatus::Submitted))
+            .exec(&txn)
+            .await?;
+        if moved.rows_affected != 1 {
+            return Err(DomainError::Conflict(format!(
+                "task {} is {}, not awaiting a verdict",
+                task.id, task.status
+            )));
+        }
+        rounds::close_if_complete(&txn, job.id, task.round, now).await?;
+    } else {
+        reputation_event::Entity::insert(reputation_event::ActiveModel {
+            worker_id: sea_orm::ActiveValue::Set(s.worker_id),
+            job_id: sea_orm::ActiveValue::Set(Some(job.id)),
+            delta: sea_orm::ActiveValue::Set(REJECTION_REPUTATION_DELTA),
+            reason: sea_orm::ActiveValue::Set(format!(
+                "adapter rejected: {}",
+                verdict.reason.clone().unwrap_or_default()
+            )),
+            tx_hash: sea_orm::ActiveValue::Set(None),
+            created_at: sea_orm::ActiveValue::Set(now),
+            ..Default::default()
+        })
+        .exec(&txn)
+        .await?;
+        requeue(&txn, &task, "adapter rejected", now).await?;
+    }
+    let stored = submission::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| DomainError::internal("verdict", "submission vanished"))?;
+    txn.commit().await?;
+    Ok(stored)
+}
+
+pub async fn ready_rounds<C: ConnectionTrait>(db: &C) -> Result<Vec<ReadyRound>, DomainError> {
+    let rounds = round::Entity::find()
+        .filter(round::Column::Status.eq(rounds::RoundStatus::Aggregating.as_str()))
+        .order_by_asc(round::Column::CreatedAt)
+        .all(db)
+        .await?;
+    let mut out = Vec::new();
+    for r in rounds {
+        let Some(job) = job::Entity::find_by_id(r.job_id).one(db).await? else {
+            continue;
+        };
+        if job.status != JobStatus::Open {
+            continue;
+        }
+        let tasks = task::Entity::find()
+            .filter(task::Column::JobId.eq(job.id))
+            .filter(task::Column::Round.eq(r.number))
+            .all(db)
+            .await?;
+        let mut adapters = Vec::with_capacity(tasks.len());
+        for t in &tasks {
+            let Some(s) = submission::Entity::find()
+                .filter(submission::Column::TaskId.eq(t.id))
+                .filter(submission::Column::Verdict.eq(VerdictStatus::Accepted))
+                .one(db)
+                .await?
+            else {
+                continue;
+            };
+            let shard_index = shard::Entity::find_by_id(t.shard_id)
+                .one(db)
+                .await?
+                .map(|s| s.index)
+                .unwrap_or_default();
+            let worker = worker::Entity::find_by_id(s.worker_id)
+                .one(db)
+                .await?
+                .map(|w| w.address)
+                .unwrap_or_default();
+            adapters.push(AcceptedAdapter {
+                submission_id: s.id,
+                shard_index,
+                worker,
+                adapter_cid: s.adapter_cid,
+                samples: s.sample_count,
+                quality: s.quality.unwrap_or(0.0),
+            });
+        }
+        adapters.sort_by_key(|a| a.shard_index);
+        out.push(ReadyRound {
+            job_id: job.id,
+            round: r.number,
+            base_adapter_cid: r.base_adapter_cid,
+            held_out_cid: job.heldout_cid,
+            job_spec_cid: job.spec_cid,
+            last_round: r.number >= job.rounds,
+            adapters,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,45 @@
+//! Finding jobs: by id inside a transaction, or through the coalesced reads that serve the
+//! hot `GET /v1/jobs/{id}` (see `crate::coalesce`).
+
+use futures::future::BoxFuture;
+use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter};
+use uuid::Uuid;
+
+use crate::coalesce::Coalescer;
+use crate::domain::error::DomainError;
+use crate::entities::job;
+
+/// The job `id`, or [`DomainError::NotFound`].
+pub async fn find_job<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<job::Model, DomainError> {
+    job::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| job_not_found(id))
+}
+
+/// The error for a job id that names no job.
+pub fn job_not_found(id: Uuid) -> DomainError {
+    DomainError::NotFound(format!("no job {id}"))
+}
+
+/// Job reads by id, coalesced (see [`crate::coalesce`]).
+pub type JobReads = Coalescer<Uuid, job::Model, DbErr>;
+
+/// At most this many batched job reads in flight: with batching, a few round trips at once
+/// carry the load, and the rest of the pool stays free for writes.
+const JOB_READ_LANES: usize = 4;
+/// Ids per batched read (one `WHERE id IN (…)` query).
+const JOB_READ_BATCH: usize = 64;
+
+pub fn job_reads(db: DatabaseConnection) -> JobReads {
+    Coalescer::new(JOB_READ_LANES, JOB_READ_BATCH, move |ids: Vec<Uuid>| {
+        let db = db.clone();
+        Box::pin(async move {
+            let rows = job::Entity::find()
+                .filter(job::Column::Id.is_in(ids))
+                .all(&db)
+                .await?;
+            Ok(rows.into_iter().map(|job| (job.id, job)).collect())
+        }) as BoxFuture<'static, _>
+    })
+}

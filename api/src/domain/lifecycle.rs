@@ -1,0 +1,180 @@
+//! The job lifecycle: the one place job statuses change.
+//!
+//! Every transition is a conditional update on the job's `version` (optimistic concurrency: of
+//! two racing transitions exactly one wins, the other gets a conflict) plus a `job_events` row,
+//! in one transaction. Events that must cause an effect elsewhere (a queue publish, a chain
+//! call) are written with `needs_dispatch`, for the outbox dispatcher (`crate::background::outbox`).
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Expr;
+use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use shardwork_core::protocol::{JobEvent, StatusChange};
+use uuid::Uuid;
+
+use crate::domain::error::DomainError;
+use crate::entities::{job, job_event};
+
+pub use shardwork_core::protocol::JobStatus;
+
+/// What can happen to a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// The requester withdraws an unfunded job.
+    Cancel,
+    /// The escrow was funded on chain.
+    Fund,
+    /// The final round was aggregated and the payout recorded on chain.
+    Complete,
+    /// The deadline passed and the stake was refunded on chain.
+    Refund,
+    /// The requester cancelled on chain (allowed there until the validator marks the job
+    /// started); the database follows the chain.
+    CancelOnChain,
+}
+
+impl Transition {
+    /// The event kind recorded for this transition.
+    pub fn event_kind(self) -> &'static str {
+        match self {
+            Transition::Cancel => "cancelled",
+            Transition::Fund => "funded",
+            Transition::Complete => "completed",
+            Transition::Refund => "refunded",
+            Transition::CancelOnChain => "cancelled",
+        }
+    }
+}
+
+/// The transition table.
+pub fn next(from: JobStatus, transition: Transition) -> Result<JobStatus, String> {
+    use JobStatus::*;
+    match (from, transition) {
+        (AwaitingFunding, Transition::Cancel) => Ok(Cancelled),
+        (AwaitingFunding, Transition::Fund) => Ok(Open),
+        (Open, Transition::Complete) => Ok(Completed),
+        (AwaitingFunding | Open, Transition::Refund) => Ok(Refunded),
+        (AwaitingFunding | Open, Transition::CancelOnChain) => Ok(Cancelled),
+        (Open, Transition::Cancel) => Err(
+            "a funded job cannot be cancelled; it is refunded at its deadline if unfinished".into(),
+        ),
+        (from, t) => Err(format!(
+            "a job that is {} cannot be {}",
+            from.as_str(),
+            t.event_kind()
+        )),
+    }
+}
+
+/// Appends `event` to `job_id`'s feed; `needs_dispatch` marks it for the outbox
+/// (`crate::background::outbox`), which turns it into a queue publish or a chain call.
+pub async fn record_event<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    event: &JobEvent,
+    needs_dispatch: bool,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
+    job_event::Entity::insert(job_event::ActiveModel {
+        job_id: Set(job_id),
+        kind: Set(event.kind().to_owned()),
+        payload: Set(event.payload()),
+        created_at: Set(now),
+        needs_dispatch: Set(needs_dispatch),
+        dispatched_at: Set(None),
+        dispatch_attempts: Set(0),
+        last_dispatch_error: Set(None),
+        ..Default::default()
+    })
+    .exec(db)
+    .await?;
+    Ok(())
+}
+
+/// Applies `transition` to `job` inside `txn` (the caller commits), recording the event `event`
+/// builds from the status change. Conflicts (illegal transition, or the job changed since it
+/// was read) are [`DomainError::Conflict`].
+pub async fn apply<C: ConnectionTrait>(
+    txn: &C,
+    job: &job::Model,
+    transition: Transition,
+    event: impl FnOnce(StatusChange) -> JobEvent,
+    now: DateTime<Utc>,
+) -> Result<JobStatus, DomainError> {
+    let from = job.status;
+    let to = next(from, transition).map_err(DomainError::Conflict)?;
+    let updated = job::Entity::update_many()
+        .col_expr(job::Column::Status, Expr::value(to.as_str()))
+        .col_expr(job::Column::Version, Expr::value(job.version + 1))
+        .col_expr(job::Column::UpdatedAt, Expr::value(now))
+        .filter(job::Column::Id.eq(job.id))
+        .filter(job::Column::Version.eq(job.version))
+        .exec(txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "job {} changed while this request ran; read it again",
+            job.id
+        )));
+    }
+    let event = event(StatusChange { from, to });
+    debug_assert_eq!(event.kind(), transition.event_kind());
+    // Transitions cause no effect elsewhere by themselves: the events that do (a round's tasks
+    // to publish, a payout or refund to send) are written beside them by `crate::domain::flow`.
+    record_event(txn, job.id, &event, false, now).await?;
+    Ok(to)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unfunded_jobs_can_be_cancelled() {
+        assert_eq!(
+            next(JobStatus::AwaitingFunding, Transition::Cancel),
+            Ok(JobStatus::Cancelled)
+        );
+        assert!(
+            next(JobStatus::Open, Transition::Cancel)
+                .unwrap_err()
+                .contains("refunded at its deadline")
+        );
+        assert!(
+            next(JobStatus::Cancelled, Transition::Cancel)
+                .unwrap_err()
+                .contains("cancelled cannot be cancelled")
+        );
+    }
+
+    #[test]
+    fn terminal_statuses_have_no_way_out() {
+        for from in JobStatus::ALL.into_iter().filter(|s| s.is_terminal()) {
+            for t in [
+                Transition::Cancel,
+                Transition::Fund,
+                Transition::Complete,
+                Transition::Refund,
+                Transition::CancelOnChain,
+            ] {
+                assert!(next(from, t).is_err(), "{from:?} {t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn funded_jobs_complete_or_refund() {
+        assert_eq!(
+            next(JobStatus::AwaitingFunding, Transition::Fund),
+            Ok(JobStatus::Open)
+        );
+        assert_eq!(
+            next(JobStatus::Open, Transition::Complete),
+            Ok(JobStatus::Completed)
+        );
+        assert_eq!(
+            next(JobStatus::Open, Transition::Refund),
+            Ok(JobStatus::Refunded)
+        );
+        assert!(next(JobStatus::AwaitingFunding, Transition::Complete).is_err());
+    }
+}

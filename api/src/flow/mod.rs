@@ -1,9 +1,0 @@
-//! The life of a funded job, below the job lifecycle (`crate::lifecycle`): rounds, tasks and
-//! their leases, the validator's verdicts and merges, and who is paid. Each function runs in
-//! one transaction (its own, or the caller's) and writes the events that record it; effects
-//! outside the database go through the outbox (`crate::outbox`).
-
-pub mod payout;
-pub mod rounds;
-pub mod tasks;
-pub mod verdicts;

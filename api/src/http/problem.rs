@@ -1,0 +1,299 @@
+//! RFC 7807 problem details: every error the API returns is `application/problem+json` with a
+//! stable `type` a client can branch on, a human `detail`, and for bad input the field(s) at
+//! fault in `errors: [{path, message}]`.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use shardwork_core::protocol::{FieldError, SpecErrors};
+
+use crate::domain::DomainError;
+use crate::domain::error::describe;
+
+/// The kinds of problem, each with its stable `type` URI, title and status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The request could not be decoded (bad JSON, wrong field type, missing part).
+    MalformedRequest,
+    /// The request decoded but a value breaks a rule.
+    Validation,
+    Unauthenticated,
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    Conflict,
+    PayloadTooLarge,
+    RateLimited,
+    Unavailable,
+    Internal,
+}
+
+impl ProblemKind {
+    pub fn slug(self) -> &'static str {
+        match self {
+            ProblemKind::MalformedRequest => "malformed-request",
+            ProblemKind::Validation => "validation",
+            ProblemKind::Unauthenticated => "unauthenticated",
+            ProblemKind::Forbidden => "forbidden",
+            ProblemKind::NotFound => "not-found",
+            ProblemKind::MethodNotAllowed => "method-not-allowed",
+            ProblemKind::Conflict => "conflict",
+            ProblemKind::PayloadTooLarge => "payload-too-large",
+            ProblemKind::RateLimited => "rate-limited",
+            ProblemKind::Unavailable => "unavailable",
+            ProblemKind::Internal => "internal",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            ProblemKind::MalformedRequest => "The request could not be decoded",
+            ProblemKind::Validation => "The request breaks a rule",
+            ProblemKind::Unauthenticated => "Authentication is required",
+            ProblemKind::Forbidden => "Your role may not do this",
+            ProblemKind::NotFound => "Not found",
+            ProblemKind::MethodNotAllowed => "The endpoint does not take this method",
+            ProblemKind::Conflict => "The request conflicts with the current state",
+            ProblemKind::PayloadTooLarge => "The request body is too large",
+            ProblemKind::RateLimited => "Too many requests",
+            ProblemKind::Unavailable => "The service is not ready",
+            ProblemKind::Internal => "Internal error",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            ProblemKind::MalformedRequest => StatusCode::BAD_REQUEST,
+            ProblemKind::Validation => StatusCode::UNPROCESSABLE_ENTITY,
+            ProblemKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ProblemKind::Forbidden => StatusCode::FORBIDDEN,
+            ProblemKind::NotFound => StatusCode::NOT_FOUND,
+            ProblemKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ProblemKind::Conflict => StatusCode::CONFLICT,
+            ProblemKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ProblemKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ProblemKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ProblemKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// A URN rather than a URL: stable, and it promises no page at a host we may not own.
+    pub fn type_uri(self) -> String {
+        format!("urn:shardwork:problem:{}", self.slug())
+    }
+}
+
+/// The problem+json body (RFC 7807).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[schema(as = Problem)]
+pub struct ProblemBody {
+    /// Stable kind of problem to branch on: `urn:shardwork:problem:` and one of
+    /// malformed-request, validation, unauthenticated, forbidden, not-found,
+    /// method-not-allowed, conflict, payload-too-large, rate-limited, unavailable, internal.
+    #[serde(rename = "type")]
+    #[schema(
+        pattern = "^urn:shardwork:problem:[a-z-]+$",
+        example = "urn:shardwork:problem:validation"
+    )]
+    pub type_uri: String,
+    /// A short summary of the kind, the same for every problem of that kind.
+    pub title: String,
+    /// The HTTP status, repeated.
+    #[schema(minimum = 400, maximum = 599)]
+    pub status: u16,
+    /// What went wrong this time, for a person.
+    pub detail: String,
+    /// The fields at fault, each with its path in the request (`spec.lora.r`,
+    /// `query.limit`, `dataset[3]`); absent when no field is to blame.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldError>,
+}
+
+/// An error a handler returns; rendered as problem+json.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{detail}")]
+pub struct ApiError {
+    pub kind: ProblemKind,
+    pub detail: String,
+    pub errors: Vec<FieldError>,
+}
+
+impl ApiError {
+    pub fn new(kind: ProblemKind, detail: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            detail: detail.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// One field at fault.
+    pub fn field(kind: ProblemKind, path: impl Into<String>, message: impl Into<String>) -> Self {
+        let (path, message) = (path.into(), message.into());
+        let detail = if path.is_empty() {
+            message.clone()
+        } else {
+            format!("{path}: {message}")
+        };
+        ApiError {
+            kind,
+            detail,
+            errors: vec![FieldError { path, message }],
+        }
+    }
+
+    pub fn malformed(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::field(ProblemKind::MalformedRequest, path, message)
+    }
+
+    pub fn invalid(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::field(ProblemKind::Validation, path, message)
+    }
+
+    pub fn unauthenticated(detail: impl Into<String>) -> Self {
+        Self::new(ProblemKind::Unauthenticated, detail)
+    }
+
+    pub fn forbidden(detail: impl Into<String>) -> Self {
+        Self::new(ProblemKind::Forbidden, detail)
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Self {
+        Self::new(ProblemKind::NotFound, detail)
+    }
+
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::new(ProblemKind::Conflict, detail)
+    }
+
+    /// A failure that is ours, not the caller's: logged in full, reported without internals.
+    pub fn internal(context: &str, err: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %err, "{context}");
+        Self::new(
+            ProblemKind::Internal,
+            format!("{context} failed; the error was logged"),
+        )
+    }
+
+    /// Spec errors: a decoding failure (serde stops at the first) is malformed, anything the
+    /// rules caught is a validation problem. Each keeps its path.
+    pub fn from_spec_errors(errors: SpecErrors, decoded: bool, prefix: &str) -> Self {
+        let kind = if decoded {
+            ProblemKind::Validation
+        } else {
+            ProblemKind::MalformedRequest
+        };
+        let errors: Vec<FieldError> = errors
+            .0
+            .into_iter()
+            .map(|e| FieldError {
+                path: join_path(prefix, &e.path),
+                message: e.message,
+            })
+            .collect();
+        Self::fields(kind, errors)
+    }
+
+    /// Several fields at fault; the detail names each (`path: message; …`).
+    pub fn fields(kind: ProblemKind, errors: Vec<FieldError>) -> Self {
+        ApiError {
+            kind,
+            detail: describe(&errors),
+            errors,
+        }
+    }
+
+    pub fn body(&self) -> ProblemBody {
+        ProblemBody {
+            type_uri: self.kind.type_uri(),
+            title: self.kind.title().into(),
+            status: self.kind.status().as_u16(),
+            detail: self.detail.clone(),
+            errors: self.errors.clone(),
+        }
+    }
+}
+
+/// `prefix` + `path` with a dot between when both are present.
+pub fn join_path(prefix: &str, path: &str) -> String {
+    match (prefix.is_empty(), path.is_empty()) {
+        (true, _) => path.to_owned(),
+        (false, true) => prefix.to_owned(),
+        (false, false) if path.starts_with('[') => format!("{prefix}{path}"),
+        (false, false) => format!("{prefix}.{path}"),
+    }
+}
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.kind.status()
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
+        if self.kind == ProblemKind::Unauthenticated {
+            response.insert_header((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")));
+        }
+        response.body(serde_json::to_vec(&self.body()).unwrap_or_default())
+    }
+}
+
+/// The one place a domain error becomes an HTTP status and problem `type`. The domain's
+/// sentence is the `detail`; an internal failure is logged in full and reported without its
+/// internals.
+impl From<DomainError> for ApiError {
+    fn from(err: DomainError) -> Self {
+        match err {
+            DomainError::NotFound(detail) => ApiError::not_found(detail),
+            DomainError::Conflict(detail) => ApiError::conflict(detail),
+            DomainError::Forbidden(detail) => ApiError::forbidden(detail),
+            DomainError::Invalid(errors) => ApiError::fields(ProblemKind::Validation, errors),
+            DomainError::Internal { context, message } => ApiError::internal(context, message),
+            DomainError::Db(err) => err.into(),
+        }
+    }
+}
+
+impl From<sea_orm::DbErr> for ApiError {
+    fn from(err: sea_orm::DbErr) -> Self {
+        ApiError::internal("database access", err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_join_with_dots_except_indices() {
+        assert_eq!(join_path("spec", "lora.r"), "spec.lora.r");
+        assert_eq!(join_path("spec", "[2]"), "spec[2]");
+        assert_eq!(join_path("", "lora.r"), "lora.r");
+        assert_eq!(join_path("spec", ""), "spec");
+    }
+
+    #[test]
+    fn spec_errors_keep_every_path_and_the_kind_follows_decoding() {
+        let mut errors = SpecErrors::default();
+        errors.push("lora.r", "0 is outside 1..=256");
+        errors.push("shards", "0 is outside 1..=1024");
+        let problem = ApiError::from_spec_errors(errors.clone(), true, "spec");
+        assert_eq!(problem.kind, ProblemKind::Validation);
+        let body = problem.body();
+        assert_eq!(body.status, 422);
+        assert_eq!(body.type_uri, "urn:shardwork:problem:validation");
+        assert_eq!(body.errors[1].path, "spec.shards");
+        assert_eq!(
+            body.detail,
+            "spec.lora.r: 0 is outside 1..=256; spec.shards: 0 is outside 1..=1024"
+        );
+        assert_eq!(
+            ApiError::from_spec_errors(errors, false, "").kind.status(),
+            400
+        );
+    }
+}

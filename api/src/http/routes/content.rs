@@ -1,0 +1,175 @@
+//! `/v1/content`: the content store through the API, for clients that cannot reach it directly
+//! (workers of an embedded deployment, the portal). Uploads return the Kubo-compatible CID;
+//! downloads are verified block by block on read.
+//!
+//! What a worker must never see is refused here: a job's held-out set (sealed, but its key is
+//! the validator's) goes to validators only, and a job's dataset as uploaded (it contains the
+//! held-out records in the clear) to its requester, validators and admins only.
+
+use crate::http::problem::{PROBLEM_JSON, ProblemBody};
+use actix_web::http::header;
+use actix_web::{HttpResponse, web};
+use futures::StreamExt;
+use sea_orm::{ColumnTrait, Condition, EntityTrait, QueryFilter};
+use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::bundle::is_plain_file_name;
+use shardwork_core::store::{StoreError, parse_cid};
+
+use crate::entities::job;
+use crate::http::auth::tokens::Role;
+use crate::http::auth::{AnyRole, Authenticated};
+use crate::http::problem::{ApiError, ProblemKind};
+use crate::state::AppState;
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Uploaded {
+    pub cid: String,
+    pub size: u64,
+}
+
+/// Stores the request body as one object.
+#[utoipa::path(
+    post,
+    path = "/v1/content",
+    operation_id = "upload_content",
+    tag = "content",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses(
+        (status = 201, description = "Stored under its Kubo-compatible CID", body = Uploaded),
+        (status = 400, description = "The body could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The body is empty", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the upload limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The content store failed", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn upload(
+    state: web::Data<AppState>,
+    caller: Authenticated<AnyRole>,
+    mut payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let limit = state.config.upload_limit_bytes;
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::malformed("", format!("body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::field(
+                ProblemKind::PayloadTooLarge,
+                "",
+                format!("exceeds the limit of {limit} bytes"),
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if body.is_empty() {
+        return Err(ApiError::invalid(
+            "",
+            "the body is empty; send the bytes to store",
+        ));
+    }
+    let size = body.len() as u64;
+    let cid = state
+        .store
+        .put(body.freeze())
+        .await
+        .map_err(|e| ApiError::internal("content store", e))?;
+    tracing::info!(%cid, size, uploader = %caller.claims.sub, "content uploaded");
+    Ok(HttpResponse::Created().json(Uploaded {
+        cid: cid.to_string(),
+        size,
+    }))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DownloadQuery {
+    /// Suggested file name for the download (`Content-Disposition`).
+    pub filename: Option<String>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/content/{cid}",
+    operation_id = "download_content",
+    tag = "content",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(("cid" = String, Path, description = "The content's CID"), DownloadQuery),
+    responses(
+        (status = 200, description = "The bytes, verified against the CID", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "A query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "A job's raw dataset or held-out set, and the caller is neither its requester nor a validator", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "Not in the content store", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "`cid` is not a CID or `filename` is not a plain file name", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The content store failed", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn download(
+    state: web::Data<AppState>,
+    caller: Authenticated<AnyRole>,
+    cid: web::Path<String>,
+    query: web::Query<DownloadQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let text = cid.into_inner();
+    let cid = parse_cid(&text).map_err(|e| ApiError::invalid("cid", e.to_string()))?;
+    let canonical = cid.to_string();
+    let privileged = caller.claims.has(Role::Validator) || caller.claims.has(Role::Admin);
+    if !privileged {
+        let guarded = job::Entity::find()
+            .filter(
+                Condition::any()
+                    .add(job::Column::DatasetCid.eq(canonical.clone()))
+                    .add(job::Column::HeldoutCid.eq(canonical.clone())),
+            )
+            .all(&state.db)
+            .await?;
+        let caller_address = caller.claims.sub.to_string();
+        for j in guarded {
+            let owner = j.requester.to_ascii_lowercase() == caller_address;
+            if j.heldout_cid.as_deref() == Some(canonical.as_str()) || !owner {
+                return Err(ApiError::forbidden(format!(
+                    "{canonical} is a job's dataset or held-out set; only its requester and \
+                     validators may read it"
+                )));
+            }
+        }
+    }
+    if let Some(name) = &query.filename
+        && !is_plain_file_name(name)
+    {
+        return Err(ApiError::invalid(
+            "filename",
+            "one path segment of letters, digits, `.`, `-` and `_`",
+        ));
+    }
+    let size = match state.store.stat(&cid).await {
+        Ok(stat) => Some(stat.size),
+        Err(StoreError::NotFound(_)) => {
+            return Err(ApiError::not_found(format!(
+                "{canonical} is not in the content store"
+            )));
+        }
+        Err(_) => None,
+    };
+    let stream = state.store.get(&cid).await.map_err(|e| match e {
+        StoreError::NotFound(_) => {
+            ApiError::not_found(format!("{canonical} is not in the content store"))
+        }
+        other => ApiError::internal("content store", other),
+    })?;
+    let mut response = HttpResponse::Ok();
+    response
+        .content_type("application/octet-stream")
+        .insert_header((header::CACHE_CONTROL, "public, max-age=31536000, immutable"))
+        .insert_header((header::ETAG, format!("\"{canonical}\"")));
+    if let Some(name) = &query.filename {
+        response.insert_header((
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{name}\""),
+        ));
+    }
+    if let Some(size) = size {
+        response.no_chunking(size);
+    }
+    Ok(response.streaming(stream.map(|chunk| chunk.map_err(std::io::Error::other))))
+}

@@ -1,0 +1,250 @@
+//! A job's event feed: a paginated list, and the same events as Server-Sent Events.
+
+use std::time::Duration;
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use futures::stream;
+use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use serde::{Deserialize, Serialize};
+pub use shardwork_core::protocol::EventView;
+use shardwork_core::protocol::JobEvent;
+use uuid::Uuid;
+
+use crate::domain::jobs::find_job;
+use crate::entities::job_event;
+use crate::http::auth::{AnyRole, Authenticated};
+use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
+use crate::state::AppState;
+
+pub const DEFAULT_PAGE: u64 = 50;
+pub const MAX_PAGE: u64 = 500;
+/// How often an open stream looks for new events.
+const POLL: Duration = Duration::from_millis(250);
+
+impl TryFrom<job_event::Model> for EventView {
+    type Error = ApiError;
+
+    fn try_from(m: job_event::Model) -> Result<Self, ApiError> {
+        let event = JobEvent::from_parts(&m.kind, m.payload).map_err(|e| {
+            ApiError::internal(
+                "reading the job's events",
+                format!("event {} ({}): {e}", m.id, m.kind),
+            )
+        })?;
+        Ok(EventView {
+            id: m.id,
+            event,
+            created_at: m.created_at,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct EventQuery {
+    /// Only events with a larger id.
+    pub after: Option<i64>,
+    /// Events per page.
+    #[param(minimum = 1, maximum = 500, default = 50)]
+    pub limit: Option<u64>,
+}
+
+/// A stream has no pages, so no `limit`: asking for one is refused rather than ignored.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    /// Only events with a larger id.
+    pub after: Option<i64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct EventPage {
+    pub events: Vec<EventView>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next_after: Option<i64>,
+}
+
+async fn page(
+    db: &DatabaseConnection,
+    job_id: Uuid,
+    after: i64,
+    limit: u64,
+) -> Result<Vec<job_event::Model>, ApiError> {
+    Ok(job_event::Entity::find()
+        .filter(job_event::Column::JobId.eq(job_id))
+        .filter(job_event::Column::Id.gt(after))
+        .order_by_asc(job_event::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?)
+}
+
+/// A job's events, oldest first, paginated by event id.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/events",
+    operation_id = "list_job_events",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(("id" = Uuid, Path, description = "The job id"), EventQuery),
+    responses(
+        (status = 200, description = "A page of events", body = EventPage),
+        (status = 400, description = "`id` or a query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "`limit` is out of range", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The events could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn list(
+    state: web::Data<AppState>,
+    _caller: Authenticated<AnyRole>,
+    id: web::Path<Uuid>,
+    query: web::Query<EventQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let job = find_job(&state.db, id.into_inner()).await?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::invalid(
+            "query.limit",
+            format!("{limit} is outside 1..={MAX_PAGE}"),
+        ));
+    }
+    let mut rows = page(&state.db, job.id, query.after.unwrap_or(0), limit + 1).await?;
+    let next_after = if rows.len() as u64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|e| e.id)
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(EventPage {
+        events: rows
+            .into_iter()
+            .map(EventView::try_from)
+            .collect::<Result<_, _>>()?,
+        next_after,
+    }))
+}
+
+/// One event of the job's stream as the client parses it. (In OpenAPI 3.1 the schema of a
+/// `text/event-stream` response describes each event, not the whole stream.)
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // documents what `frame` writes
+struct EventFrame {
+    /// The event id, decimal; a reconnecting client sends the last one as `Last-Event-ID`.
+    #[schema(pattern = "^[0-9]+$")]
+    id: String,
+    /// The event's kind, as in `EventView.kind`.
+    event: String,
+    /// The whole `EventView`, as JSON.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+}
+
+/// One SSE frame; the event id lets a reconnecting client resume with `Last-Event-ID`.
+fn frame(event: &EventView) -> String {
+    let data = serde_json::to_string(event).unwrap_or_default();
+    format!(
+        "id: {}\nevent: {}\ndata: {data}\n\n",
+        event.id,
+        event.event.kind()
+    )
+}
+
+/// Streams the job's events as Server-Sent Events.
+///
+/// Starts after `after` (or the `Last-Event-ID` header of a reconnecting client). Each frame is
+/// `id: <event id>`, `event: <kind>`, `data: <EventView JSON>`. The stream ends once the job
+/// is in a terminal status and every event has been sent.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}/events/stream",
+    operation_id = "stream_job_events",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(
+        ("id" = Uuid, Path, description = "The job id"),
+        StreamQuery,
+        ("Last-Event-ID" = Option<i64>, Header, description = "Resume after this event id; overrides `after`"),
+    ),
+    responses(
+        (status = 200, description = "An event stream", body = EventFrame, content_type = "text/event-stream"),
+        (status = 400, description = "`id`, `Last-Event-ID` or a query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The job could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn stream(
+    state: web::Data<AppState>,
+    _caller: Authenticated<AnyRole>,
+    id: web::Path<Uuid>,
+    query: web::Query<StreamQuery>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let job = find_job(&state.db, id.into_inner()).await?;
+    let resume = match req.headers().get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<i64>().ok())
+                .ok_or_else(|| ApiError::malformed("Last-Event-ID", "must be an event id"))?,
+        ),
+        None => None,
+    };
+    let after = resume.or(query.after).unwrap_or(0);
+    let db = state.db.clone();
+    let job_id = job.id;
+    let events = stream::unfold(
+        (db, after, false, true),
+        move |(db, after, done, first)| async move {
+            if done {
+                return None;
+            }
+            let mut after = after;
+            let mut first = first;
+            loop {
+                if !first {
+                    tokio::time::sleep(POLL).await;
+                }
+                first = false;
+                // Status before events: a terminal status is committed with its event, so the
+                // events read next include everything the job will ever have.
+                let terminal = match find_job(&db, job_id).await {
+                    Ok(job) => job.status.is_terminal(),
+                    Err(err) => return Some((Err(err.into()), (db, after, true, false))),
+                };
+                let rows = match page(&db, job_id, after, MAX_PAGE).await {
+                    Ok(rows) => rows,
+                    Err(err) => return Some((Err(err), (db, after, true, false))),
+                };
+                let full = rows.len() as u64 == MAX_PAGE;
+                if let Some(last) = rows.last() {
+                    after = last.id;
+                }
+                let text = match rows
+                    .into_iter()
+                    .map(|e| EventView::try_from(e).map(|view| frame(&view)))
+                    .collect::<Result<String, _>>()
+                {
+                    Ok(text) => text,
+                    Err(err) => return Some((Err(err), (db, after, true, false))),
+                };
+                if !text.is_empty() {
+                    // A full page may have more behind it: fetch again at once, and finish only
+                    // after a short page of a terminal job.
+                    let done = terminal && !full;
+                    return Some((Ok(web::Bytes::from(text)), (db, after, done, full)));
+                }
+                if terminal {
+                    return None;
+                }
+            }
+        },
+    );
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("cache-control", "no-cache"))
+        .streaming(events))
+}

@@ -1,0 +1,138 @@
+//! `GET /v1/jobs` (filtered, cursor-paginated) and `GET /v1/jobs/{id}`.
+
+use actix_web::{HttpResponse, web};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
+use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::EthAddress;
+use uuid::Uuid;
+
+use super::view::JobView;
+use crate::domain::jobs::job_not_found;
+use crate::domain::lifecycle::JobStatus;
+use crate::entities::job;
+use crate::http::auth::{AnyRole, Authenticated};
+use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
+use crate::state::AppState;
+
+pub const DEFAULT_PAGE: u64 = 20;
+pub const MAX_PAGE: u64 = 100;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only jobs in this status.
+    #[param(value_type = Option<JobStatus>)]
+    pub status: Option<String>,
+    /// Only jobs posted by this address.
+    pub requester: Option<EthAddress>,
+    /// Jobs per page.
+    #[param(minimum = 1, maximum = 100, default = 20)]
+    pub limit: Option<u64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<Uuid>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<JobView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<Uuid>,
+}
+
+/// Lists jobs, newest first, filtered and cursor-paginated.
+///
+/// Ids are UUIDv7, so id order is creation order and the cursor is the last id
+/// seen: stable under concurrent inserts, unlike an offset.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs",
+    operation_id = "list_jobs",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of jobs", body = JobPage),
+        (status = 400, description = "A query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "`limit` or `status` is out of range", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The jobs could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn list(
+    state: web::Data<AppState>,
+    _caller: Authenticated<AnyRole>,
+    query: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let query = query.into_inner();
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::invalid(
+            "query.limit",
+            format!("{limit} is outside 1..={MAX_PAGE}"),
+        ));
+    }
+    let mut select = job::Entity::find();
+    if let Some(status) = &query.status {
+        let status = JobStatus::parse(status).ok_or_else(|| {
+            ApiError::invalid(
+                "query.status",
+                format!(
+                    "{status:?} is not a status; use one of {}",
+                    JobStatus::ALL.map(JobStatus::as_str).join(", ")
+                ),
+            )
+        })?;
+        select = select.filter(job::Column::Status.eq(status.as_str()));
+    }
+    if let Some(requester) = query.requester {
+        select = select.filter(job::Column::Requester.eq(requester.to_string()));
+    }
+    if let Some(cursor) = query.cursor {
+        select = select.filter(job::Column::Id.lt(cursor));
+    }
+    let mut rows = select
+        .order_by_desc(job::Column::Id)
+        .limit(limit + 1)
+        .all(&state.db)
+        .await?;
+    let next_cursor = if rows.len() as u64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(|j| j.id)
+    } else {
+        None
+    };
+    Ok(HttpResponse::Ok().json(JobPage {
+        jobs: rows.into_iter().map(JobView::from).collect(),
+        next_cursor,
+    }))
+}
+
+/// One job.
+#[utoipa::path(
+    get,
+    path = "/v1/jobs/{id}",
+    operation_id = "get_job",
+    tag = "jobs",
+    extensions(("x-shardwork-role" = json!("requester"))),
+    params(("id" = Uuid, Path, description = "The job id")),
+    responses(
+        (status = 200, description = "The job", body = JobView),
+        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The job could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn get(
+    state: web::Data<AppState>,
+    _caller: Authenticated<AnyRole>,
+    id: web::Path<Uuid>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id.into_inner();
+    let job = state
+        .job_reads
+        .get(id)
+        .await
+        .map_err(|e| ApiError::internal("database access", e))?
+        .ok_or_else(|| job_not_found(id))?;
+    Ok(HttpResponse::Ok().json(JobView::from(job)))
+}

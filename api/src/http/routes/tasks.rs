@@ -1,0 +1,200 @@
+//! `/v1/tasks/{id}/…`: a worker's lease on a task — claim, extend with progress, submit. Worker
+//! role; a worker acts only through the lease it holds.
+
+use crate::http::problem::{PROBLEM_JSON, ProblemBody};
+use actix_web::{HttpResponse, web};
+use chrono::{Duration, Utc};
+use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::{Submission, VerdictStatus};
+use uuid::Uuid;
+
+use crate::domain::flow::tasks::{self, Lease, Progress};
+use crate::http::auth::Authenticated;
+use crate::http::auth::extractor::WorkerRole;
+use crate::http::extract::Json;
+use crate::http::problem::ApiError;
+use crate::state::AppState;
+
+fn lease_length(state: &AppState) -> Duration {
+    Duration::seconds(state.config.lease_secs as i64)
+}
+
+/// Claims the lease on a task taken from the queue. 200 with the lease and the task as the
+/// database knows it; 409 when the task is done, failed or held by another worker (drop the
+/// message); 403 when the worker's reputation is below the job's minimum.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/claim",
+    operation_id = "claim_task",
+    tag = "tasks",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    params(("id" = Uuid, Path, description = "The task id")),
+    responses(
+        (status = 200, description = "The lease, and the task as the database knows it", body = Lease),
+        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "The worker may not take this task (reputation, or its adapter for it was rejected): put the message back", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "Done, failed, or leased by another worker: drop the message; or the caller is not registered", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The task could not be read or written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn claim(
+    state: web::Data<AppState>,
+    caller: Authenticated<WorkerRole>,
+    id: web::Path<Uuid>,
+) -> Result<HttpResponse, ApiError> {
+    let worker = tasks::registered_worker(&state.db, &caller.claims.sub.to_string()).await?;
+    let lease = tasks::claim(
+        &state.db,
+        id.into_inner(),
+        &worker,
+        lease_length(&state),
+        Utc::now(),
+    )
+    .await?;
+    tracing::info!(task = %lease.task_id, worker = %worker.address, attempt = lease.attempt, "lease granted");
+    Ok(HttpResponse::Ok().json(lease))
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendRequest {
+    pub lease_token: Uuid,
+    pub progress: Progress,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ExtendResponse {
+    pub expires_at: chrono::DateTime<Utc>,
+}
+
+/// Heartbeat: extends the lease and records progress (step, loss, tokens/s).
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/extend",
+    operation_id = "extend_lease",
+    tag = "tasks",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    params(("id" = Uuid, Path, description = "The task id")),
+    request_body = ExtendRequest,
+    responses(
+        (status = 200, description = "The lease's new expiry", body = ExtendResponse),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The lease passed to another worker", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The progress is not a position in the run", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The lease could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn extend(
+    state: web::Data<AppState>,
+    caller: Authenticated<WorkerRole>,
+    id: web::Path<Uuid>,
+    Json(body): Json<ExtendRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let worker = tasks::registered_worker(&state.db, &caller.claims.sub.to_string()).await?;
+    let expires_at = tasks::extend(
+        &state.db,
+        id.into_inner(),
+        &worker,
+        body.lease_token,
+        &body.progress,
+        lease_length(&state),
+        Utc::now(),
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(ExtendResponse { expires_at }))
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SubmissionView {
+    pub id: Uuid,
+    pub task_id: Uuid,
+    pub adapter_cid: String,
+    pub metrics_cid: String,
+    pub samples: i64,
+    pub verdict: VerdictStatus,
+    pub quality: Option<f64>,
+    pub reject_reason: Option<String>,
+    pub created_at: chrono::DateTime<Utc>,
+}
+
+impl From<crate::entities::submission::Model> for SubmissionView {
+    fn from(m: crate::entities::submission::Model) -> Self {
+        SubmissionView {
+            id: m.id,
+            task_id: m.task_id,
+            adapter_cid: m.adapter_cid,
+            metrics_cid: m.metrics_cid,
+            samples: m.sample_count,
+            verdict: m.verdict,
+            quality: m.quality,
+            reject_reason: m.reject_reason,
+            created_at: m.created_at,
+        }
+    }
+}
+
+/// Submits the adapter for a leased task: 201 the first time, 200 with the same submission
+/// when repeated (idempotent), 409 when the lease passed to another worker.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/submit",
+    operation_id = "submit_task",
+    tag = "tasks",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    params(("id" = Uuid, Path, description = "The task id")),
+    request_body = Submission,
+    responses(
+        (status = 200, description = "The same submission, already recorded", body = SubmissionView),
+        (status = 201, description = "Recorded; awaiting the validator", body = SubmissionView),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The lease passed to another worker, or a different submission awaits its verdict", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "A field breaks a rule (e.g. the adapter is not in the content store)", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The submission could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn submit(
+    state: web::Data<AppState>,
+    caller: Authenticated<WorkerRole>,
+    id: web::Path<Uuid>,
+    Json(body): Json<Submission>,
+) -> Result<HttpResponse, ApiError> {
+    let id = id.into_inner();
+    if body.task_id != id {
+        return Err(ApiError::invalid(
+            "task_id",
+            format!(
+                "{} does not match the task in the path ({id})",
+                body.task_id
+            ),
+        ));
+    }
+    for (path, cid) in [
+        ("adapter_cid", &body.adapter_cid),
+        ("metrics_cid", &body.metrics_cid),
+    ] {
+        if !state
+            .store
+            .has(&cid.0)
+            .await
+            .map_err(|e| ApiError::internal("content store", e))?
+        {
+            return Err(ApiError::invalid(
+                path,
+                format!("{cid} is not in the content store; upload it first"),
+            ));
+        }
+    }
+    let worker = tasks::registered_worker(&state.db, &caller.claims.sub.to_string()).await?;
+    let (stored, created) = tasks::submit(&state.db, &worker, &body, Utc::now()).await?;
+    let view = SubmissionView::from(stored);
+    Ok(if created {
+        HttpResponse::Created().json(view)
+    } else {
+        HttpResponse::Ok().json(view)
+    })
+}

@@ -1,0 +1,188 @@
+//! `/v1/validator/…`: the validator's work — submissions to score, verdicts, rounds ready to
+//! merge, and the merge that opens the next round or queues the payout. Validator role only.
+
+use crate::http::problem::{PROBLEM_JSON, ProblemBody};
+use actix_web::{HttpResponse, web};
+use chrono::Utc;
+use sea_orm::TransactionTrait;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::domain::flow::rounds::{self, Aggregate, AggregateOutcome};
+use crate::domain::flow::verdicts::{self, PendingValidation, ReadyRound, Verdict};
+use crate::domain::jobs::find_job;
+use crate::domain::lifecycle::JobStatus;
+use crate::http::auth::Authenticated;
+use crate::http::auth::extractor::ValidatorRole;
+use crate::http::extract::Json;
+use crate::http::problem::ApiError;
+use crate::http::routes::tasks::SubmissionView;
+use crate::state::AppState;
+
+const DEFAULT_LIMIT: u64 = 50;
+const MAX_LIMIT: u64 = 500;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PendingQuery {
+    pub limit: Option<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PendingPage {
+    pub submissions: Vec<PendingValidation>,
+}
+
+/// Submissions waiting for a verdict, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/validator/submissions",
+    operation_id = "pending_validations",
+    tag = "validator",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    params(PendingQuery),
+    responses(
+        (status = 200, description = "Submissions awaiting a verdict, oldest first", body = PendingPage),
+        (status = 400, description = "A query parameter is malformed", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "`limit` is outside 1..=500", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The submissions could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn pending(
+    state: web::Data<AppState>,
+    _caller: Authenticated<ValidatorRole>,
+    query: web::Query<PendingQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("{limit} is outside 1..={MAX_LIMIT}"),
+        ));
+    }
+    let submissions = verdicts::pending(&state.db, limit).await?;
+    Ok(HttpResponse::Ok().json(PendingPage { submissions }))
+}
+
+/// Records the verdict on a submission (once).
+#[utoipa::path(
+    post,
+    path = "/v1/validator/submissions/{id}/verdict",
+    operation_id = "record_verdict",
+    tag = "validator",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    params(("id" = Uuid, Path, description = "The submission id")),
+    request_body = Verdict,
+    responses(
+        (status = 200, description = "The submission with its verdict", body = SubmissionView),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No submission has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The submission already has its verdict, or its job is no longer open", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "Quality outside 0..=1, or a rejection without a reason", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The verdict could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn verdict(
+    state: web::Data<AppState>,
+    caller: Authenticated<ValidatorRole>,
+    id: web::Path<Uuid>,
+    Json(body): Json<Verdict>,
+) -> Result<HttpResponse, ApiError> {
+    let stored = verdicts::record(&state.db, id.into_inner(), &body, Utc::now()).await?;
+    tracing::info!(submission = %stored.id, verdict = %stored.verdict, validator = %caller.claims.sub, "verdict recorded");
+    Ok(HttpResponse::Ok().json(SubmissionView::from(stored)))
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReadyPage {
+    pub rounds: Vec<ReadyRound>,
+}
+
+/// Rounds whose adapters are all accepted, with the adapters to merge.
+#[utoipa::path(
+    get,
+    path = "/v1/validator/rounds",
+    operation_id = "ready_rounds",
+    tag = "validator",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    responses(
+        (status = 200, description = "Rounds whose adapters are all accepted, with the adapters to merge", body = ReadyPage),
+        (status = 500, description = "The rounds could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn ready_rounds(
+    state: web::Data<AppState>,
+    _caller: Authenticated<ValidatorRole>,
+) -> Result<HttpResponse, ApiError> {
+    let rounds = verdicts::ready_rounds(&state.db).await?;
+    Ok(HttpResponse::Ok().json(ReadyPage { rounds }))
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AggregateResponse {
+    pub outcome: AggregateOutcome,
+}
+
+/// Records the merge of a round: opens the next round from it, or queues the payout.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/rounds/{round}/aggregate",
+    operation_id = "record_aggregate",
+    tag = "validator",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    params(("id" = Uuid, Path, description = "The job id"), ("round" = i32, Path, description = "The round number, from 1")),
+    request_body = Aggregate,
+    responses(
+        (status = 200, description = "Next round opened, or the payout queued", body = AggregateResponse),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No such job or round", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The job is not open, or the round is not waiting for its merge", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The adapter is not in the content store, or a metric is not finite", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The merge could not be recorded", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn aggregate(
+    state: web::Data<AppState>,
+    caller: Authenticated<ValidatorRole>,
+    path: web::Path<(Uuid, i32)>,
+    Json(body): Json<Aggregate>,
+) -> Result<HttpResponse, ApiError> {
+    let (job_id, number) = path.into_inner();
+    if !state
+        .store
+        .has(&body.adapter_cid.0)
+        .await
+        .map_err(|e| ApiError::internal("content store", e))?
+    {
+        return Err(ApiError::invalid(
+            "adapter_cid",
+            format!(
+                "{} is not in the content store; upload it first",
+                body.adapter_cid
+            ),
+        ));
+    }
+    let txn = state.db.begin().await?;
+    let job = find_job(&txn, job_id).await?;
+    if job.status != JobStatus::Open {
+        return Err(ApiError::conflict(format!(
+            "job {job_id} is {}; nothing to merge",
+            job.status
+        )));
+    }
+    let outcome = rounds::record_aggregate(
+        &txn,
+        &job,
+        number,
+        &body,
+        state.config.task_max_attempts,
+        Utc::now(),
+    )
+    .await?;
+    txn.commit().await?;
+    tracing::info!(job = %job_id, round = number, ?outcome, validator = %caller.claims.sub, "round merged");
+    Ok(HttpResponse::Ok().json(AggregateResponse { outcome }))
+}

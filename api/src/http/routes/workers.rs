@@ -1,0 +1,240 @@
+//! Worker registration, heartbeat and profile. Every endpoint needs the worker role and acts
+//! on the caller's own address only.
+
+use actix_web::{HttpResponse, web};
+use chrono::{DateTime, Utc};
+use sea_orm::{
+    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter,
+};
+use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::{EthAddress, WeiAmount};
+use uuid::Uuid;
+
+use crate::entities::worker;
+use crate::http::auth::Authenticated;
+use crate::http::auth::extractor::WorkerRole;
+use crate::http::extract::Json;
+use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
+use crate::state::AppState;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Device {
+    Cpu,
+    Gpu,
+}
+
+/// What a worker can train on; tasks are matched against it at claim time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    pub device: Device,
+    /// Host memory available to training, MiB.
+    #[schema(minimum = 1, maximum = 1073741824)]
+    pub memory_mb: u64,
+    /// Accelerator memory, MiB; required with `device: gpu`, refused with `cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1073741824)]
+    pub gpu_memory_mb: Option<u64>,
+}
+
+/// Host memory a worker may claim: 1 PiB in MiB, far above any machine, to catch unit mix-ups.
+const MAX_MEMORY_MB: u64 = 1 << 30;
+
+impl Capabilities {
+    fn validate(&self) -> Result<(), ApiError> {
+        if !(1..=MAX_MEMORY_MB).contains(&self.memory_mb) {
+            return Err(ApiError::invalid(
+                "capabilities.memory_mb",
+                format!("{} is outside 1..={MAX_MEMORY_MB} MiB", self.memory_mb),
+            ));
+        }
+        match (self.device, self.gpu_memory_mb) {
+            (Device::Gpu, None) => Err(ApiError::invalid(
+                "capabilities.gpu_memory_mb",
+                "a gpu worker states its accelerator memory",
+            )),
+            (Device::Gpu, Some(m)) if !(1..=MAX_MEMORY_MB).contains(&m) => Err(ApiError::invalid(
+                "capabilities.gpu_memory_mb",
+                format!("{m} is outside 1..={MAX_MEMORY_MB} MiB"),
+            )),
+            (Device::Cpu, Some(_)) => Err(ApiError::invalid(
+                "capabilities.gpu_memory_mb",
+                "a cpu worker has no accelerator memory",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    pub capabilities: Capabilities,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WorkerProfile {
+    pub id: Uuid,
+    #[schema(value_type = EthAddress)]
+    pub address: String,
+    #[schema(value_type = Capabilities)]
+    pub capabilities: serde_json::Value,
+    /// Reputation in basis points, as last mirrored from chain.
+    #[schema(minimum = 0, maximum = 10000)]
+    pub reputation: i64,
+    #[schema(value_type = WeiAmount)]
+    pub earnings_wei: String,
+    pub last_heartbeat_at: Option<DateTime<Utc>>,
+    pub registered_at: DateTime<Utc>,
+}
+
+impl From<worker::Model> for WorkerProfile {
+    fn from(m: worker::Model) -> Self {
+        WorkerProfile {
+            id: m.id,
+            address: m.address,
+            capabilities: m.capabilities,
+            reputation: m.reputation,
+            earnings_wei: m.earnings_wei,
+            last_heartbeat_at: m.last_heartbeat_at,
+            registered_at: m.created_at,
+        }
+    }
+}
+
+async fn find(state: &AppState, address: &str) -> Result<Option<worker::Model>, ApiError> {
+    Ok(worker::Entity::find()
+        .filter(worker::Column::Address.eq(address))
+        .one(&state.db)
+        .await?)
+}
+
+/// Registers the caller, or updates its capabilities: 201 the first time, 200 after.
+#[utoipa::path(
+    post,
+    path = "/v1/workers/register",
+    operation_id = "register_worker",
+    tag = "workers",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    request_body = RegisterRequest,
+    responses(
+        (status = 200, description = "Capabilities updated", body = WorkerProfile),
+        (status = 201, description = "Registered", body = WorkerProfile),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The same address registered concurrently; retry", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The capabilities break a rule", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The worker could not be read or written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn register(
+    state: web::Data<AppState>,
+    caller: Authenticated<WorkerRole>,
+    Json(body): Json<RegisterRequest>,
+) -> Result<HttpResponse, ApiError> {
+    body.capabilities.validate()?;
+    let address = caller.claims.sub.to_string();
+    let capabilities = serde_json::to_value(&body.capabilities)
+        .map_err(|e| ApiError::internal("encoding capabilities", e))?;
+    let now = Utc::now();
+    if let Some(existing) = find(&state, &address).await? {
+        let mut active = existing.into_active_model();
+        active.capabilities = Set(capabilities);
+        active.updated_at = Set(now);
+        let updated = active.update(&state.db).await?;
+        return Ok(HttpResponse::Ok().json(WorkerProfile::from(updated)));
+    }
+    let inserted = worker::Entity::insert(worker::ActiveModel {
+        id: Set(Uuid::now_v7()),
+        address: Set(address.clone()),
+        capabilities: Set(capabilities),
+        reputation: Set(0),
+        earnings_wei: Set("0".into()),
+        last_heartbeat_at: Set(None),
+        created_at: Set(now),
+        updated_at: Set(now),
+    })
+    .exec(&state.db)
+    .await;
+    match inserted {
+        Ok(_) => {}
+        // A concurrent first registration by the same address won the unique index.
+        Err(err)
+            if matches!(
+                err.sql_err(),
+                Some(sea_orm::SqlErr::UniqueConstraintViolation(_))
+            ) =>
+        {
+            return Err(ApiError::conflict(format!(
+                "{address} was registered concurrently; retry to update"
+            )));
+        }
+        Err(err) => return Err(err.into()),
+    }
+    let created = find(&state, &address)
+        .await?
+        .ok_or_else(|| ApiError::internal("registration", "inserted worker not found"))?;
+    Ok(HttpResponse::Created().json(WorkerProfile::from(created)))
+}
+
+/// Records that the caller is alive.
+#[utoipa::path(
+    post,
+    path = "/v1/workers/heartbeat",
+    operation_id = "worker_heartbeat",
+    tag = "workers",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    responses(
+        (status = 204, description = "Recorded"),
+        (status = 404, description = "The caller is not registered", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The heartbeat could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn heartbeat(
+    state: web::Data<AppState>,
+    caller: Authenticated<WorkerRole>,
+) -> Result<HttpResponse, ApiError> {
+    let address = caller.claims.sub.to_string();
+    let now = Utc::now();
+    let updated = worker::Entity::update_many()
+        .col_expr(
+            worker::Column::LastHeartbeatAt,
+            sea_orm::sea_query::Expr::value(now),
+        )
+        .filter(worker::Column::Address.eq(address.as_str()))
+        .exec(&state.db)
+        .await?;
+    if updated.rows_affected == 0 {
+        return Err(ApiError::not_found(format!(
+            "{address} is not registered; POST /v1/workers/register first"
+        )));
+    }
+    Ok(HttpResponse::NoContent().finish())
+}
+
+/// The caller's own profile: reputation and earnings.
+#[utoipa::path(
+    get,
+    path = "/v1/workers/me",
+    operation_id = "get_worker_profile",
+    tag = "workers",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    responses(
+        (status = 200, description = "The profile", body = WorkerProfile),
+        (status = 404, description = "The caller is not registered", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The worker could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn me(
+    state: web::Data<AppState>,
+    caller: Authenticated<WorkerRole>,
+) -> Result<HttpResponse, ApiError> {
+    let address = caller.claims.sub.to_string();
+    let worker = find(&state, &address).await?.ok_or_else(|| {
+        ApiError::not_found(format!(
+            "{address} is not registered; POST /v1/workers/register first"
+        ))
+    })?;
+    Ok(HttpResponse::Ok().json(WorkerProfile::from(worker)))
+}

@@ -1,0 +1,67 @@
+//! What every handler and background loop may reach: the ports the caller built and the
+//! shared pieces assembled from the configuration. Its own module so the HTTP layer, the
+//! background loops and startup can all depend on it without depending on one another.
+
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+use shardwork_core::queue::TaskQueue;
+use shardwork_core::store::ContentStore;
+
+use crate::background::wakeups::Wakeups;
+use crate::chain::Chain;
+use crate::configuration::{ApiConfig, ConfigError};
+use crate::domain::jobs::{JobReads, job_reads};
+use crate::http::auth::tokens::TokenIssuer;
+use crate::http::metrics::Metrics;
+use crate::http::rate_limit::RateLimiter;
+
+/// The infrastructure the API runs on, built by the caller (the CLI, or a test).
+#[derive(Clone)]
+pub struct Ports {
+    /// Migrated to `shardwork_migrations::Migrator`'s latest version.
+    pub db: DatabaseConnection,
+    pub store: Arc<dyn ContentStore>,
+    pub queue: Arc<dyn TaskQueue>,
+    /// The escrow the API follows and pays out through; without it jobs cannot be funded.
+    pub chain: Option<Chain>,
+}
+
+/// Everything a handler may reach, shared by all workers of the server.
+pub struct AppState {
+    pub config: ApiConfig,
+    pub db: DatabaseConnection,
+    pub store: Arc<dyn ContentStore>,
+    pub queue: Arc<dyn TaskQueue>,
+    pub chain: Option<Chain>,
+    pub tokens: Arc<TokenIssuer>,
+    pub metrics: Metrics,
+    pub limiter: RateLimiter,
+    /// `GET /v1/jobs/{id}`'s reads, coalesced into shared round trips.
+    pub job_reads: JobReads,
+    pub wakeups: Wakeups,
+}
+
+impl AppState {
+    /// Checks the configuration and assembles the state.
+    pub fn new(config: ApiConfig, ports: Ports) -> Result<Arc<AppState>, Vec<ConfigError>> {
+        config.validate()?;
+        let tokens = Arc::new(TokenIssuer::new(
+            config.jwt_secret.expose().as_bytes(),
+            config.access_token_ttl_secs,
+            config.refresh_token_ttl_secs,
+        ));
+        Ok(Arc::new(AppState {
+            limiter: RateLimiter::new(config.rate_limit_per_minute),
+            job_reads: job_reads(ports.db.clone()),
+            wakeups: Wakeups::default(),
+            metrics: Metrics::default(),
+            tokens,
+            config,
+            db: ports.db,
+            store: ports.store,
+            queue: ports.queue,
+            chain: ports.chain,
+        }))
+    }
+}

@@ -1,0 +1,423 @@
+//! A job's events: the one definition of every kind of event in a job's feed and its payload.
+//!
+//! The API writes them (one row per event, beside the state change that caused it, in one
+//! transaction), its outbox dispatches the ones that cause effects, and they are served by
+//! `GET /v1/jobs/{id}/events` (and its stream) as `{"id", "kind", "payload", "created_at"}`.
+//! The CLI reads them as these types; the portal reads the same shapes from the OpenAPI
+//! description, which these types generate.
+//!
+//! On the wire an event is adjacently tagged: `{"kind": "verdict", "payload": {...}}`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::protocol::JobStatus;
+
+/// Something that happened to a job.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "payload", rename_all = "snake_case")]
+pub enum JobEvent {
+    /// The job was posted: its dataset split and stored, waiting for funding.
+    Created(Created),
+    /// The job was withdrawn before it started: by its requester, on chain, or because its
+    /// deadline passed unfunded.
+    Cancelled(Cancelled),
+    /// The escrow was funded with the job's terms; the job is open.
+    Funded(Funded),
+    /// A `createJob` named this job but could not fund it (wrong terms, or already funded).
+    FundingIgnored(FundingIgnored),
+    /// `markStarted` was mined: the requester can no longer cancel.
+    Started(Started),
+    /// A round's tasks were queued.
+    RoundOpened(RoundOpened),
+    /// A worker leased a task.
+    TaskClaimed(TaskClaimed),
+    /// A worker handed in an adapter.
+    Submitted(Submitted),
+    /// The validator judged a submission.
+    Verdict(VerdictRecorded),
+    /// A task went back to the queue (lease expired, or its adapter was rejected).
+    TaskRequeued(TaskAttempt),
+    /// A task used up its attempts.
+    TaskFailed(TaskAttempt),
+    /// Every shard of a round has an accepted adapter; the validator merges them.
+    RoundReady(RoundReady),
+    /// The validator merged a round.
+    Aggregated(Aggregated),
+    /// The last round was merged: the payout is being sent on chain.
+    Finalize(Finalize),
+    /// The payout was mined; the job is complete.
+    Completed(Completed),
+    /// The deadline passed unfinished: the refund is being sent on chain.
+    RefundDue(RefundDue),
+    /// The refund was mined.
+    Refunded(Refunded),
+}
+
+impl JobEvent {
+    /// The event's kind, as stored and sent (`round_opened`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            JobEvent::Created(_) => "created",
+            JobEvent::Cancelled(_) => "cancelled",
+            JobEvent::Funded(_) => "funded",
+            JobEvent::FundingIgnored(_) => "funding_ignored",
+            JobEvent::Started(_) => "started",
+            JobEvent::RoundOpened(_) => "round_opened",
+            JobEvent::TaskClaimed(_) => "task_claimed",
+            JobEvent::Submitted(_) => "submitted",
+            JobEvent::Verdict(_) => "verdict",
+            JobEvent::TaskRequeued(_) => "task_requeued",
+            JobEvent::TaskFailed(_) => "task_failed",
+            JobEvent::RoundReady(_) => "round_ready",
+            JobEvent::Aggregated(_) => "aggregated",
+            JobEvent::Finalize(_) => "finalize",
+            JobEvent::Completed(_) => "completed",
+            JobEvent::RefundDue(_) => "refund_due",
+            JobEvent::Refunded(_) => "refunded",
+        }
+    }
+
+    /// The event's payload alone, as stored beside its kind.
+    pub fn payload(&self) -> serde_json::Value {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(mut tagged)) => {
+                tagged.remove("payload").unwrap_or(serde_json::Value::Null)
+            }
+            // Every variant is a struct of plain fields, which always serialises to an object.
+            _ => serde_json::Value::Null,
+        }
+    }
+
+    /// The event stored as `kind` with `payload`.
+    pub fn from_parts(kind: &str, payload: serde_json::Value) -> Result<Self, serde_json::Error> {
+        serde_json::from_value(serde_json::json!({ "kind": kind, "payload": payload }))
+    }
+
+    /// The round the event belongs to, where it belongs to one.
+    pub fn round(&self) -> Option<u32> {
+        match self {
+            JobEvent::RoundOpened(e) => Some(e.round),
+            JobEvent::TaskClaimed(e) => Some(e.round),
+            JobEvent::Submitted(e) => Some(e.round),
+            JobEvent::Verdict(e) => Some(e.round),
+            JobEvent::TaskRequeued(e) | JobEvent::TaskFailed(e) => Some(e.round),
+            JobEvent::RoundReady(e) => Some(e.round),
+            JobEvent::Aggregated(e) => Some(e.round),
+            _ => None,
+        }
+    }
+}
+
+/// One event of a job's feed as the API serves it: `{"id", "kind", "payload", "created_at"}`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventView {
+    /// Increasing per server; pass the last one seen as `after`.
+    pub id: i64,
+    /// What happened (`kind`) and its details (`payload`, whose fields depend on `kind`).
+    #[serde(flatten)]
+    pub event: JobEvent,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A job status change, recorded in the payload of the event that made it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusChange {
+    pub from: JobStatus,
+    pub to: JobStatus,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Created {
+    /// Always `awaiting_funding`.
+    pub to: JobStatus,
+    pub manifest_cid: String,
+    pub spec_cid: String,
+    pub dataset_cid: String,
+    pub held_out_records: u64,
+    /// Records in each shard, by shard index.
+    pub shard_records: Vec<u64>,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancelled {
+    #[serde(flatten)]
+    pub change: StatusChange,
+    /// The requester who cancelled through the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// Why the platform cancelled it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The `cancel` transaction, when the requester cancelled on chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_hash: Option<String>,
+    /// The stake returned on chain, in wei (decimal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stake_wei: Option<String>,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Funded {
+    #[serde(flatten)]
+    pub change: StatusChange,
+    /// The escrow's id of the job (decimal `uint256`).
+    pub escrow_job_id: String,
+    pub tx_hash: String,
+    /// The escrow contract's address.
+    pub escrow: String,
+    /// Funded by the development funder on the requester's behalf.
+    pub dev_funded: bool,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FundingIgnored {
+    pub escrow_job_id: String,
+    pub tx_hash: String,
+    /// Why, and how the funder gets the stake back.
+    pub reason: String,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Started {
+    pub tx_hash: String,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundOpened {
+    pub round: u32,
+    /// Tasks queued: one per shard.
+    pub tasks: u32,
+    /// The adapter the round trains from: the previous round's merge; null in round 1.
+    pub base_adapter_cid: Option<String>,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskClaimed {
+    pub task_id: Uuid,
+    pub round: u32,
+    pub shard: u32,
+    /// The worker's address.
+    pub worker: String,
+    /// 1 for the first lease of the task.
+    pub attempt: u32,
+    pub lease_expires_at: DateTime<Utc>,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submitted {
+    pub submission_id: Uuid,
+    pub task_id: Uuid,
+    pub round: u32,
+    pub shard: u32,
+    pub worker: String,
+    /// Records the adapter was trained on.
+    pub samples: u64,
+    pub adapter_cid: String,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VerdictRecorded {
+    pub submission_id: Uuid,
+    pub task_id: Uuid,
+    pub round: u32,
+    pub worker: String,
+    pub accepted: bool,
+    /// 0 ..= 1; 0 for a rejection.
+    pub quality: f64,
+    /// Why it was rejected.
+    pub reason: Option<String>,
+    /// The measurements behind the verdict (metric, base metric, norms…).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub report: serde_json::Value,
+}
+
+/// A task that went back to the queue or failed, with its attempts so far.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskAttempt {
+    pub task_id: Uuid,
+    pub round: u32,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub reason: String,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundReady {
+    pub round: u32,
+    /// Accepted adapters, one per shard.
+    pub accepted: u32,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Aggregated {
+    pub round: u32,
+    /// The merged adapter.
+    pub adapter_cid: String,
+    /// The merged adapter's held-out metric.
+    pub metric: f64,
+    /// The base model's held-out metric.
+    pub base_metric: f64,
+    /// `accuracy`, `loss`, …
+    pub metric_name: String,
+    /// Anything else the validator measured (merge weights, truncation error…).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub details: serde_json::Value,
+}
+
+/// One contributor of a job, as the payout weighs it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Contribution {
+    pub address: String,
+    /// The score sent on chain, 0 ..= 10,000.
+    pub quality_bps: u16,
+    /// Samples trained on in accepted adapters.
+    pub samples: u64,
+    pub accepted: u32,
+    pub rejected: u32,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finalize {
+    /// The final adapter.
+    pub adapter_cid: String,
+    pub manifest_cid: Option<String>,
+    /// Every contributor with its score, sorted by address (the order the escrow wants).
+    pub contributions: Vec<Contribution>,
+}
+
+/// What one contributor was paid on chain.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payout {
+    pub address: String,
+    /// Wei (decimal).
+    pub amount_wei: String,
+    /// The contributor's reputation after this job, in basis points.
+    pub reputation: u32,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completed {
+    #[serde(flatten)]
+    pub change: StatusChange,
+    pub adapter_cid: String,
+    pub tx_hash: String,
+    pub payouts: Vec<Payout>,
+    /// The platform's fee, in wei (decimal).
+    pub fee_wei: String,
+    /// Rounding dust returned to the requester, in wei (decimal).
+    pub dust_wei: String,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundDue {
+    pub deadline: DateTime<Utc>,
+    /// The round the job had reached.
+    pub round: u32,
+}
+
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refunded {
+    #[serde(flatten)]
+    pub change: StatusChange,
+    pub tx_hash: String,
+    /// The stake returned, in wei (decimal).
+    pub stake_wei: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_event_is_stored_as_its_kind_and_payload_and_read_back() {
+        let event = JobEvent::RoundOpened(RoundOpened {
+            round: 2,
+            tasks: 3,
+            base_adapter_cid: Some("bafy".into()),
+        });
+        assert_eq!(event.kind(), "round_opened");
+        assert_eq!(
+            event.payload(),
+            json!({"round": 2, "tasks": 3, "base_adapter_cid": "bafy"})
+        );
+        assert_eq!(
+            JobEvent::from_parts(event.kind(), event.payload()).unwrap(),
+            event
+        );
+        assert_eq!(
+            serde_json::to_value(&event).unwrap()["kind"],
+            json!("round_opened")
+        );
+    }
+
+    #[test]
+    fn transitions_carry_from_and_to_beside_their_fields() {
+        let event = JobEvent::Cancelled(Cancelled {
+            change: StatusChange {
+                from: JobStatus::AwaitingFunding,
+                to: JobStatus::Cancelled,
+            },
+            by: Some("0xabc".into()),
+            reason: None,
+            tx_hash: None,
+            stake_wei: None,
+        });
+        assert_eq!(
+            event.payload(),
+            json!({"from": "awaiting_funding", "to": "cancelled", "by": "0xabc"})
+        );
+        assert_eq!(
+            JobEvent::from_parts("cancelled", event.payload()).unwrap(),
+            event
+        );
+    }
+
+    #[test]
+    fn every_kind_names_the_variant_serde_writes() {
+        let verdict = JobEvent::Verdict(VerdictRecorded {
+            submission_id: Uuid::nil(),
+            task_id: Uuid::nil(),
+            round: 1,
+            worker: "0x1".into(),
+            accepted: false,
+            quality: 0.0,
+            reason: Some("no gain".into()),
+            report: json!({"metric": 0.5}),
+        });
+        let refund = JobEvent::RefundDue(RefundDue {
+            deadline: DateTime::<Utc>::from_timestamp(0, 0).unwrap(),
+            round: 1,
+        });
+        for event in [verdict, refund] {
+            assert_eq!(
+                serde_json::to_value(&event).unwrap()["kind"],
+                json!(event.kind())
+            );
+        }
+        assert!(JobEvent::from_parts("no_such_kind", json!({})).is_err());
+    }
+}

@@ -1,0 +1,496 @@
+//! Dataset records: the one definition of every JSONL record shape a job's dataset may hold,
+//! and the one parser of them.
+//!
+//! The API checks every line of a dataset with [`DatasetRecord::parse`] and
+//! [`DatasetRecord::check_for`] when a job is posted; the trainer reads shards and held-out sets
+//! with the same two calls. So a record the API accepts is a record the trainer can train on,
+//! and a record the trainer would refuse is refused at posting, naming its line and field.
+//!
+//! | shape | JSON | trained as |
+//! |---|---|---|
+//! | [`DatasetRecord::Text`] | `{"text"}` | causal LM, every token learned |
+//! | [`DatasetRecord::PromptCompletion`] | `{"prompt","completion"}` | causal LM, completion learned |
+//! | [`DatasetRecord::Instruction`] | `{"instruction","input"?,"output"}` | causal LM, output learned |
+//! | [`DatasetRecord::Messages`] | `{"messages":[{"role","content"}]}` | causal LM via the chat template, assistant turns learned |
+//! | [`DatasetRecord::Labelled`] | `{"text","label"}` | sequence classification |
+//!
+//! Fields outside a record's shape are refused rather than ignored: a misspelt
+//! `"complection"` would otherwise train on nothing the requester meant.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::protocol::TrainingTask;
+
+/// The shapes, as error messages list them.
+pub const RECORD_SHAPES: &str = r#"expected {"text"}, {"prompt","completion"}, {"instruction","input","output"}, {"messages":[{"role","content"}]} or {"text","label"}"#;
+
+/// The roles a chat turn may take.
+pub const CHAT_ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+/// One turn of a chat record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: &str, content: &str) -> Self {
+        Self {
+            role: role.to_owned(),
+            content: content.to_owned(),
+        }
+    }
+}
+
+/// A classification label: an index into the job's labels, or a name the trainer maps to one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Label {
+    Int(u64),
+    Name(String),
+}
+
+impl Label {
+    /// The label as text (`3`, `positive`).
+    pub fn name(&self) -> String {
+        match self {
+            Label::Int(i) => i.to_string(),
+            Label::Name(s) => s.clone(),
+        }
+    }
+}
+
+/// One dataset record, of any shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatasetRecord {
+    Text(String),
+    PromptCompletion {
+        prompt: String,
+        completion: String,
+    },
+    Instruction {
+        instruction: String,
+        /// Empty when the record has none.
+        input: String,
+        output: String,
+    },
+    Messages(Vec<ChatMessage>),
+    Labelled {
+        text: String,
+        label: Label,
+    },
+}
+
+/// Why a record was refused: the field at fault (a path such as `messages[1].role`; `None` for
+/// the record as a whole) and a sentence that names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl RecordError {
+    fn record(message: impl Into<String>) -> Self {
+        Self {
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+
+    /// Whether the message contains `needle` (for callers that match on the sentence).
+    pub fn contains(&self, needle: &str) -> bool {
+        self.message.contains(needle)
+    }
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+type Fields<'a> = &'a Map<String, Value>;
+
+/// A string field: `Ok(None)` when absent or null.
+fn optional_string(obj: Fields, key: &str) -> Result<Option<String>, RecordError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(RecordError::field(
+            key,
+            format!("field {key:?} must be a string, found {other}"),
+        )),
+    }
+}
+
+/// A string field the shape needs, non-empty where `nonempty`.
+fn required_string(
+    obj: Fields,
+    key: &str,
+    shape: &str,
+    nonempty: Option<&str>,
+) -> Result<String, RecordError> {
+    match optional_string(obj, key)? {
+        None => Err(RecordError::field(
+            key,
+            format!("missing field `{key}` of a {shape} record; {RECORD_SHAPES}"),
+        )),
+        Some(s) if s.trim().is_empty() && nonempty.is_some() => Err(RecordError::field(
+            key,
+            format!("field {key:?} is empty{}", nonempty.unwrap_or_default()),
+        )),
+        Some(s) => Ok(s),
+    }
+}
+
+/// Refuses any field outside `allowed`.
+fn only(obj: Fields, allowed: &[&str], shape: &str) -> Result<(), RecordError> {
+    match obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(key) => Err(RecordError::field(
+            key.as_str(),
+            format!("field {key:?} is not part of a {shape} record"),
+        )),
+        None => Ok(()),
+    }
+}
+
+const NOTHING_TO_LEARN: &str = ", so there is nothing to learn";
+
+impl DatasetRecord {
+    /// Parses one JSONL line (without its newline).
+    pub fn parse(line: &[u8]) -> Result<Self, RecordError> {
+        let value: Value = serde_json::from_slice(line).map_err(|e| {
+            // serde_json's own line is always 1 here; its column and message are what help.
+            let text = e.to_string();
+            let text = text.rfind(" at line ").map_or(&text[..], |i| &text[..i]);
+            RecordError::record(format!("not JSON: {text} (column {})", e.column()))
+        })?;
+        Self::from_json(&value)
+    }
+
+    /// Reads one record from a JSON value; its shape is chosen by the fields it has.
+    pub fn from_json(value: &Value) -> Result<Self, RecordError> {
+        let Value::Object(obj) = value else {
+            return Err(RecordError::record(format!(
+                "record is not a JSON object; {RECORD_SHAPES}"
+            )));
+        };
+        if obj.contains_key("messages") {
+            only(obj, &["messages"], r#"{"messages"}"#)?;
+            return Self::messages(&obj["messages"]);
+        }
+        if obj.contains_key("instruction") || obj.contains_key("output") {
+            let shape = r#"{"instruction","input","output"}"#;
+            only(obj, &["instruction", "input", "output"], shape)?;
+            return Ok(DatasetRecord::Instruction {
+                instruction: required_string(obj, "instruction", shape, None)?,
+                input: optional_string(obj, "input")?.unwrap_or_default(),
+                output: required_string(obj, "output", shape, Some(NOTHING_TO_LEARN))?,
+            });
+        }
+        if obj.contains_key("prompt") || obj.contains_key("completion") {
+            let shape = r#"{"prompt","completion"}"#;
+            only(obj, &["prompt", "completion"], shape)?;
+            return Ok(DatasetRecord::PromptCompletion {
+                prompt: required_string(obj, "prompt", shape, None)?,
+                completion: required_string(obj, "completion", shape, Some(NOTHING_TO_LEARN))?,
+            });
+        }
+        if obj.contains_key("label") {
+            let shape = r#"{"text","label"}"#;
+            only(obj, &["text", "label"], shape)?;
+            let text = required_string(obj, "text", shape, Some(""))?;
+            let label = match &obj["label"] {
+                Value::Number(n) => n.as_u64().map(Label::Int).ok_or_else(|| {
+                    RecordError::field(
+                        "label",
+                        format!("label {n} is not a non-negative integer or a name"),
+                    )
+                })?,
+                Value::String(s) if !s.trim().is_empty() => Label::Name(s.clone()),
+                other => {
+                    return Err(RecordError::field(
+                        "label",
+                        format!("label {other} is not a non-negative integer or a name"),
+                    ));
+                }
+            };
+            return Ok(DatasetRecord::Labelled { text, label });
+        }
+        if obj.contains_key("text") {
+            only(obj, &["text"], r#"{"text"}"#)?;
+            return Ok(DatasetRecord::Text(required_string(
+                obj,
+                "text",
+                r#"{"text"}"#,
+                Some(""),
+            )?));
+        }
+        Err(RecordError::record(match obj.keys().next() {
+            Some(key) => format!("field {key:?} is not part of any record shape; {RECORD_SHAPES}"),
+            None => format!("the record is empty; {RECORD_SHAPES}"),
+        }))
+    }
+
+    fn messages(value: &Value) -> Result<Self, RecordError> {
+        let Value::Array(items) = value else {
+            return Err(RecordError::field(
+                "messages",
+                "field \"messages\" must be an array",
+            ));
+        };
+        let mut messages = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let role = item.get("role").and_then(Value::as_str);
+            let content = item.get("content").and_then(Value::as_str);
+            let (Some(role), Some(content)) = (role, content) else {
+                return Err(RecordError::field(
+                    format!("messages[{i}]"),
+                    format!("messages[{i}] needs string fields \"role\" and \"content\""),
+                ));
+            };
+            if let Some(key) = item
+                .as_object()
+                .and_then(|o| o.keys().find(|k| *k != "role" && *k != "content"))
+            {
+                return Err(RecordError::field(
+                    format!("messages[{i}].{key}"),
+                    format!("messages[{i}] has field {key:?}; a turn is {{\"role\",\"content\"}}"),
+                ));
+            }
+            if !CHAT_ROLES.contains(&role) {
+                return Err(RecordError::field(
+                    format!("messages[{i}].role"),
+                    format!("messages[{i}].role {role:?} is not one of {CHAT_ROLES:?}"),
+                ));
+            }
+            messages.push(ChatMessage::new(role, content));
+        }
+        if !messages.iter().any(|m| m.role == "assistant") {
+            return Err(RecordError::field(
+                "messages",
+                format!("messages has no assistant turn{NOTHING_TO_LEARN}"),
+            ));
+        }
+        Ok(DatasetRecord::Messages(messages))
+    }
+
+    /// The shape's name, as [`RECORD_SHAPES`] writes it.
+    pub fn shape(&self) -> &'static str {
+        match self {
+            DatasetRecord::Text(_) => r#"{"text"}"#,
+            DatasetRecord::PromptCompletion { .. } => r#"{"prompt","completion"}"#,
+            DatasetRecord::Instruction { .. } => r#"{"instruction","input","output"}"#,
+            DatasetRecord::Messages(_) => r#"{"messages"}"#,
+            DatasetRecord::Labelled { .. } => r#"{"text","label"}"#,
+        }
+    }
+
+    /// Whether this record can be trained by a job of `task` with `num_labels` labels
+    /// (classification only; integer labels must be below it).
+    pub fn check_for(
+        &self,
+        task: TrainingTask,
+        num_labels: Option<u32>,
+    ) -> Result<(), RecordError> {
+        match (task, self) {
+            (TrainingTask::SequenceClassification, DatasetRecord::Labelled { label, .. }) => {
+                match (label, num_labels) {
+                    (Label::Int(label), Some(n)) if *label >= u64::from(n) => {
+                        Err(RecordError::field(
+                            "label",
+                            format!("label {label} is outside 0..{n} (num_labels)"),
+                        ))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            (TrainingTask::SequenceClassification, DatasetRecord::Text(_)) => {
+                Err(RecordError::field(
+                    "label",
+                    "missing field `label`: a sequence-classification record is {\"text\",\"label\"}",
+                ))
+            }
+            (TrainingTask::SequenceClassification, other) => Err(RecordError::record(format!(
+                "a {} record is for causal-LM jobs; a sequence-classification record is \
+                 {{\"text\",\"label\"}}",
+                other.shape()
+            ))),
+            (TrainingTask::CausalLm, DatasetRecord::Labelled { .. }) => Err(RecordError::field(
+                "label",
+                "field \"label\" belongs to sequence-classification records; a causal-LM job \
+                 takes {\"text\"}, {\"prompt\",\"completion\"}, {\"instruction\",\"input\",\"output\"} \
+                 or {\"messages\"}",
+            )),
+            (TrainingTask::CausalLm, _) => Ok(()),
+        }
+    }
+
+    /// Parses one line and checks it fits a job of `task` (see [`Self::check_for`]).
+    pub fn parse_for(
+        line: &[u8],
+        task: TrainingTask,
+        num_labels: Option<u32>,
+    ) -> Result<Self, RecordError> {
+        let record = Self::parse(line)?;
+        record.check_for(task, num_labels)?;
+        Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_shape_is_recognised() {
+        assert_eq!(
+            DatasetRecord::from_json(&json!({"text": "hello"})).unwrap(),
+            DatasetRecord::Text("hello".into())
+        );
+        assert_eq!(
+            DatasetRecord::from_json(&json!({"instruction": "Add", "input": "1+1", "output": "2"}))
+                .unwrap(),
+            DatasetRecord::Instruction {
+                instruction: "Add".into(),
+                input: "1+1".into(),
+                output: "2".into()
+            }
+        );
+        assert_eq!(
+            DatasetRecord::from_json(&json!({"instruction": "Add", "output": "2"})).unwrap(),
+            DatasetRecord::Instruction {
+                instruction: "Add".into(),
+                input: String::new(),
+                output: "2".into()
+            }
+        );
+        assert_eq!(
+            DatasetRecord::from_json(&json!({"prompt": "2+2=", "completion": "4"})).unwrap(),
+            DatasetRecord::PromptCompletion {
+                prompt: "2+2=".into(),
+                completion: "4".into()
+            }
+        );
+        let m = DatasetRecord::from_json(&json!({"messages": [
+            {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}
+        ]}))
+        .unwrap();
+        assert!(matches!(m, DatasetRecord::Messages(ms) if ms.len() == 2));
+        assert_eq!(
+            DatasetRecord::parse(br#"{"text":"fine","label":"pos"}"#).unwrap(),
+            DatasetRecord::Labelled {
+                text: "fine".into(),
+                label: Label::Name("pos".into())
+            }
+        );
+        assert_eq!(
+            DatasetRecord::parse(br#"{"text":"fine","label":1}"#).unwrap(),
+            DatasetRecord::Labelled {
+                text: "fine".into(),
+                label: Label::Int(1)
+            }
+        );
+    }
+
+    #[test]
+    fn records_without_anything_to_learn_are_rejected_with_the_reason() {
+        let cases = [
+            (
+                json!({"messages": [{"role": "user", "content": "Hi"}]}),
+                "no assistant turn",
+            ),
+            (json!({"messages": [{"role": "user"}]}), "messages[0]"),
+            (
+                json!({"instruction": "x", "output": ""}),
+                "\"output\" is empty",
+            ),
+            (json!({"text": 5}), "\"text\" must be a string"),
+            (json!({"prompt": "x"}), "expected {\"text\"}"),
+            (json!([1, 2]), "not a JSON object"),
+        ];
+        for (value, expected) in cases {
+            let err = DatasetRecord::from_json(&value).unwrap_err();
+            assert!(err.contains(expected), "{value}: {err}");
+        }
+    }
+
+    #[test]
+    fn an_error_names_the_field_at_fault() {
+        let field = |line: &str| DatasetRecord::parse(line.as_bytes()).unwrap_err().field;
+        assert_eq!(
+            field(r#"{"prompt":"p","complection":"c"}"#).as_deref(),
+            Some("complection")
+        );
+        assert_eq!(
+            field(r#"{"messages":[{"role":"robot","content":"x"}]}"#).as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            field(r#"{"prompt":"p","completion":""}"#).as_deref(),
+            Some("completion")
+        );
+        assert_eq!(
+            field(r#"{"text":"t","label":-1}"#).as_deref(),
+            Some("label")
+        );
+        assert_eq!(field(r#"{"text":"#), None);
+        assert!(
+            DatasetRecord::parse(b"{\"text\": oops}")
+                .unwrap_err()
+                .contains("not JSON")
+        );
+    }
+
+    #[test]
+    fn a_record_must_fit_the_jobs_task() {
+        let labelled = DatasetRecord::parse(br#"{"text":"a","label":7}"#).unwrap();
+        let err = labelled
+            .check_for(TrainingTask::SequenceClassification, Some(2))
+            .unwrap_err();
+        assert!(err.contains("label 7 is outside 0..2"), "{err}");
+        assert!(
+            labelled
+                .check_for(TrainingTask::SequenceClassification, Some(8))
+                .is_ok()
+        );
+        assert_eq!(
+            labelled
+                .check_for(TrainingTask::CausalLm, None)
+                .unwrap_err()
+                .field
+                .as_deref(),
+            Some("label")
+        );
+        let text = DatasetRecord::parse(br#"{"text":"a"}"#).unwrap();
+        assert!(text.check_for(TrainingTask::CausalLm, None).is_ok());
+        assert!(
+            text.check_for(TrainingTask::SequenceClassification, Some(2))
+                .unwrap_err()
+                .contains("missing field `label`")
+        );
+        let chat = DatasetRecord::parse(
+            br#"{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}"#,
+        )
+        .unwrap();
+        assert!(
+            chat.check_for(TrainingTask::SequenceClassification, Some(2))
+                .unwrap_err()
+                .contains("for causal-LM jobs")
+        );
+    }
+}
