@@ -64,14 +64,15 @@ fn spec(model_cid: &str, causal: bool) -> Value {
     json!({
         "version": 1, "kind": "federated", "base_model": base_model,
         "lora": { "r": 4, "alpha": 8, "dropout": 0.0, "target_modules": targets },
-        "training": { "epochs": 1, "learning_rate": 0.001, "batch_size": 2, "max_seq_len": 32, "seed": 7 },
+        "training": { "epochs": 1, "learning_rate": 0.001, "batch_size": 2, "max_seq_len": 128, "seed": 7 },
         "shards": 2, "rounds": 1, "held_out_fraction": 0.2,
         "deadline": (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339(),
         "stake": { "amount": "1000000000000000" }
     })
 }
 
-/// Ten records of one shape, as a dataset file.
+/// Ten records of one shape, as a dataset file. (SmolLM2's chat template adds a default
+/// system prompt of about 30 tokens, hence 128 tokens for the causal-LM jobs.)
 fn records(shape: &str) -> String {
     (0..10)
         .map(|i| {
@@ -168,8 +169,6 @@ fn train(model: &Path, data: &Path, out: &Path, extra: &[&str]) -> Value {
         "0",
         "--batch-size",
         "2",
-        "--max-seq-len",
-        "32",
         "--json",
     ];
     args.extend_from_slice(extra);
@@ -203,7 +202,13 @@ async fn every_record_shape_is_posted_through_the_api_and_trained_by_the_trainer
     let out = shardwork(&["model", "sample", &p(&bert)], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let bert_cid = put_model(&bert, &data_dir);
-    let llama_cid = gguf.as_deref().map(|g| put_model(g, &data_dir));
+    // A model bundle is a folder (docs/decisions/0012-folders-are-bundles.md).
+    let llama_cid = gguf.as_deref().map(|g| {
+        let bundle = d.join("llama");
+        std::fs::create_dir_all(&bundle).unwrap();
+        std::fs::copy(g, bundle.join(g.file_name().unwrap())).unwrap();
+        put_model(&bundle, &data_dir)
+    });
 
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
@@ -228,12 +233,12 @@ async fn every_record_shape_is_posted_through_the_api_and_trained_by_the_trainer
     bad.push_str("{\"prompt\": \"p\", \"complection\": \"c\"}\n");
     let err = post(d, &env, "bad", &spec(&bert_cid, true), &bad).unwrap_err();
     assert!(
-        err.contains("dataset:11") && err.contains("complection"),
+        err.contains("line 11:") && err.contains("complection"),
         "{err}"
     );
     // ... and a causal-LM record in a classification job, naming its line.
     let err = post(d, &env, "mixed", &spec(&bert_cid, false), &records("text")).unwrap_err();
-    assert!(err.contains("dataset:1") && err.contains("label"), "{err}");
+    assert!(err.contains("line 1:") && err.contains("label"), "{err}");
 
     let classify_job = post(
         d,
@@ -248,7 +253,7 @@ async fn every_record_shape_is_posted_through_the_api_and_trained_by_the_trainer
         &bert,
         &shard,
         &d.join("labelled.adapter"),
-        &["--epochs", "1"],
+        &["--epochs", "1", "--max-seq-len", "32"],
     );
     assert!(report["steps"].as_u64().unwrap() >= 1, "{report}");
 
@@ -264,7 +269,7 @@ async fn every_record_shape_is_posted_through_the_api_and_trained_by_the_trainer
             &gguf,
             &shard,
             &d.join(format!("{shape}.adapter")),
-            &["--steps", "1"],
+            &["--steps", "1", "--max-seq-len", "128"],
         );
         assert!(report["steps"].as_u64().unwrap() >= 1, "{shape}: {report}");
         let loss = report["final_loss"].as_f64().unwrap_or(f64::NAN);

@@ -147,7 +147,8 @@ async fn apply<C: ConnectionTrait>(
                 Transition::Complete,
                 |change| {
                     JobEvent::Completed(events::Completed {
-                        change,
+                        from: change.from,
+                        to: change.to,
                         adapter_cid: done.adapterCid.clone(),
                         tx_hash: tx_hash.clone(),
                         payouts: paid,
@@ -167,7 +168,8 @@ async fn apply<C: ConnectionTrait>(
                     Transition::Refund,
                     |change| {
                         JobEvent::Refunded(events::Refunded {
-                            change,
+                            from: change.from,
+                            to: change.to,
                             tx_hash: tx_hash.clone(),
                             stake_wei: refunded.stake.to_string(),
                         })
@@ -185,7 +187,8 @@ async fn apply<C: ConnectionTrait>(
                     Transition::CancelOnChain,
                     |change| {
                         JobEvent::Cancelled(events::Cancelled {
-                            change,
+                            from: change.from,
+                            to: change.to,
                             by: None,
                             reason: None,
                             tx_hash: Some(tx_hash.clone()),
@@ -319,7 +322,8 @@ async fn on_created<C: ConnectionTrait>(
         Transition::Fund,
         |change| {
             JobEvent::Funded(events::Funded {
-                change,
+                from: change.from,
+                to: change.to,
                 escrow_job_id: created.jobId.to_string(),
                 tx_hash: tx_hash.to_owned(),
                 escrow: address_text(chain.escrow),

@@ -62,7 +62,8 @@ pub async fn reap_once(
                 Transition::Cancel,
                 |change| {
                     JobEvent::Cancelled(events::Cancelled {
-                        change,
+                        from: change.from,
+                        to: change.to,
                         by: None,
                         reason: Some("the deadline passed before the job was funded".into()),
                         tx_hash: None,

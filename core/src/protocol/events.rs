@@ -112,8 +112,12 @@ impl JobEvent {
 }
 
 /// One event of a job's feed as the API serves it: `{"id", "kind", "payload", "created_at"}`.
+///
+/// Read back through its kind and payload ([`JobEvent::from_parts`]) rather than serde's
+/// `flatten`, which buffers the input and, with serde_json's `arbitrary_precision` (on in this
+/// workspace through alloy), turns every number into a map no `f64` field accepts.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EventView {
     /// Increasing per server; pass the last one seen as `after`.
     pub id: i64,
@@ -123,9 +127,28 @@ pub struct EventView {
     pub created_at: DateTime<Utc>,
 }
 
-/// A job status change, recorded in the payload of the event that made it.
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+impl<'de> Deserialize<'de> for EventView {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Stored {
+            id: i64,
+            kind: String,
+            payload: serde_json::Value,
+            created_at: DateTime<Utc>,
+        }
+        let stored = Stored::deserialize(deserializer)?;
+        let event = JobEvent::from_parts(&stored.kind, stored.payload)
+            .map_err(|e| serde::de::Error::custom(format!("{} event: {e}", stored.kind)))?;
+        Ok(EventView {
+            id: stored.id,
+            event,
+            created_at: stored.created_at,
+        })
+    }
+}
+
+/// A job status change: the payload of the event that made it carries both as `from`, `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatusChange {
     pub from: JobStatus,
     pub to: JobStatus,
@@ -147,8 +170,8 @@ pub struct Created {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cancelled {
-    #[serde(flatten)]
-    pub change: StatusChange,
+    pub from: JobStatus,
+    pub to: JobStatus,
     /// The requester who cancelled through the API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
@@ -166,8 +189,8 @@ pub struct Cancelled {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Funded {
-    #[serde(flatten)]
-    pub change: StatusChange,
+    pub from: JobStatus,
+    pub to: JobStatus,
     /// The escrow's id of the job (decimal `uint256`).
     pub escrow_job_id: String,
     pub tx_hash: String,
@@ -318,8 +341,8 @@ pub struct Payout {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completed {
-    #[serde(flatten)]
-    pub change: StatusChange,
+    pub from: JobStatus,
+    pub to: JobStatus,
     pub adapter_cid: String,
     pub tx_hash: String,
     pub payouts: Vec<Payout>,
@@ -340,8 +363,8 @@ pub struct RefundDue {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refunded {
-    #[serde(flatten)]
-    pub change: StatusChange,
+    pub from: JobStatus,
+    pub to: JobStatus,
     pub tx_hash: String,
     /// The stake returned, in wei (decimal).
     pub stake_wei: String,
@@ -377,10 +400,8 @@ mod tests {
     #[test]
     fn transitions_carry_from_and_to_beside_their_fields() {
         let event = JobEvent::Cancelled(Cancelled {
-            change: StatusChange {
-                from: JobStatus::AwaitingFunding,
-                to: JobStatus::Cancelled,
-            },
+            from: JobStatus::AwaitingFunding,
+            to: JobStatus::Cancelled,
             by: Some("0xabc".into()),
             reason: None,
             tx_hash: None,
@@ -393,6 +414,49 @@ mod tests {
         assert_eq!(
             JobEvent::from_parts("cancelled", event.payload()).unwrap(),
             event
+        );
+    }
+
+    #[test]
+    fn a_served_event_with_numbers_everywhere_reads_back() {
+        let view = EventView {
+            id: 7,
+            event: JobEvent::Completed(Completed {
+                from: JobStatus::Open,
+                to: JobStatus::Completed,
+                adapter_cid: "bafy".into(),
+                tx_hash: "0x1".into(),
+                payouts: vec![Payout {
+                    address: "0xa".into(),
+                    amount_wei: "10".into(),
+                    reputation: 1069,
+                }],
+                fee_wei: "1".into(),
+                dust_wei: "0".into(),
+            }),
+            created_at: DateTime::<Utc>::from_timestamp(1, 0).unwrap(),
+        };
+        let text = serde_json::to_string(&view).unwrap();
+        assert_eq!(serde_json::from_str::<EventView>(&text).unwrap(), view);
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["payload"]["payouts"][0]["reputation"], json!(1069));
+        assert_eq!(value["payload"]["from"], json!("open"));
+        let aggregated = EventView {
+            id: 8,
+            event: JobEvent::Aggregated(Aggregated {
+                round: 2,
+                adapter_cid: "bafy".into(),
+                metric: 0.75,
+                base_metric: 0.5,
+                metric_name: "accuracy".into(),
+                details: json!({"weights": [0.5, 0.5]}),
+            }),
+            created_at: DateTime::<Utc>::from_timestamp(2, 0).unwrap(),
+        };
+        let text = serde_json::to_string(&aggregated).unwrap();
+        assert_eq!(
+            serde_json::from_str::<EventView>(&text).unwrap(),
+            aggregated
         );
     }
 

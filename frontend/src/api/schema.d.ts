@@ -646,6 +646,26 @@ export type components = {
             /** @description Name of the metric, e.g. `accuracy` or `loss`. */
             metric_name: string;
         };
+        Aggregated: {
+            /** @description The merged adapter. */
+            adapter_cid: string;
+            /**
+             * Format: double
+             * @description The base model's held-out metric.
+             */
+            base_metric: number;
+            /** @description Anything else the validator measured (merge weights, truncation error…). */
+            details: Record<string, unknown>;
+            /**
+             * Format: double
+             * @description The merged adapter's held-out metric.
+             */
+            metric: number;
+            /** @description `accuracy`, `loss`, … */
+            metric_name: string;
+            /** Format: int32 */
+            round: number;
+        };
         /**
          * @description What recording a merge led to.
          * @enum {string}
@@ -670,6 +690,18 @@ export type components = {
             num_labels?: number | null;
             task: components["schemas"]["TrainingTask"];
         };
+        Cancelled: {
+            /** @description The requester who cancelled through the API. */
+            by?: string | null;
+            from: components["schemas"]["JobStatus"];
+            /** @description Why the platform cancelled it. */
+            reason?: string | null;
+            /** @description The stake returned on chain, in wei (decimal). */
+            stake_wei?: string | null;
+            to: components["schemas"]["JobStatus"];
+            /** @description The `cancel` transaction, when the requester cancelled on chain. */
+            tx_hash?: string | null;
+        };
         /** @description What a worker can train on; tasks are matched against it at claim time. */
         Capabilities: {
             device: components["schemas"]["Device"];
@@ -693,12 +725,52 @@ export type components = {
             /** @description The account the API signs `markStarted` and payouts with. */
             operator: string;
         };
+        Completed: {
+            adapter_cid: string;
+            /** @description Rounding dust returned to the requester, in wei (decimal). */
+            dust_wei: string;
+            /** @description The platform's fee, in wei (decimal). */
+            fee_wei: string;
+            from: components["schemas"]["JobStatus"];
+            payouts: components["schemas"]["Payout"][];
+            to: components["schemas"]["JobStatus"];
+            tx_hash: string;
+        };
         /**
          * Format: cid
          * @description An IPFS CID: base32 (`b…`) for CIDv1, base58btc (`Qm…`) for CIDv0.
          * @example bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku
          */
         ContentId: string;
+        /** @description One contributor of a job, as the payout weighs it. */
+        Contribution: {
+            /** Format: int32 */
+            accepted: number;
+            address: string;
+            /**
+             * Format: int32
+             * @description The score sent on chain, 0 ..= 10,000.
+             */
+            quality_bps: number;
+            /** Format: int32 */
+            rejected: number;
+            /**
+             * Format: int64
+             * @description Samples trained on in accepted adapters.
+             */
+            samples: number;
+        };
+        Created: {
+            dataset_cid: string;
+            /** Format: int64 */
+            held_out_records: number;
+            manifest_cid: string;
+            /** @description Records in each shard, by shard index. */
+            shard_records: number[];
+            spec_cid: string;
+            /** @description Always `awaiting_funding`. */
+            to: components["schemas"]["JobStatus"];
+        };
         /** @description `application/json` body: a spec and a dataset already in the content store. */
         CreateJobFromCid: {
             /** @description The dataset (JSONL), stored before. */
@@ -748,7 +820,14 @@ export type components = {
              */
             next_after?: number | null;
         };
-        EventView: {
+        /**
+         * @description One event of a job's feed as the API serves it: `{"id", "kind", "payload", "created_at"}`.
+         *
+         *     Read back through its kind and payload ([`JobEvent::from_parts`]) rather than serde's
+         *     `flatten`, which buffers the input and, with serde_json's `arbitrary_precision` (on in this
+         *     workspace through alloy), turns every number into a map no `f64` field accepts.
+         */
+        EventView: components["schemas"]["JobEvent"] & {
             /** Format: date-time */
             created_at: string;
             /**
@@ -756,10 +835,6 @@ export type components = {
              * @description Increasing per server; pass the last one seen as `after`.
              */
             id: number;
-            /** @description What happened: `created`, `cancelled`, `funded`, … */
-            kind: string;
-            /** @description The event's details; their fields depend on `kind`. */
-            payload: Record<string, never>;
         };
         ExtendRequest: {
             /** Format: uuid */
@@ -774,6 +849,30 @@ export type components = {
         FieldError: {
             message: string;
             path: string;
+        };
+        Finalize: {
+            /** @description The final adapter. */
+            adapter_cid: string;
+            /** @description Every contributor with its score, sorted by address (the order the escrow wants). */
+            contributions: components["schemas"]["Contribution"][];
+            manifest_cid?: string | null;
+        };
+        Funded: {
+            /** @description Funded by the development funder on the requester's behalf. */
+            dev_funded: boolean;
+            /** @description The escrow contract's address. */
+            escrow: string;
+            /** @description The escrow's id of the job (decimal `uint256`). */
+            escrow_job_id: string;
+            from: components["schemas"]["JobStatus"];
+            to: components["schemas"]["JobStatus"];
+            tx_hash: string;
+        };
+        FundingIgnored: {
+            escrow_job_id: string;
+            /** @description Why, and how the funder gets the stake back. */
+            reason: string;
+            tx_hash: string;
         };
         /** @description `createJob(token, stake, specCid, deadline, kind)` for a job, payable with `stake` in ETH. */
         FundingTerms: {
@@ -802,6 +901,96 @@ export type components = {
              */
             key: string;
             sealed_cid: components["schemas"]["ContentId"];
+        };
+        /** @description Something that happened to a job. */
+        JobEvent: {
+            /** @enum {string} */
+            kind: "created";
+            /** @description The job was posted: its dataset split and stored, waiting for funding. */
+            payload: components["schemas"]["Created"];
+        } | {
+            /** @enum {string} */
+            kind: "cancelled";
+            /**
+             * @description The job was withdrawn before it started: by its requester, on chain, or because its
+             *     deadline passed unfunded.
+             */
+            payload: components["schemas"]["Cancelled"];
+        } | {
+            /** @enum {string} */
+            kind: "funded";
+            /** @description The escrow was funded with the job's terms; the job is open. */
+            payload: components["schemas"]["Funded"];
+        } | {
+            /** @enum {string} */
+            kind: "funding_ignored";
+            /** @description A `createJob` named this job but could not fund it (wrong terms, or already funded). */
+            payload: components["schemas"]["FundingIgnored"];
+        } | {
+            /** @enum {string} */
+            kind: "started";
+            /** @description `markStarted` was mined: the requester can no longer cancel. */
+            payload: components["schemas"]["Started"];
+        } | {
+            /** @enum {string} */
+            kind: "round_opened";
+            /** @description A round's tasks were queued. */
+            payload: components["schemas"]["RoundOpened"];
+        } | {
+            /** @enum {string} */
+            kind: "task_claimed";
+            /** @description A worker leased a task. */
+            payload: components["schemas"]["TaskClaimed"];
+        } | {
+            /** @enum {string} */
+            kind: "submitted";
+            /** @description A worker handed in an adapter. */
+            payload: components["schemas"]["Submitted"];
+        } | {
+            /** @enum {string} */
+            kind: "verdict";
+            /** @description The validator judged a submission. */
+            payload: components["schemas"]["VerdictRecorded"];
+        } | {
+            /** @enum {string} */
+            kind: "task_requeued";
+            /** @description A task went back to the queue (lease expired, or its adapter was rejected). */
+            payload: components["schemas"]["TaskAttempt"];
+        } | {
+            /** @enum {string} */
+            kind: "task_failed";
+            /** @description A task used up its attempts. */
+            payload: components["schemas"]["TaskAttempt"];
+        } | {
+            /** @enum {string} */
+            kind: "round_ready";
+            /** @description Every shard of a round has an accepted adapter; the validator merges them. */
+            payload: components["schemas"]["RoundReady"];
+        } | {
+            /** @enum {string} */
+            kind: "aggregated";
+            /** @description The validator merged a round. */
+            payload: components["schemas"]["Aggregated"];
+        } | {
+            /** @enum {string} */
+            kind: "finalize";
+            /** @description The last round was merged: the payout is being sent on chain. */
+            payload: components["schemas"]["Finalize"];
+        } | {
+            /** @enum {string} */
+            kind: "completed";
+            /** @description The payout was mined; the job is complete. */
+            payload: components["schemas"]["Completed"];
+        } | {
+            /** @enum {string} */
+            kind: "refund_due";
+            /** @description The deadline passed unfinished: the refund is being sent on chain. */
+            payload: components["schemas"]["RefundDue"];
+        } | {
+            /** @enum {string} */
+            kind: "refunded";
+            /** @description The refund was mined. */
+            payload: components["schemas"]["Refunded"];
         };
         /**
          * @description Single-contributor LoRA, or federated over shards and rounds.
@@ -851,7 +1040,10 @@ export type components = {
              */
             version: number;
         };
-        /** @enum {string} */
+        /**
+         * @description Where a job stands.
+         * @enum {string}
+         */
         JobStatus: "awaiting_funding" | "open" | "completed" | "cancelled" | "refunded";
         /** @description A job as the API shows it. */
         JobView: {
@@ -967,6 +1159,17 @@ export type components = {
             /** Format: date-time */
             expires_at: string;
             nonce: string;
+        };
+        /** @description What one contributor was paid on chain. */
+        Payout: {
+            address: string;
+            /** @description Wei (decimal). */
+            amount_wei: string;
+            /**
+             * Format: int32
+             * @description The contributor's reputation after this job, in basis points.
+             */
+            reputation: number;
         };
         PendingPage: {
             submissions: components["schemas"]["PendingValidation"][];
@@ -1091,6 +1294,22 @@ export type components = {
         RefreshRequest: {
             refresh_token: string;
         };
+        RefundDue: {
+            /** Format: date-time */
+            deadline: string;
+            /**
+             * Format: int32
+             * @description The round the job had reached.
+             */
+            round: number;
+        };
+        Refunded: {
+            from: components["schemas"]["JobStatus"];
+            /** @description The stake returned, in wei (decimal). */
+            stake_wei: string;
+            to: components["schemas"]["JobStatus"];
+            tx_hash: string;
+        };
         RegisterRequest: {
             capabilities: components["schemas"]["Capabilities"];
         };
@@ -1104,10 +1323,33 @@ export type components = {
          * @enum {string}
          */
         Role: "requester" | "worker" | "validator" | "admin";
+        RoundOpened: {
+            /** @description The adapter the round trains from: the previous round's merge; null in round 1. */
+            base_adapter_cid?: string | null;
+            /** Format: int32 */
+            round: number;
+            /**
+             * Format: int32
+             * @description Tasks queued: one per shard.
+             */
+            tasks: number;
+        };
+        RoundReady: {
+            /**
+             * Format: int32
+             * @description Accepted adapters, one per shard.
+             */
+            accepted: number;
+            /** Format: int32 */
+            round: number;
+        };
         /** @description The escrowed stake: an amount of ETH (no token) or of an allow-listed ERC-20. */
         Stake: {
             amount: components["schemas"]["WeiAmount"];
             token?: null | components["schemas"]["EthAddress"];
+        };
+        Started: {
+            tx_hash: string;
         };
         Submission: {
             adapter_cid: components["schemas"]["ContentId"];
@@ -1144,7 +1386,53 @@ export type components = {
             samples: number;
             /** Format: uuid */
             task_id: string;
-            verdict: string;
+            verdict: components["schemas"]["VerdictStatus"];
+        };
+        Submitted: {
+            adapter_cid: string;
+            /** Format: int32 */
+            round: number;
+            /**
+             * Format: int64
+             * @description Records the adapter was trained on.
+             */
+            samples: number;
+            /** Format: int32 */
+            shard: number;
+            /** Format: uuid */
+            submission_id: string;
+            /** Format: uuid */
+            task_id: string;
+            worker: string;
+        };
+        /** @description A task that went back to the queue or failed, with its attempts so far. */
+        TaskAttempt: {
+            /** Format: int32 */
+            attempts: number;
+            /** Format: int32 */
+            max_attempts: number;
+            reason: string;
+            /** Format: int32 */
+            round: number;
+            /** Format: uuid */
+            task_id: string;
+        };
+        TaskClaimed: {
+            /**
+             * Format: int32
+             * @description 1 for the first lease of the task.
+             */
+            attempt: number;
+            /** Format: date-time */
+            lease_expires_at: string;
+            /** Format: int32 */
+            round: number;
+            /** Format: int32 */
+            shard: number;
+            /** Format: uuid */
+            task_id: string;
+            /** @description The worker's address. */
+            worker: string;
         };
         TaskMessage: {
             base_model_cid: components["schemas"]["ContentId"];
@@ -1233,6 +1521,30 @@ export type components = {
             /** @description The measurements behind the verdict (metric, base metric, norms…). */
             report?: unknown;
         };
+        VerdictRecorded: {
+            accepted: boolean;
+            /**
+             * Format: double
+             * @description 0 ..= 1; 0 for a rejection.
+             */
+            quality: number;
+            /** @description Why it was rejected. */
+            reason?: string | null;
+            /** @description The measurements behind the verdict (metric, base metric, norms…). */
+            report: Record<string, unknown>;
+            /** Format: int32 */
+            round: number;
+            /** Format: uuid */
+            submission_id: string;
+            /** Format: uuid */
+            task_id: string;
+            worker: string;
+        };
+        /**
+         * @description The validator's verdict on a submission.
+         * @enum {string}
+         */
+        VerdictStatus: "pending" | "accepted" | "rejected";
         VerifyRequest: {
             /** @description The EIP-4361 message exactly as signed. */
             message: string;
@@ -1362,7 +1674,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": Record<string, unknown>;
                 };
             };
             429: components["responses"]["RateLimited"];

@@ -7,7 +7,10 @@ type Schemas = components['schemas'];
 
 export type JobView = Schemas['JobView'];
 export type JobPage = Schemas['JobPage'];
+/** One event of a job's feed, with its id and time: a `JobEvent` as the API serves it. */
 export type EventView = Schemas['EventView'];
+/** What happened to a job: `kind` names it and decides the shape of `payload`. */
+export type JobEvent = Schemas['JobEvent'];
 export type QuoteResponse = Schemas['QuoteResponse'];
 export type NonceResponse = Schemas['NonceResponse'];
 export type TokenResponse = Schemas['TokenResponse'];

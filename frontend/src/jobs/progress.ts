@@ -1,13 +1,7 @@
 // A job's story, folded from its event feed (`GET /v1/jobs/{id}/events`, and the same events
-// live over SSE). Event kinds and payloads are the API's; kinds this portal does not know are
-// kept and shown as they are, so a newer server never hides what happened.
-
-export interface JobEvent {
-  id: number;
-  kind: string;
-  payload: unknown;
-  created_at: string;
-}
+// live over SSE). Event kinds and payloads are the API's generated types; a kind those types do
+// not name is kept and shown as it is, so a newer server never hides what happened.
+import type { EventView } from '../api/types';
 
 export interface Claim {
   shard: number;
@@ -19,41 +13,43 @@ export interface SubmissionView {
   round: number;
   shard: number;
   worker: string;
-  samples: number | null;
+  samples: number;
   verdict: Verdict | null;
 }
 
 export interface Verdict {
   accepted: boolean;
-  quality: number | null;
+  quality: number;
   reason: string | null;
+  /** From the verdict's free-form `report`: null where the validator did not measure it. */
   metric: number | null;
   base_metric: number | null;
 }
 
 export interface RoundView {
   round: number;
+  /** Null until the round's `round_opened` is seen (a claim may be folded first). */
   tasks: number | null;
   claims: Claim[];
   submissions: SubmissionView[];
-  aggregated: { adapter_cid: string | null; metric: number | null; base_metric: number | null; accepted: boolean | null } | null;
+  aggregated: { adapter_cid: string; metric: number; base_metric: number } | null;
 }
 
 export interface Payout {
   address: string;
   amount_wei: string;
   /** The contributor's reputation after this payout, as the escrow's event reports it. */
-  reputation: number | null;
+  reputation: number;
 }
 
 export interface JobProgress {
   rounds: RoundView[];
-  funded: { escrow_job_id: string | null; tx_hash: string | null } | null;
-  completed: { adapter_cid: string | null; tx_hash: string | null; payouts: Payout[] } | null;
-  refunded: { tx_hash: string | null } | null;
+  funded: { escrow_job_id: string; tx_hash: string } | null;
+  completed: { adapter_cid: string; tx_hash: string; payouts: Payout[] } | null;
+  refunded: { tx_hash: string } | null;
   cancelled: boolean;
   /** Events of kinds not modelled here, in order. */
-  other: JobEvent[];
+  other: EventView[];
   lastEventId: number | null;
 }
 
@@ -67,11 +63,8 @@ export const EMPTY_PROGRESS: JobProgress = {
   lastEventId: null,
 };
 
-type Obj = Record<string, unknown>;
-const obj = (v: unknown): Obj => (typeof v === 'object' && v !== null && !Array.isArray(v) ? (v as Obj) : {});
-const str = (v: unknown): string | null => (typeof v === 'string' ? v : typeof v === 'number' ? String(v) : null);
-const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
-const bool = (v: unknown): boolean | null => (typeof v === 'boolean' ? v : null);
+/** A number from the verdict's `report`, which the API leaves free-form. */
+const reported = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
 function round(progress: JobProgress, n: number): RoundView {
   let r = progress.rounds.find((x) => x.round === n);
@@ -83,8 +76,17 @@ function round(progress: JobProgress, n: number): RoundView {
   return r;
 }
 
+/**
+ * An event whose kind the generated types do not name, which only a server newer than this
+ * portal sends. Typed `never` so that a kind added to the API fails the typecheck until
+ * applyEvents decides what to do with it.
+ */
+function newerKind(event: never): EventView {
+  return event;
+}
+
 /** Folds events in id order; an event already folded (same or lower id) is ignored. */
-export function applyEvents(previous: JobProgress, events: readonly JobEvent[]): JobProgress {
+export function applyEvents(previous: JobProgress, events: readonly EventView[]): JobProgress {
   // Copy-on-write at the top level and per round keeps React's change detection cheap.
   const p: JobProgress = {
     ...previous,
@@ -94,82 +96,85 @@ export function applyEvents(previous: JobProgress, events: readonly JobEvent[]):
   for (const event of events) {
     if (p.lastEventId !== null && event.id <= p.lastEventId) continue;
     p.lastEventId = event.id;
-    const d = obj(event.payload);
     switch (event.kind) {
       case 'created':
         break;
       case 'funded':
-        p.funded = { escrow_job_id: str(d.escrow_job_id), tx_hash: str(d.tx_hash) };
+        p.funded = { escrow_job_id: event.payload.escrow_job_id, tx_hash: event.payload.tx_hash };
         break;
       case 'round_opened': {
-        const r = round(p, num(d.round) ?? 0);
-        r.tasks = num(d.tasks);
+        const r = round(p, event.payload.round);
+        r.tasks = event.payload.tasks;
         break;
       }
       case 'task_claimed': {
-        const r = round(p, num(d.round) ?? 0);
-        const shard = num(d.shard) ?? -1;
+        const { round: n, shard, worker } = event.payload;
+        const r = round(p, n);
         r.claims = r.claims.filter((c) => c.shard !== shard);
-        r.claims.push({ shard, worker: str(d.worker) ?? '' });
+        r.claims.push({ shard, worker });
         break;
       }
       case 'submitted': {
-        const r = round(p, num(d.round) ?? 0);
-        const id = str(d.submission_id) ?? `event-${event.id}`;
-        r.submissions = r.submissions.filter((s) => s.submission_id !== id);
+        const d = event.payload;
+        const r = round(p, d.round);
+        r.submissions = r.submissions.filter((s) => s.submission_id !== d.submission_id);
         r.submissions.push({
-          submission_id: id,
+          submission_id: d.submission_id,
           round: r.round,
-          shard: num(d.shard) ?? -1,
-          worker: str(d.worker) ?? '',
-          samples: num(d.samples),
+          shard: d.shard,
+          worker: d.worker,
+          samples: d.samples,
           verdict: null,
         });
         break;
       }
       case 'verdict': {
-        const id = str(d.submission_id);
+        const d = event.payload;
         const verdict: Verdict = {
-          accepted: bool(d.accepted) ?? false,
-          quality: num(d.quality),
-          reason: str(d.reason),
-          // The validator's scores travel in the verdict's `report`.
-          metric: num(obj(d.report).metric) ?? num(d.metric),
-          base_metric: num(obj(d.report).base_metric) ?? num(d.base_metric),
+          accepted: d.accepted,
+          quality: d.quality,
+          reason: d.reason ?? null,
+          // The validator's scores travel in the verdict's `report`, a free-form object.
+          metric: reported(d.report.metric),
+          base_metric: reported(d.report.base_metric),
         };
-        const target = p.rounds.flatMap((r) => r.submissions).find((s) => s.submission_id === id);
+        const target = p.rounds.flatMap((r) => r.submissions).find((s) => s.submission_id === d.submission_id);
         if (target) target.verdict = verdict;
         else p.other.push(event);
         break;
       }
       case 'aggregated': {
-        const r = round(p, num(d.round) ?? 0);
-        r.aggregated = {
-          adapter_cid: str(d.adapter_cid),
-          metric: num(d.metric),
-          base_metric: num(d.base_metric),
-          accepted: bool(d.accepted),
+        const d = event.payload;
+        round(p, d.round).aggregated = { adapter_cid: d.adapter_cid, metric: d.metric, base_metric: d.base_metric };
+        break;
+      }
+      case 'completed': {
+        const d = event.payload;
+        p.completed = {
+          adapter_cid: d.adapter_cid,
+          tx_hash: d.tx_hash,
+          payouts: d.payouts.map((x) => ({ address: x.address, amount_wei: x.amount_wei, reputation: x.reputation })),
         };
         break;
       }
-      case 'completed':
-        p.completed = {
-          adapter_cid: str(d.adapter_cid),
-          tx_hash: str(d.tx_hash),
-          payouts: (Array.isArray(d.payouts) ? d.payouts : []).map((x) => {
-            const o = obj(x);
-            return { address: str(o.address) ?? '', amount_wei: str(o.amount_wei) ?? '0', reputation: num(o.reputation) };
-          }),
-        };
-        break;
       case 'refunded':
-        p.refunded = { tx_hash: str(d.tx_hash) };
+        p.refunded = { tx_hash: event.payload.tx_hash };
         break;
       case 'cancelled':
         p.cancelled = true;
         break;
-      default:
+      // Kinds the page shows in its event log only.
+      case 'funding_ignored':
+      case 'started':
+      case 'task_requeued':
+      case 'task_failed':
+      case 'round_ready':
+      case 'finalize':
+      case 'refund_due':
         p.other.push(event);
+        break;
+      default:
+        p.other.push(newerKind(event));
     }
   }
   return p;
@@ -183,7 +188,7 @@ export function roundDone(r: RoundView): { done: number; total: number | null } 
 
 /** The points of the held-out metric chart: one per aggregated round, with the base model's. */
 export function metricSeries(progress: JobProgress): { round: number; metric: number; base: number | null }[] {
-  return progress.rounds
-    .filter((r) => r.aggregated?.metric !== null && r.aggregated?.metric !== undefined)
-    .map((r) => ({ round: r.round, metric: r.aggregated!.metric!, base: r.aggregated!.base_metric }));
+  return progress.rounds.flatMap((r) =>
+    r.aggregated ? [{ round: r.round, metric: r.aggregated.metric, base: r.aggregated.base_metric }] : [],
+  );
 }

@@ -3,21 +3,34 @@
 // mistakes are caught before a round trip. The server stays the authority: its problem+json
 // errors map onto the same inputs (api/problem.ts).
 import { parseEther } from 'viem';
+import { SPEC_LIMITS } from '../api/spec-limits';
 
-export const PROTOCOL_VERSION = 1;
-export const MAX_LORA_RANK = 256;
-export const MAX_SHARDS = 1024;
-export const MAX_ROUNDS = 100;
-export const MAX_EPOCHS = 100;
-export const MAX_BATCH_SIZE = 4096;
-export const MIN_SEQ_LEN = 8;
-export const MAX_SEQ_LEN = 32768;
-export const MAX_HELD_OUT_FRACTION = 0.5;
-export const MAX_REPUTATION_BPS = 10000;
+// The server's limits reach the portal through the OpenAPI document (src/api/spec-limits.ts is
+// generated from it), so a limit changed in job_spec.rs changes here on the next `gen:api`.
+const { BaseModel: modelLimits, JobSpec: jobLimits, LoraSpec: loraLimits, TrainingArgs: trainingLimits } = SPEC_LIMITS;
+
+export const PROTOCOL_VERSION = jobLimits.version.maximum;
+export const MAX_LORA_RANK = loraLimits.r.maximum;
+export const MAX_LORA_ALPHA = loraLimits.alpha.maximum;
+export const MIN_NUM_LABELS = modelLimits.num_labels.minimum;
+export const MAX_NUM_LABELS = modelLimits.num_labels.maximum;
+export const MAX_SHARDS = jobLimits.shards.maximum;
+export const MAX_ROUNDS = jobLimits.rounds.maximum;
+export const MAX_EPOCHS = trainingLimits.epochs.maximum;
+export const MAX_BATCH_SIZE = trainingLimits.batch_size.maximum;
+export const MAX_LEARNING_RATE = trainingLimits.learning_rate.maximum;
+export const MIN_SEQ_LEN = trainingLimits.max_seq_len.minimum;
+export const MAX_SEQ_LEN = trainingLimits.max_seq_len.maximum;
+export const MAX_HELD_OUT_FRACTION = jobLimits.held_out_fraction.maximum;
+export const MAX_REPUTATION_BPS = jobLimits.min_reputation.maximum;
+/**
+ * Checked by the server against the clock when a job is posted, so the OpenAPI document (a
+ * schema of shapes) cannot carry it: kept in step with job_spec.rs by hand.
+ */
 export const MAX_DEADLINE_DAYS = 365;
-/** TrainingArgs defaults in core/src/protocol/job_spec.rs. */
-export const DEFAULT_WARMUP_RATIO = 0.06;
-export const DEFAULT_GRADIENT_ACCUMULATION = 1;
+/** TrainingArgs defaults: the server fills them in when a spec leaves them out. */
+export const DEFAULT_WARMUP_RATIO = trainingLimits.warmup_ratio.default;
+export const DEFAULT_GRADIENT_ACCUMULATION = trainingLimits.gradient_accumulation.default;
 
 export type JobKind = 'lora' | 'federated';
 export type Architecture = 'llama' | 'bert';
@@ -200,16 +213,26 @@ export function checkSpecForm(form: SpecForm, now: Date): Checked {
   c.check(pairOk, 'base_model.task', () => `${architecture} models are not trained for ${task}`);
   let numLabels: number | undefined;
   if (task === 'sequence_classification') {
-    numLabels = c.int(form, 'base_model.num_labels', 2, 1000);
+    numLabels = c.int(form, 'base_model.num_labels', MIN_NUM_LABELS, MAX_NUM_LABELS);
   } else if (form['base_model.num_labels'].trim() !== '') {
     c.add('base_model.num_labels', 'num_labels applies to classification only');
   }
 
-  const r = c.int(form, 'lora.r', 1, MAX_LORA_RANK);
+  const r = c.int(form, 'lora.r', loraLimits.r.minimum, MAX_LORA_RANK);
   const alpha = c.num(form, 'lora.alpha');
-  c.check(Number.isNaN(alpha) || (alpha > 0 && alpha <= 4096), 'lora.alpha', () => `${alpha} is outside (0, 4096]`);
+  const alphaAbove = loraLimits.alpha.exclusiveMinimum;
+  c.check(
+    Number.isNaN(alpha) || (alpha > alphaAbove && alpha <= MAX_LORA_ALPHA),
+    'lora.alpha',
+    () => `${alpha} is outside (${alphaAbove}, ${MAX_LORA_ALPHA}]`,
+  );
   const dropout = c.num(form, 'lora.dropout');
-  c.check(Number.isNaN(dropout) || (dropout >= 0 && dropout < 1), 'lora.dropout', () => `${dropout} is outside [0, 1)`);
+  const { minimum: dropoutMin, exclusiveMaximum: dropoutBelow } = loraLimits.dropout;
+  c.check(
+    Number.isNaN(dropout) || (dropout >= dropoutMin && dropout < dropoutBelow),
+    'lora.dropout',
+    () => `${dropout} is outside [${dropoutMin}, ${dropoutBelow})`,
+  );
   const targets = moduleList(form['lora.target_modules']);
   const toSave = moduleList(form['lora.modules_to_save']);
   c.check(targets.length > 0, 'lora.target_modules', () => 'name at least one module to adapt (e.g. q_proj, v_proj)');
@@ -223,26 +246,33 @@ export function checkSpecForm(form: SpecForm, now: Date): Checked {
     });
   }
 
-  const epochs = c.int(form, 'training.epochs', 1, MAX_EPOCHS);
+  const epochs = c.int(form, 'training.epochs', trainingLimits.epochs.minimum, MAX_EPOCHS);
   const lr = c.num(form, 'training.learning_rate');
-  c.check(Number.isNaN(lr) || (lr > 0 && lr <= 1), 'training.learning_rate', () => `${lr} is outside (0, 1]`);
-  const batch = c.int(form, 'training.batch_size', 1, MAX_BATCH_SIZE);
+  const lrAbove = trainingLimits.learning_rate.exclusiveMinimum;
+  c.check(
+    Number.isNaN(lr) || (lr > lrAbove && lr <= MAX_LEARNING_RATE),
+    'training.learning_rate',
+    () => `${lr} is outside (${lrAbove}, ${MAX_LEARNING_RATE}]`,
+  );
+  const batch = c.int(form, 'training.batch_size', trainingLimits.batch_size.minimum, MAX_BATCH_SIZE);
   const seqLen = c.int(form, 'training.max_seq_len', MIN_SEQ_LEN, MAX_SEQ_LEN);
-  const seed = c.int(form, 'training.seed', 0, Number.MAX_SAFE_INTEGER);
+  // The spec sets no maximum (a u64); above this a JavaScript number would round the seed.
+  const seed = c.int(form, 'training.seed', trainingLimits.seed.minimum, Number.MAX_SAFE_INTEGER);
 
-  const shards = c.int(form, 'shards', 1, MAX_SHARDS);
-  const rounds = c.int(form, 'rounds', 1, MAX_ROUNDS);
+  const shards = c.int(form, 'shards', jobLimits.shards.minimum, MAX_SHARDS);
+  const rounds = c.int(form, 'rounds', jobLimits.rounds.minimum, MAX_ROUNDS);
   if (kind === 'lora') {
     c.check(Number.isNaN(shards) || shards === 1, 'shards', () => `a lora job has exactly 1 shard, not ${shards}; use kind federated to split`);
     c.check(Number.isNaN(rounds) || rounds === 1, 'rounds', () => `a lora job has exactly 1 round, not ${rounds}`);
   }
   const heldOut = c.num(form, 'held_out_fraction');
+  const heldOutAbove = jobLimits.held_out_fraction.exclusiveMinimum;
   c.check(
-    Number.isNaN(heldOut) || (heldOut > 0 && heldOut <= MAX_HELD_OUT_FRACTION),
+    Number.isNaN(heldOut) || (heldOut > heldOutAbove && heldOut <= MAX_HELD_OUT_FRACTION),
     'held_out_fraction',
-    () => `${heldOut} is outside (0, ${MAX_HELD_OUT_FRACTION}]: the validator needs held-out data`,
+    () => `${heldOut} is outside (${heldOutAbove}, ${MAX_HELD_OUT_FRACTION}]: the validator needs held-out data`,
   );
-  const minReputation = c.int(form, 'min_reputation', 0, MAX_REPUTATION_BPS);
+  const minReputation = c.int(form, 'min_reputation', jobLimits.min_reputation.minimum, MAX_REPUTATION_BPS);
 
   const deadlineText = form.deadline.trim();
   const deadline = deadlineText ? new Date(deadlineText) : new Date(Number.NaN);

@@ -4,25 +4,25 @@ import { useCallback, useEffect, useRef, useState } from 'react';
 import type { Hash, TransactionReceipt } from 'viem';
 import { unwrap } from '../api/client';
 import { followStream } from '../api/sse';
-import { fundingOf, isTerminal, type JobResult, type JobView } from '../api/types';
+import { fundingOf, isTerminal, type EventView, type JobResult, type JobView } from '../api/types';
 import { Alert } from '../components/Alert';
 import { SignInFirst } from '../components/Layout';
 import { MetricChart } from '../components/MetricChart';
 import { eth, fixed, shortAddress, statusLabel, when } from '../format';
-import { applyEvents, EMPTY_PROGRESS, metricSeries, roundDone, type JobEvent, type JobProgress } from '../jobs/progress';
+import { applyEvents, EMPTY_PROGRESS, metricSeries, roundDone, type JobProgress } from '../jobs/progress';
 import { errorMessage, usePortal } from '../state';
 import { escrowJobId, sendCreateJob, waitForReceipt, type Funding } from '../wallet/escrow';
 import { chainName, txUrl, walletErrorMessage, wrongChain } from '../wallet/wallet';
 
 /** Events after which the job row itself (status, round, result) has changed. */
-const REFETCH_ON = new Set(['funded', 'round_opened', 'aggregated', 'completed', 'cancelled', 'refunded']);
+const REFETCH_ON = new Set<EventView['kind']>(['funded', 'round_opened', 'aggregated', 'completed', 'cancelled', 'refunded']);
 
 export function JobPage({ id }: { id: string }) {
   const p = usePortal();
   const [job, setJob] = useState<JobView | null>(null);
   const [error, setError] = useState<string | null>(null);
   const [progress, setProgress] = useState<JobProgress>(EMPTY_PROGRESS);
-  const [events, setEvents] = useState<JobEvent[]>([]);
+  const [events, setEvents] = useState<EventView[]>([]);
   const [live, setLive] = useState<'connecting' | 'live' | 'retrying' | 'ended'>('connecting');
   const signedIn = Boolean(p.session);
 
@@ -52,9 +52,11 @@ export function JobPage({ id }: { id: string }) {
       onOpen: () => setLive('live'),
       onError: () => setLive('retrying'),
       onMessage: (m) => {
-        let event: JobEvent;
+        // Read as the API documents it; a kind from a newer server still arrives, and
+        // applyEvents keeps it as it is.
+        let event: EventView;
         try {
-          event = JSON.parse(m.data) as JobEvent;
+          event = JSON.parse(m.data) as EventView;
         } catch {
           return;
         }
@@ -175,7 +177,7 @@ export function JobPage({ id }: { id: string }) {
               <h3>
                 Round {r.round}
                 {r.tasks !== null && ` · ${roundDone(r).done}/${r.tasks} contributors done`}
-                {r.aggregated && ` · merged${r.aggregated.metric !== null ? `, metric ${fixed(r.aggregated.metric, 4)}` : ''}`}
+                {r.aggregated && ` · merged, metric ${fixed(r.aggregated.metric, 4)}`}
               </h3>
               {r.claims.length > 0 && (
                 <p className="muted">
@@ -200,7 +202,7 @@ export function JobPage({ id }: { id: string }) {
                         <tr key={s.submission_id}>
                           <td>{s.shard}</td>
                           <td title={s.worker}>{shortAddress(s.worker)}</td>
-                          <td>{s.samples ?? '—'}</td>
+                          <td>{s.samples}</td>
                           <td>
                             {s.verdict === null ? (
                               <span className="muted">being scored</span>
@@ -250,7 +252,7 @@ export function JobPage({ id }: { id: string }) {
                       <code>{x.address}</code>
                     </td>
                     <td>{eth(x.amount_wei, 6)}</td>
-                    <td>{x.reputation ?? '—'}</td>
+                    <td>{x.reputation}</td>
                   </tr>
                 ))}
               </tbody>

@@ -52,7 +52,8 @@ pub async fn cancel(
         Transition::Cancel,
         |change| {
             JobEvent::Cancelled(events::Cancelled {
-                change,
+                from: change.from,
+                to: change.to,
                 by: Some(caller.claims.sub.to_string()),
                 reason: None,
                 tx_hash: None,
