@@ -2,6 +2,7 @@
 //! requester commands (`shardwork demo`, `job …`): Sign-In with Ethereum with its own key, a
 //! fresh sign-in when the access token expires, and one typed method per endpoint it uses. Workers are untrusted third parties: this, the queue and the content store
 //! are all they reach.
+#![warn(missing_docs)]
 
 use std::time::Duration;
 
@@ -23,24 +24,40 @@ use uuid::Uuid;
 /// Why a call to the API failed. `Problem` carries the API's RFC 7807 answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The API answered with an error status.
     #[error("{method} {path}: HTTP {status}: {detail}")]
     Problem {
+        /// The request's HTTP method.
         method: &'static str,
+        /// The request's path and query.
         path: String,
+        /// The HTTP status, 400 or above.
         status: u16,
         /// The problem's kind from its `type`, or guessed from the status when the answer had
         /// no problem body (a proxy's 502, say).
         kind: Option<ProblemType>,
+        /// The problem's `detail`, or the body as text.
         detail: String,
     },
+    /// The request never got an answer (connection refused, timeout, broken body).
     #[error("{method} {path}: {source}")]
     Transport {
+        /// The request's HTTP method.
         method: &'static str,
+        /// The request's path and query.
         path: String,
+        /// What the HTTP client reported.
         source: reqwest::Error,
     },
+    /// The answer was not what the endpoint promises (an API of another version?).
     #[error("{path}: unexpected response: {detail}")]
-    Decode { path: String, detail: String },
+    Decode {
+        /// The request's path and query.
+        path: String,
+        /// What did not decode.
+        detail: String,
+    },
+    /// Sign-in with Ethereum failed before any token was issued.
     #[error("signing in: {0}")]
     SignIn(String),
 }
@@ -68,6 +85,7 @@ impl ApiError {
         }
     }
 
+    /// The HTTP status the API answered with, if it answered.
     pub fn status(&self) -> Option<u16> {
         match self {
             ApiError::Problem { status, .. } => Some(*status),
@@ -93,6 +111,7 @@ impl ApiError {
         self.kind() == Some(ProblemType::Forbidden)
     }
 
+    /// No such job, task, submission or content.
     pub fn is_not_found(&self) -> bool {
         self.kind() == Some(ProblemType::NotFound)
     }
@@ -122,6 +141,7 @@ impl ApiError {
 /// How long an idempotent call keeps retrying while the API is unreachable.
 pub const TRANSPORT_RETRY_WINDOW: Duration = Duration::from_secs(90);
 
+/// What every call of the client returns.
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +192,7 @@ impl ApiClient {
         &self.base
     }
 
+    /// The address this client signs in as.
     pub fn address(&self) -> EthAddress {
         EthAddress(self.signer.address().into_array())
     }
@@ -341,6 +362,7 @@ impl ApiClient {
         }
     }
 
+    /// Registers this address as a worker with what it can run (worker role).
     pub async fn register(&self, capabilities: serde_json::Value) -> Result<serde_json::Value> {
         self.call(
             "POST",
@@ -351,11 +373,13 @@ impl ApiClient {
         .await
     }
 
+    /// Claims the lease on a task taken from the queue (worker role).
     pub async fn claim(&self, task_id: Uuid) -> Result<Lease> {
         self.call("POST", &format!("/v1/tasks/{task_id}/claim"), None, None)
             .await
     }
 
+    /// Extends a held lease and reports training progress (the worker's heartbeat).
     pub async fn extend(
         &self,
         task_id: Uuid,
@@ -373,6 +397,7 @@ impl ApiClient {
         Ok(())
     }
 
+    /// Hands in a trained adapter for a leased task (worker role).
     pub async fn submit(&self, submission: &Submission) -> Result<serde_json::Value> {
         self.call(
             "POST",
@@ -383,6 +408,7 @@ impl ApiClient {
         .await
     }
 
+    /// Stores `data` in the content store through the API; returns its CID.
     pub async fn upload(&self, data: Bytes) -> Result<String> {
         #[derive(Deserialize)]
         struct Uploaded {
@@ -392,6 +418,7 @@ impl ApiClient {
         Ok(uploaded.cid)
     }
 
+    /// Reads content by CID through the API (verified against the CID by the API's store).
     pub async fn download(&self, cid: &str) -> Result<Bytes> {
         let path = format!("/v1/content/{cid}");
         let token = self.token(false).await?;
@@ -408,6 +435,7 @@ impl ApiClient {
         }
     }
 
+    /// Submissions waiting for a verdict, oldest first (validator role).
     pub async fn pending_validations(&self, limit: u32) -> Result<Vec<PendingValidation>> {
         #[derive(Deserialize)]
         struct Page {
@@ -424,6 +452,7 @@ impl ApiClient {
         Ok(page.submissions)
     }
 
+    /// Records the verdict on a submission (validator role).
     pub async fn verdict(&self, submission_id: Uuid, verdict: &Verdict) -> Result<()> {
         let _: serde_json::Value = self
             .call(
@@ -436,6 +465,7 @@ impl ApiClient {
         Ok(())
     }
 
+    /// Rounds whose adapters are all accepted and wait for a merge (validator role).
     pub async fn ready_rounds(&self) -> Result<Vec<ReadyRound>> {
         #[derive(Deserialize)]
         struct Page {
@@ -445,6 +475,7 @@ impl ApiClient {
         Ok(page.rounds)
     }
 
+    /// Reports a round's merge, which opens the next round or queues the payout (validator role).
     pub async fn aggregate(&self, job_id: Uuid, round: i32, aggregate: &Aggregate) -> Result<()> {
         let _: serde_json::Value = self
             .call(
@@ -506,6 +537,7 @@ impl ApiClient {
             .await
     }
 
+    /// The job as the API shows it (`JobView`).
     pub async fn job(&self, job_id: Uuid) -> Result<serde_json::Value> {
         self.call("GET", &format!("/v1/jobs/{job_id}"), None, None)
             .await
@@ -552,6 +584,7 @@ impl ApiClient {
             .await
     }
 
+    /// The final adapter of a completed job.
     pub async fn result(&self, job_id: Uuid) -> Result<serde_json::Value> {
         self.call("GET", &format!("/v1/jobs/{job_id}/result"), None, None)
             .await

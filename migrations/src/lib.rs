@@ -2,6 +2,7 @@
 //!
 //! Applied by the API at start (and by `shardwork up`). Tests run every migration up and down on
 //! both databases.
+#![warn(missing_docs)]
 
 pub use sea_orm_migration::prelude::*;
 // Re-exported so the binaries connect with the same sea-orm the migrations were built with.
@@ -10,6 +11,7 @@ pub use sea_orm_migration::sea_orm;
 mod m20261122_000001_core_schema;
 mod m20261122_000003_chain_follow;
 
+/// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;
 
 #[async_trait::async_trait]

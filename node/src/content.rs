@@ -19,6 +19,7 @@ use shardwork_client::ApiClient;
 pub trait Blobs: Send + Sync {
     /// The bytes `cid` names, verified, at most `limit` of them.
     async fn get(&self, cid: &str, limit: u64) -> Result<Bytes, NodeError>;
+    /// Stores `data`; returns its CID.
     async fn put(&self, data: Bytes) -> Result<String, NodeError>;
 }
 

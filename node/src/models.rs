@@ -23,6 +23,7 @@ pub struct WorkDir {
 }
 
 impl WorkDir {
+    /// A work folder at `root`, created on first use rather than here.
     pub fn new(root: impl Into<PathBuf>) -> WorkDir {
         WorkDir { root: root.into() }
     }

@@ -33,31 +33,41 @@ const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
 /// adversarial end-to-end tests, `shardwork demo --adversary`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {
+    /// Trains on the shard and submits what it trained.
     Honest,
     /// Trains nothing and submits Gaussian noise in the adapter's shape.
     RandomNoise,
 }
 
+/// The worker service: takes tasks from the queue, trains them and submits the adapters.
 pub struct WorkerNode {
+    /// The worker's own API client: registration, leases, heartbeats and submissions.
     pub api: Arc<ApiClient>,
+    /// Where inputs are fetched from and adapters and metrics stored.
     pub blobs: Arc<dyn Blobs>,
+    /// The task queue this worker consumes.
     pub queue: Arc<dyn TaskQueue>,
+    /// Where models are trained.
     pub device: Device,
     /// Models are fetched here once per CID; task folders are made and removed under it.
     pub work_dir: WorkDir,
     /// How often a running task extends its lease.
     pub heartbeat: Duration,
+    /// Honest, or an adversary for the tests (see [`Behaviour`]).
     pub behaviour: Behaviour,
 }
 
 /// What one delivery came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handled {
+    /// The task was trained, its adapter submitted and the message acknowledged.
     Submitted {
+        /// The task submitted.
         task: uuid::Uuid,
     },
     /// Done, failed or held elsewhere: the message was dropped.
     Dropped {
+        /// The API's answer, or why the message could not be decoded.
         reason: String,
     },
 }

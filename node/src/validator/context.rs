@@ -31,8 +31,11 @@ pub struct JobContext {
 
 /// Where a job's inputs are, as the API names them.
 pub struct JobRef<'a> {
+    /// The job these inputs belong to.
     pub job_id: Uuid,
+    /// CID of the job's spec; without one the context cannot be loaded.
     pub spec_cid: Option<&'a str>,
+    /// CID of the job's sealed held-out set, which only validators can open.
     pub held_out_cid: Option<&'a str>,
 }
 
@@ -49,9 +52,13 @@ pub struct Contexts {
 
 /// What the validator needs to load a context.
 pub struct Loader<'a> {
+    /// Lists open jobs and hands over each job's held-out key.
     pub api: &'a ApiClient,
+    /// Where specs, models and held-out sets are fetched from.
     pub blobs: &'a dyn Blobs,
+    /// Caches models and keeps each job's opened held-out set.
     pub work_dir: &'a WorkDir,
+    /// Where models are loaded and the base model scored.
     pub device: &'a Device,
 }
 

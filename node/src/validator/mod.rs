@@ -33,16 +33,26 @@ use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verd
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
 use shardwork_trainer::peft::Adapter;
 
+/// The validator service: judges submitted adapters and merges ready rounds, polling the API
+/// for both.
 pub struct ValidatorNode {
+    /// The validator's own API client: pending work comes from it, verdicts and merges go to it.
     pub api: Arc<ApiClient>,
+    /// Where adapters and models are fetched from and merged adapters stored.
     pub blobs: Arc<dyn Blobs>,
+    /// Where adapters are scored and merged.
     pub device: Device,
+    /// Model cache and scratch folders for the adapters being scored or merged.
     pub work_dir: WorkDir,
+    /// How often the validator asks the API for work when it had none.
     pub poll: Duration,
+    /// The thresholds of the verdict and of the merge's norm clipping.
     pub rules: Rules,
 }
 
 impl ValidatorNode {
+    /// Runs passes until `shutdown` turns true, preparing job contexts while idle; a failed pass
+    /// is logged and retried at the next poll, not fatal.
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
         let mut contexts = Contexts::default();
         loop {

@@ -14,6 +14,8 @@
 
 use crate::work::Metric;
 
+/// The validator's thresholds: when an adapter is accepted, and how far a merge lets one
+/// update reach.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rules {
     /// Held-out metric an adapter must add over the base model to be accepted.
@@ -42,9 +44,14 @@ impl Default for Rules {
 pub struct Scores {
     /// What `metric` and `base_metric` measure, and which way is better.
     pub kind: Metric,
+    /// The adapter's held-out score; NaN when it was not scored (a non-finite value or an
+    /// update too large).
     pub metric: f64,
+    /// The base model's held-out score, the one to beat.
     pub base_metric: f64,
+    /// Largest `‖ΔW‖_F / ‖W‖_F` of the adapter's modules.
     pub max_relative_norm: f64,
+    /// Whether every value of the adapter is finite.
     pub finite: bool,
 }
 
@@ -67,8 +74,12 @@ pub fn judge(scores: &Scores, rules: &Rules) -> (bool, f64, Option<String>) {
             )),
         );
     }
-    // NaN (an unscored adapter) never passes: the comparison is false.
-    if !(scores.kind.gain(scores.metric, scores.base_metric) >= rules.min_gain) {
+    // NaN (an unscored adapter) never passes: it is not at or above the minimum gain.
+    let gain = scores.kind.gain(scores.metric, scores.base_metric);
+    if !matches!(
+        gain.partial_cmp(&rules.min_gain),
+        Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
+    ) {
         return (
             false,
             0.0,

@@ -29,10 +29,16 @@ const EVAL_BATCH: usize = 64;
 
 /// The model, tokenizer and label names of a classification job.
 pub struct ClassifyJob {
+    /// The spec's training arguments; its seed also fixes the fresh model's head.
     pub training: TrainingArgs,
+    /// The base model's weights, loaded once and shared by every model built from them.
     pub weights: BertWeights,
+    /// The base model's tokenizer, truncating at the spec's `max_seq_len`.
     pub tokenizer: TextTokenizer,
+    /// The classes, fixed by the spec (`0`…`n-1`) rather than read from the data, so every
+    /// shard maps a label to the same class; a record with any other label is refused.
     pub label_names: Vec<String>,
+    /// The adapters' LoRA settings; the classifier head is always among the saved modules.
     pub lora: LoraConfig,
     /// The base model's frozen weights by checkpoint path, built once for the norm rule.
     frozen: OnceLock<BTreeMap<String, Tensor>>,
@@ -111,10 +117,12 @@ impl ClassifyJob {
         Ok((model, trainables))
     }
 
+    /// Reads the JSONL file at `path`, its labels checked against this job's classes.
     pub fn dataset(&self, path: &Path) -> Result<ClassificationSet> {
         ClassificationSet::from_jsonl(path, Some(&self.label_names))
     }
 
+    /// The PEFT configuration this job's adapters are saved with.
     pub fn adapter_config(&self) -> AdapterConfig {
         AdapterConfig::from_lora(&self.lora, "SEQ_CLS", None)
     }

@@ -36,6 +36,7 @@ pub enum Direction {
 pub struct Metric {
     /// The name reports and verdicts use (`accuracy`).
     pub name: &'static str,
+    /// Whether a higher or a lower value is better.
     pub direction: Direction,
     /// The best value the metric can take (1 for accuracy, 0 for a loss): the quality of an
     /// adapter is the share of the way from the base model's score to it.
@@ -60,12 +61,15 @@ impl Metric {
 
 /// What training one shard produced.
 pub struct Trained {
+    /// The adapter as training left it.
     pub adapter: Adapter,
     /// Records of the shard trained on.
     pub records: usize,
+    /// Optimiser steps taken.
     pub steps: usize,
     /// Mean training loss over the last steps.
     pub final_loss: f32,
+    /// Training throughput, reported with the submission.
     pub tokens_per_sec: f64,
 }
 
@@ -74,6 +78,7 @@ pub struct Trained {
 pub struct HeldOut(Box<dyn Any + Send + Sync>);
 
 impl HeldOut {
+    /// Wraps an implementation's parsed set; only the same type reads it back ([`HeldOut::get`]).
     pub fn new<T: Any + Send + Sync>(set: T) -> HeldOut {
         HeldOut(Box::new(set))
     }
