@@ -1,5 +1,6 @@
-# A GPU worker: the same binary built with the `cuda` feature (candle's CUDA kernels). Needs the
-# NVIDIA container toolkit on the host (`deploy.resources.reservations.devices` in compose).
+# A GPU worker: the same `shardwork-node` binary built with the `cuda` feature (candle's CUDA
+# kernels). Needs the NVIDIA container toolkit on the host
+# (`deploy.resources.reservations.devices` in compose).
 # Build from the repository root:  docker build -f docker/worker-cuda.Dockerfile -t shardwork/worker-cuda .
 FROM nvidia/cuda:12.6.3-devel-ubuntu24.04 AS build
 RUN apt-get update \
@@ -13,16 +14,16 @@ COPY . .
 # for it at compile time.
 ARG CUDA_COMPUTE_CAP=90
 ENV CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP}
-RUN cargo build --release --locked --bin shardwork --features cuda
+RUN cargo build --release --locked -p shardwork-node --bin shardwork-node --features cuda
 
 FROM nvidia/cuda:12.6.3-runtime-ubuntu24.04
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --home /var/lib/shardwork --create-home shardwork
-COPY --from=build /src/target/release/shardwork /usr/local/bin/shardwork
+COPY --from=build /src/target/release/shardwork-node /usr/local/bin/shardwork-node
 USER shardwork
 WORKDIR /var/lib/shardwork
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["shardwork"]
+ENTRYPOINT ["shardwork-node"]
 CMD ["worker", "--work-dir", "/var/lib/shardwork/node"]

@@ -8,11 +8,8 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use alloy::signers::local::PrivateKeySigner;
-use anyhow::Context;
-use candle_core::Device;
 use shardwork_client::ApiClient;
 use shardwork_core::protocol::EthAddress;
 use shardwork_core::queue::TaskQueue;
@@ -38,14 +35,8 @@ pub fn address_of(key: &PrivateKeySigner) -> EthAddress {
     EthAddress(key.address().into_array())
 }
 
-/// How often a worker extends its lease while training.
-const HEARTBEAT: Duration = Duration::from_secs(5);
-const VALIDATOR_POLL: Duration = Duration::from_millis(300);
-
-/// The device training runs on: the first CUDA GPU when built with `cuda` and one is present.
-pub fn training_device() -> Device {
-    Device::cuda_if_available(0).unwrap_or(Device::Cpu)
-}
+use shardwork_node::service::{HEARTBEAT, VALIDATOR_POLL};
+pub use shardwork_node::service::{shutdown_on_signal, training_device};
 
 /// Running nodes; [`NodeSet::stop`] asks them to finish their current work and waits.
 pub struct NodeSet {
@@ -137,17 +128,7 @@ pub fn node_key(key_file: Option<&Path>) -> anyhow::Result<PrivateKeySigner> {
 
 /// A hex secp256k1 private key from `key_file`, else from the environment variable `variable`.
 pub fn signing_key(key_file: Option<&Path>, variable: &str) -> anyhow::Result<PrivateKeySigner> {
-    let text = match key_file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading the key file {}", path.display()))?,
-        None => std::env::var(variable).with_context(|| {
-            format!("no key: set {variable} (hex private key) or pass --key-file")
-        })?,
-    };
-    text.trim().parse().with_context(|| match key_file {
-        Some(path) => format!("{} is not a hex secp256k1 private key", path.display()),
-        None => format!("{variable} is not a hex secp256k1 private key"),
-    })
+    Ok(shardwork_node::service::signing_key(key_file, variable)?)
 }
 
 /// Content access for a node in its own process: straight to Kubo when the deployment uses
@@ -162,27 +143,6 @@ pub async fn remote_blobs(
         }
         crate::config::StoreKind::Embedded => Arc::new(ApiBlobs(api)),
     })
-}
-
-/// Stops on Ctrl-C or SIGTERM (what `docker stop` sends).
-pub fn shutdown_on_signal() -> watch::Receiver<bool> {
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutting down: finishing the current task");
-        let _ = tx.send(true);
-    });
-    rx
 }
 
 /// `shardwork worker`: one worker process.

@@ -10,6 +10,7 @@
 
 pub mod content;
 pub mod models;
+pub mod service;
 pub mod validator;
 pub mod work;
 pub mod worker;

@@ -29,6 +29,18 @@ pub fn binary() -> PathBuf {
     bin
 }
 
+/// The standalone `shardwork-node` binary (worker and validator without the API's code),
+/// beside [`binary`].
+pub fn node_binary() -> PathBuf {
+    let bin = binary().with_file_name(format!("shardwork-node{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build --workspace --bins` (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -46,9 +58,19 @@ pub struct Process {
 impl Process {
     /// Starts `shardwork <args>` with `env`, logging to `log`.
     pub fn start(args: &[&str], env: &[(String, String)], log: &Path) -> Process {
+        Process::start_binary(&binary(), args, env, log)
+    }
+
+    /// Starts `program <args>` with `env`, logging to `log`.
+    pub fn start_binary(
+        program: &Path,
+        args: &[&str],
+        env: &[(String, String)],
+        log: &Path,
+    ) -> Process {
         let out = std::fs::File::create(log).expect("log file");
         let err = out.try_clone().expect("log file");
-        let mut command = Command::new(binary());
+        let mut command = Command::new(program);
         command
             .args(args)
             .stdin(Stdio::null())
@@ -58,7 +80,9 @@ impl Process {
             command.env(k, v);
         }
         Process {
-            child: command.spawn().expect("start shardwork"),
+            child: command
+                .spawn()
+                .unwrap_or_else(|e| panic!("start {}: {e}", program.display())),
             log: log.to_path_buf(),
         }
     }

@@ -1,8 +1,9 @@
-//! Real mode: `shardwork serve`, `shardwork validator` and two `shardwork worker` processes on
-//! PostgreSQL, RabbitMQ and anvil (the embedded content store stands in for Kubo, which has no
-//! binary here; the workers reach it through the API). A federated job (3 shards x 2 rounds) is
-//! posted and funded; one worker is SIGKILLed as soon as it holds a lease, mid-training, and later
-//! the API itself is SIGKILLed once round 2 is being trained and started again.
+//! Real mode: `shardwork serve`, `shardwork-node validator` and two `shardwork-node worker`
+//! processes on PostgreSQL, RabbitMQ and anvil (the embedded content store stands in for Kubo,
+//! which has no binary here; the workers reach it through the API). A federated job (3 shards x
+//! 2 rounds) is posted and funded; one worker is SIGKILLed as soon as it holds a lease,
+//! mid-training, and later the API itself is SIGKILLed once round 2 is being trained and started
+//! again.
 //!
 //! Checked: the job still completes (the lease expires, the reaper republishes, the other worker
 //! trains; the nodes ride out the API's absence); no task is lost or duplicated (one task per
@@ -104,8 +105,12 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
     ]);
     let mut api = Process::start(&["serve"], &api_env, &dir.path().join("api.log"));
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
+    // The nodes run the standalone `shardwork-node` binary (no database driver in it) and get
+    // no database URL: the API, the queue and their key are all they have.
+    let node_binary = shardwork_tests::node_binary();
     let node = |name: &str, key: usize| {
-        Process::start(
+        Process::start_binary(
+            &node_binary,
             &[
                 name,
                 "--work-dir",
@@ -114,7 +119,12 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
                     .display()
                     .to_string(),
             ],
-            &with(&[("SHARDWORK_NODE_KEY", key_hex(key))]),
+            &[
+                ("SHARDWORK_API_URL".to_owned(), api_url.clone()),
+                ("SHARDWORK_QUEUE__AMQP_URL".to_owned(), amqp.clone()),
+                ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
+                ("SHARDWORK_NODE_KEY".to_owned(), key_hex(key)),
+            ],
             &dir.path().join(format!("{name}-{key}.log")),
         )
     };

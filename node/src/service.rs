@@ -1,0 +1,65 @@
+//! What a node process needs around its loop, shared by the `shardwork` CLI (`shardwork worker`,
+//! `validator`, and the in-process nodes of `up` and `demo`) and the standalone
+//! `shardwork-node` binary: its signing key, its training device, its timings, and a stop on
+//! Ctrl-C or SIGTERM.
+
+use std::path::Path;
+use std::time::Duration;
+
+use alloy::signers::local::PrivateKeySigner;
+use candle_core::Device;
+use tokio::sync::watch;
+
+use crate::NodeError;
+
+/// How often a worker extends its lease while training.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// How often an idle validator asks the API for work.
+pub const VALIDATOR_POLL: Duration = Duration::from_millis(300);
+
+/// The device training runs on: the first CUDA GPU when built with `cuda` and one is present.
+pub fn training_device() -> Device {
+    Device::cuda_if_available(0).unwrap_or(Device::Cpu)
+}
+
+/// A hex secp256k1 private key from `key_file`, else from the environment variable `variable`.
+pub fn signing_key(key_file: Option<&Path>, variable: &str) -> Result<PrivateKeySigner, NodeError> {
+    let text = match key_file {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| NodeError::Io(format!("reading the key file {}: {e}", path.display())))?,
+        None => std::env::var(variable).map_err(|_| {
+            NodeError::Io(format!(
+                "no key: set {variable} (hex private key) or pass --key-file"
+            ))
+        })?,
+    };
+    text.trim().parse().map_err(|_| {
+        NodeError::Io(match key_file {
+            Some(path) => format!("{} is not a hex secp256k1 private key", path.display()),
+            None => format!("{variable} is not a hex secp256k1 private key"),
+        })
+    })
+}
+
+/// A receiver that turns true on Ctrl-C or SIGTERM (what `docker stop` sends). Must be called
+/// inside a Tokio runtime.
+pub fn shutdown_on_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down: finishing the current task");
+        let _ = tx.send(true);
+    });
+    rx
+}
