@@ -41,6 +41,22 @@ pub fn node_binary() -> PathBuf {
     bin
 }
 
+/// Runs `shardwork <args>` to completion with `env` (and warnings-only logs), as a user types
+/// a command.
+pub fn shardwork(args: &[&str], env: &[(&str, String)]) -> std::process::Output {
+    let mut command = Command::new(binary());
+    command.args(args).env("SHARDWORK_LOG", "warn");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    command.output().expect("run shardwork")
+}
+
+/// Bytes a process printed, as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -11,29 +11,15 @@
 //! `scripts/install/python-fixtures`): a loud skip without it, a failure in CI.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use shardwork_client::ApiClient;
 use shardwork_core::protocol::ShardManifest;
 use shardwork_core::testkit::services::{record_skip, services_required};
-use shardwork_tests::{Process, binary, free_port, wait_healthy};
+use shardwork_tests::{Process, free_port, shardwork, text, wait_healthy};
 
 const SUITE: &str = "tests record_shapes (SmolLM2 GGUF)";
-
-fn shardwork(args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut command = Command::new(binary());
-    command.args(args).env("SHARDWORK_LOG", "warn");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run shardwork")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 fn p(path: &Path) -> String {
     path.display().to_string()

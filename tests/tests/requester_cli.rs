@@ -7,24 +7,10 @@
 //! and `job watch` says so and exits non-zero.
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use shardwork_tests::{Process, binary, free_port, wait_healthy};
-
-fn shardwork(args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut command = Command::new(binary());
-    command.args(args).env("SHARDWORK_LOG", "warn");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    command.output().expect("run shardwork")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use shardwork_tests::{Process, free_port, shardwork, text, wait_healthy};
 
 /// Writes the sample model and stores it in `data_dir`'s embedded store; returns its CID.
 fn sample_model(dir: &Path, data_dir: &Path) -> String {

@@ -11,78 +11,9 @@ use shardwork_core::protocol::{FieldError, SpecErrors};
 use crate::domain::DomainError;
 use crate::domain::error::describe;
 
-/// The kinds of problem, each with its stable `type` URI, title and status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProblemKind {
-    /// The request could not be decoded (bad JSON, wrong field type, missing part).
-    MalformedRequest,
-    /// The request decoded but a value breaks a rule.
-    Validation,
-    Unauthenticated,
-    Forbidden,
-    NotFound,
-    MethodNotAllowed,
-    Conflict,
-    PayloadTooLarge,
-    RateLimited,
-    Unavailable,
-    Internal,
-}
-
-impl ProblemKind {
-    pub fn slug(self) -> &'static str {
-        match self {
-            ProblemKind::MalformedRequest => "malformed-request",
-            ProblemKind::Validation => "validation",
-            ProblemKind::Unauthenticated => "unauthenticated",
-            ProblemKind::Forbidden => "forbidden",
-            ProblemKind::NotFound => "not-found",
-            ProblemKind::MethodNotAllowed => "method-not-allowed",
-            ProblemKind::Conflict => "conflict",
-            ProblemKind::PayloadTooLarge => "payload-too-large",
-            ProblemKind::RateLimited => "rate-limited",
-            ProblemKind::Unavailable => "unavailable",
-            ProblemKind::Internal => "internal",
-        }
-    }
-
-    pub fn title(self) -> &'static str {
-        match self {
-            ProblemKind::MalformedRequest => "The request could not be decoded",
-            ProblemKind::Validation => "The request breaks a rule",
-            ProblemKind::Unauthenticated => "Authentication is required",
-            ProblemKind::Forbidden => "Your role may not do this",
-            ProblemKind::NotFound => "Not found",
-            ProblemKind::MethodNotAllowed => "The endpoint does not take this method",
-            ProblemKind::Conflict => "The request conflicts with the current state",
-            ProblemKind::PayloadTooLarge => "The request body is too large",
-            ProblemKind::RateLimited => "Too many requests",
-            ProblemKind::Unavailable => "The service is not ready",
-            ProblemKind::Internal => "Internal error",
-        }
-    }
-
-    pub fn status(self) -> StatusCode {
-        match self {
-            ProblemKind::MalformedRequest => StatusCode::BAD_REQUEST,
-            ProblemKind::Validation => StatusCode::UNPROCESSABLE_ENTITY,
-            ProblemKind::Unauthenticated => StatusCode::UNAUTHORIZED,
-            ProblemKind::Forbidden => StatusCode::FORBIDDEN,
-            ProblemKind::NotFound => StatusCode::NOT_FOUND,
-            ProblemKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ProblemKind::Conflict => StatusCode::CONFLICT,
-            ProblemKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ProblemKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-            ProblemKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ProblemKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    /// A URN rather than a URL: stable, and it promises no page at a host we may not own.
-    pub fn type_uri(self) -> String {
-        format!("urn:shardwork:problem:{}", self.slug())
-    }
-}
+/// The kinds of problem, each with its stable `type` URI, title and status: the protocol's one
+/// definition, which the clients branch on too.
+pub use shardwork_core::protocol::problem::ProblemType as ProblemKind;
 
 /// The problem+json body (RFC 7807).
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
@@ -208,7 +139,7 @@ impl ApiError {
         ProblemBody {
             type_uri: self.kind.type_uri(),
             title: self.kind.title().into(),
-            status: self.kind.status().as_u16(),
+            status: self.kind.status(),
             detail: self.detail.clone(),
             errors: self.errors.clone(),
         }
@@ -229,7 +160,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        self.kind.status()
+        StatusCode::from_u16(self.kind.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     fn error_response(&self) -> HttpResponse {

@@ -58,6 +58,23 @@ impl ProblemType {
         }
     }
 
+    /// A short summary of the kind, the same for every problem of that kind (the `title`).
+    pub fn title(self) -> &'static str {
+        match self {
+            ProblemType::MalformedRequest => "The request could not be decoded",
+            ProblemType::Validation => "The request breaks a rule",
+            ProblemType::Unauthenticated => "Authentication is required",
+            ProblemType::Forbidden => "Your role may not do this",
+            ProblemType::NotFound => "Not found",
+            ProblemType::MethodNotAllowed => "The endpoint does not take this method",
+            ProblemType::Conflict => "The request conflicts with the current state",
+            ProblemType::PayloadTooLarge => "The request body is too large",
+            ProblemType::RateLimited => "Too many requests",
+            ProblemType::Unavailable => "The service is not ready",
+            ProblemType::Internal => "Internal error",
+        }
+    }
+
     /// The HTTP status the API sends with this kind.
     pub fn status(self) -> u16 {
         match self {

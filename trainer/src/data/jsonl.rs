@@ -18,26 +18,9 @@ pub fn read_records(
     num_labels: Option<u32>,
 ) -> Result<Vec<(usize, DatasetRecord)>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut out = Vec::new();
-    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-        let line_no = i + 1;
-        let line = line.map_err(|e| Error::Dataset {
-            path: path.to_path_buf(),
-            line: line_no,
-            detail: format!("unreadable: {e}"),
-        })?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let record = DatasetRecord::parse_for(line.as_bytes(), task, num_labels).map_err(|e| {
-            Error::Dataset {
-                path: path.to_path_buf(),
-                line: line_no,
-                detail: e.message,
-            }
-        })?;
-        out.push((line_no, record));
-    }
+    let out = each_line(std::io::BufReader::new(file), path, |line| {
+        DatasetRecord::parse_for(line.as_bytes(), task, num_labels).map_err(|e| e.message)
+    })?;
     if out.is_empty() {
         return Err(Error::Dataset {
             path: path.to_path_buf(),
@@ -56,24 +39,34 @@ pub fn read<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
 
 /// Like [`read`], from any reader; `path` only names the source in errors.
 pub fn parse<T: DeserializeOwned>(reader: impl BufRead, path: &Path) -> Result<Vec<T>> {
+    let records = each_line(reader, path, |line| {
+        // serde_json's own line is always 1 here; its column and message are what help.
+        serde_json::from_str(line)
+            .map_err(|e| format!("{} (column {})", strip_position(&e), e.column()))
+    })?;
+    Ok(records.into_iter().map(|(_, record)| record).collect())
+}
+
+/// `read` applied to every non-blank line with its 1-based number; the first failure is an
+/// error naming the file and the line.
+fn each_line<T>(
+    reader: impl BufRead,
+    path: &Path,
+    mut read: impl FnMut(&str) -> std::result::Result<T, String>,
+) -> Result<Vec<(usize, T)>> {
     let mut out = Vec::new();
     for (i, line) in reader.lines().enumerate() {
         let line_no = i + 1;
-        let line = line.map_err(|e| Error::Dataset {
+        let failed = |detail: String| Error::Dataset {
             path: path.to_path_buf(),
             line: line_no,
-            detail: format!("unreadable: {e}"),
-        })?;
+            detail,
+        };
+        let line = line.map_err(|e| failed(format!("unreadable: {e}")))?;
         if line.trim().is_empty() {
             continue;
         }
-        let record = serde_json::from_str(&line).map_err(|e| Error::Dataset {
-            path: path.to_path_buf(),
-            line: line_no,
-            // serde_json's own line is always 1 here; its column and message are what help.
-            detail: format!("{} (column {})", strip_position(&e), e.column()),
-        })?;
-        out.push(record);
+        out.push((line_no, read(&line).map_err(failed)?));
     }
     Ok(out)
 }
