@@ -10,8 +10,11 @@ use shardwork_contracts::Ledger;
 /// The escrow as the API uses it.
 #[derive(Clone)]
 pub struct Chain {
+    /// The ledger the escrow is read and written through (JSON-RPC or the embedded EVM).
     pub ledger: Arc<dyn Ledger>,
+    /// The chain's EIP-155 id.
     pub chain_id: u64,
+    /// The escrow contract's address.
     pub escrow: Address,
     /// The account holding the escrow's VALIDATOR_ROLE, which the API signs `markStarted` and
     /// the completions with. The validator service decides; the API is its only signer, so a
@@ -22,6 +25,7 @@ pub struct Chain {
     pub dev_funder: Option<Address>,
     /// How often the chain follower polls, and how deep a block must be before it is read.
     pub poll_interval: Duration,
+    /// How many blocks must sit on top of a block before the follower reads it.
     pub confirmations: u64,
     /// The block the escrow was deployed in: where the follower starts on a new database.
     pub start_block: u64,

@@ -15,10 +15,12 @@ use shardwork_core::protocol::EthAddress;
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps a secret value.
     pub fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }
 
+    /// The secret itself, for the code that must use it (never for logs).
     pub fn expose(&self) -> &str {
         &self.0
     }
@@ -61,7 +63,9 @@ pub struct ApiConfig {
     /// Master secret from which each job's held-out sealing key is derived, so that no key is
     /// ever written to the database or the content store. At least 32 bytes.
     pub sealing_secret: Secret,
+    /// How long an access token is valid, in seconds.
     pub access_token_ttl_secs: u64,
+    /// How long a refresh token is valid, in seconds; at least the access token's lifetime.
     pub refresh_token_ttl_secs: u64,
     /// How long a sign-in nonce stays spendable.
     pub nonce_ttl_secs: u64,
@@ -123,7 +127,9 @@ impl Default for ApiConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("api.{field}: {message}")]
 pub struct ConfigError {
+    /// The offending setting, as named in the `api` section.
     pub field: &'static str,
+    /// What is wrong with its value.
     pub message: String,
 }
 

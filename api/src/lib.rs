@@ -13,6 +13,7 @@
 //! [`state`] holds what the HTTP layer and the loops share; [`startup`] composes them. The CLI
 //! builds [`state::Ports`] and an [`configuration::ApiConfig`] and calls [`startup::serve`];
 //! tests use [`http::app::app`] or [`startup::Application`].
+#![warn(missing_docs)]
 
 pub mod background;
 pub mod chain;

@@ -17,25 +17,34 @@ use crate::state::{AppState, Ports};
 /// Why the server did not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
+    /// The configuration failed its checks; every problem is listed.
     #[error("invalid configuration: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Config(Vec<ConfigError>),
+    /// The listen address could not be bound.
     #[error("cannot listen on {address}: {source}")]
     Bind {
+        /// The configured `bind` address.
         address: std::net::SocketAddr,
+        /// Why binding failed.
         source: std::io::Error,
     },
+    /// The server failed while running, or the background work could not start.
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
 }
 
 /// A bound, not yet running server; `port` is the one the OS gave when binding port 0.
 pub struct Application {
+    /// The port the server listens on.
     pub port: u16,
+    /// The state the server's handlers share.
     pub state: Arc<AppState>,
     server: Server,
 }
 
 impl Application {
+    /// Checks the configuration, assembles the state and binds the listener. The server runs once
+    /// [`Application::run_until_stopped`] is awaited; no background work is started.
     pub fn build(config: ApiConfig, ports: Ports) -> Result<Application, StartupError> {
         let address = config.bind;
         let state = AppState::new(config, ports).map_err(StartupError::Config)?;
@@ -54,6 +63,7 @@ impl Application {
         })
     }
 
+    /// Serves until the server stops. Starts no background work (see [`start`]).
     pub async fn run_until_stopped(self) -> Result<(), StartupError> {
         Ok(self.server.await?)
     }
@@ -61,7 +71,9 @@ impl Application {
 
 /// A started API: the HTTP server and its background work (outbox, chain follower, reaper).
 pub struct Running {
+    /// The port the server listens on.
     pub port: u16,
+    /// The state the server's handlers and the background loops share.
     pub state: Arc<AppState>,
     background: Background,
     handle: actix_web::dev::ServerHandle,

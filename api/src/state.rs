@@ -21,7 +21,9 @@ use crate::http::rate_limit::RateLimiter;
 pub struct Ports {
     /// Migrated to `shardwork_migrations::Migrator`'s latest version.
     pub db: DatabaseConnection,
+    /// The content-addressed store: job specs, datasets, shards, sealed held-out sets, uploads.
     pub store: Arc<dyn ContentStore>,
+    /// The queue tasks are published to for workers to lease.
     pub queue: Arc<dyn TaskQueue>,
     /// The escrow the API follows and pays out through; without it jobs cannot be funded.
     pub chain: Option<Chain>,
@@ -29,16 +31,25 @@ pub struct Ports {
 
 /// Everything a handler may reach, shared by all workers of the server.
 pub struct AppState {
+    /// The validated settings.
     pub config: ApiConfig,
+    /// The database, as in [`Ports::db`].
     pub db: DatabaseConnection,
+    /// The content store, as in [`Ports::store`].
     pub store: Arc<dyn ContentStore>,
+    /// The task queue, as in [`Ports::queue`].
     pub queue: Arc<dyn TaskQueue>,
+    /// The escrow, as in [`Ports::chain`]; `None` when the API runs without a chain.
     pub chain: Option<Chain>,
+    /// Issues and verifies access and refresh tokens.
     pub tokens: Arc<TokenIssuer>,
+    /// The Prometheus counters and histograms served at `/metrics`.
     pub metrics: Metrics,
+    /// Per-caller request budgets (`rate_limit_per_minute`).
     pub limiter: RateLimiter,
     /// `GET /v1/jobs/{id}`'s reads, coalesced into shared round trips.
     pub job_reads: JobReads,
+    /// Signals that wake the background loops when there is work for them.
     pub wakeups: Wakeups,
 }
 

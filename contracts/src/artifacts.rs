@@ -28,14 +28,18 @@ pub const SOLC_LONG_VERSION: &str = include_str!("../artifacts/solc-version.txt"
 /// Where an immutable lives in the deployed bytecode (solc's `immutableReferences`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct ByteRange {
+    /// Offset of the immutable's first byte.
     pub start: usize,
+    /// Number of bytes it occupies.
     pub length: usize,
 }
 
 /// One contract's compiled form, as stored in `contracts/artifacts/<Name>.json`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Artifact {
+    /// Creation code: what a deployment sends, followed by the constructor arguments.
     pub bytecode: Bytes,
+    /// Runtime code as compiled, with zeros where the immutables go.
     pub deployed_bytecode: Bytes,
     /// Immutable id -> positions in the deployed bytecode the constructor fills in.
     pub immutable_references: BTreeMap<String, Vec<ByteRange>>,
@@ -43,6 +47,8 @@ pub struct Artifact {
     pub metadata: String,
 }
 
+/// The JSON is not a compiled contract: `bytecode`, `deployedBytecode` or `metadata` is
+/// missing or malformed.
 #[derive(Debug, thiserror::Error)]
 #[error("artifact is not a compiled contract: {0}")]
 pub struct ArtifactError(#[from] serde_json::Error);
@@ -64,6 +70,7 @@ struct RawBytecode {
 }
 
 impl Artifact {
+    /// Reads an artifact from its JSON (the format of `contracts/artifacts/<Name>.json`).
     pub fn parse(json: &str) -> Result<Self, ArtifactError> {
         let raw: RawArtifact = serde_json::from_str(json)?;
         Ok(Self {

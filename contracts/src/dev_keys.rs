@@ -8,6 +8,7 @@
 use alloy::primitives::{Address, U256};
 use alloy::signers::local::PrivateKeySigner;
 
+/// The ten private keys, hex without `0x`, in derivation order (index 0 first).
 pub const DEV_PRIVATE_KEYS: [&str; 10] = [
     "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
     "59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",

@@ -7,6 +7,7 @@
 //! - [`ledger`]: the Ledger port the API uses, with its two adapters: JSON-RPC through alloy
 //!   ([`ledger::rpc`]) and an in-process revm chain ([`ledger::embedded`]).
 //! - [`verify`]: what Etherscan asks for to verify a deployment, and deployment itself.
+#![warn(missing_docs)]
 
 pub mod artifacts;
 pub mod bindings;

@@ -17,15 +17,21 @@ use crate::bindings::JobEscrow;
 use crate::ledger::rpc::{RpcConfig, RpcLedger};
 use crate::ledger::{DeployParams, Ledger, LedgerError};
 
+/// Why writing the verification input or deploying failed.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
+    /// The deployer key does not parse; the message never contains the key.
     #[error("private key: {0}")]
     PrivateKey(String),
+    /// A verification file could not be written.
     #[error("writing {}: {source}", path.display())]
     Write {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// Connecting to the node, deploying or reading the chain failed.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
@@ -37,6 +43,7 @@ pub struct VerificationInput {
     pub contract_name: String,
     /// `v0.8.28+commit.7893614a`.
     pub compiler_version: String,
+    /// The standard-JSON input the committed bytecode was compiled from.
     pub standard_json_input: String,
     /// Hex without `0x`, as Etherscan's form wants it.
     pub constructor_arguments: String,
@@ -67,8 +74,11 @@ pub fn constructor_arguments(params: &DeployParams) -> Vec<u8> {
 /// Files written by [`write_verification_input`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerificationFiles {
+    /// `JobEscrow.standard-input.json`: the standard-JSON input.
     pub standard_json_input: PathBuf,
+    /// `compiler-version.txt`: the compiler version, `v`-prefixed.
     pub compiler_version: PathBuf,
+    /// `constructor-arguments.txt`: the arguments, hex.
     pub constructor_arguments: PathBuf,
 }
 
@@ -113,11 +123,17 @@ pub fn signer_from_hex(private_key: &str) -> Result<PrivateKeySigner, VerifyErro
 /// A finished deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Deployment {
+    /// Chain it was deployed on.
     pub chain_id: u64,
+    /// Address of the new JobEscrow.
     pub escrow: Address,
+    /// The account that sent the deployment.
     pub deployer: Address,
+    /// The chain's latest block right after the deployment was mined.
     pub block_number: u64,
+    /// The constructor arguments it was deployed with.
     pub params: DeployParams,
+    /// What Etherscan needs to verify it.
     pub verification: VerificationInput,
 }
 

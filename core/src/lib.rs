@@ -12,6 +12,7 @@
 //! Only [`protocol`] is built by default. Each port and adapter is a feature (`store`, `kubo`,
 //! `queue`, `rabbitmq`, `table-queue`, and `siwe` for sign-in messages), so a crate links only
 //! the I/O it uses: the trainer links none, a worker no database driver.
+#![warn(missing_docs)]
 
 pub mod protocol;
 #[cfg(feature = "queue")]

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use crate::data::ClassificationSet;
 
+/// A fitted Naive Bayes text classifier: per-class log priors and smoothed word log likelihoods.
 pub struct NaiveBayes {
     log_prior: Vec<f64>,
     log_likelihood: Vec<HashMap<String, f64>>,
@@ -60,6 +61,7 @@ impl NaiveBayes {
         }
     }
 
+    /// Most likely label for `text`; words never seen in training get the smoothed unseen mass.
     pub fn predict(&self, text: &str) -> u32 {
         let mut scores = self.log_prior.clone();
         for w in words(text) {
@@ -77,6 +79,7 @@ impl NaiveBayes {
             .map_or(0, |(i, _)| i as u32)
     }
 
+    /// Predicted label for every text of `set`, in order.
     pub fn predict_all(&self, set: &ClassificationSet) -> Vec<u32> {
         set.texts.iter().map(|t| self.predict(t)).collect()
     }

@@ -39,21 +39,33 @@ pub fn matmul_peak(device: &Device, m: usize, k: usize, n: usize) -> Result<f64>
     Ok(best)
 }
 
+/// What [`classify`] measured: throughput, MFU and held-out accuracy of LoRA against Naive Bayes.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClassifyBenchReport {
+    /// The device the run used, as candle prints it.
     pub device: String,
+    /// The classification run's settings.
     pub run: ClassifyRun,
+    /// Training examples in the split.
     pub train_examples: usize,
+    /// Held-out examples scored (after `held_out_limit`).
     pub held_out_examples: usize,
+    /// Optimiser steps taken.
     pub steps: usize,
+    /// Wall-clock seconds of training.
     pub train_seconds: f64,
+    /// Real (non-padding) training tokens per second.
     pub tokens_per_sec: f64,
     /// Training FLOP/s: 2× the forward FLOPs per token (forward plus activation gradients;
     /// frozen weights get no weight gradients), at the run's mean sequence length.
     pub train_flops_per_sec: f64,
+    /// Best f32 matmul FLOP/s measured on the device (see [`matmul_peak`]).
     pub matmul_peak_flops_per_sec: f64,
+    /// Model FLOPs utilisation: `train_flops_per_sec / matmul_peak_flops_per_sec`.
     pub mfu: f64,
+    /// Held-out metrics of the LoRA classifier.
     pub lora: ClassificationMetrics,
+    /// Held-out metrics of the Naive Bayes baseline on the same texts.
     pub naive_bayes: ClassificationMetrics,
 }
 
@@ -130,11 +142,16 @@ pub fn federated(
     )
 }
 
+/// What [`scoring`] measured: held-out scoring time of the baseline and inference paths.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScoringBenchReport {
+    /// The device the run used, as candle prints it.
     pub device: String,
+    /// Held-out examples scored.
     pub held_out_examples: usize,
+    /// Maximum tokens per text.
     pub max_seq_len: usize,
+    /// Timed rounds; the reported seconds are medians over them.
     pub rounds: usize,
     /// The matrix kernel [`crate::train::classify::predict`] picked on this machine.
     pub kernel: String,
@@ -152,6 +169,7 @@ pub struct ScoringBenchReport {
     /// Predictions on which each inference path differs from the baseline (float rounding at a
     /// decision boundary).
     pub portable_disagreements: usize,
+    /// Predictions on which the picked kernel's path differs from the baseline.
     pub disagreements: usize,
     /// Largest absolute logit difference between the portable and the picked kernel.
     pub max_logit_difference: f32,
@@ -160,6 +178,7 @@ pub struct ScoringBenchReport {
     /// Model FLOP/s of the inference path, against the best f32 matmul rate at the model's
     /// feed-forward shape in the same process.
     pub inference_flops_per_sec: f64,
+    /// Best f32 matmul FLOP/s measured on the device at the feed-forward shape.
     pub matmul_peak_flops_per_sec: f64,
 }
 

@@ -19,22 +19,34 @@ use crate::{inference, nn};
 /// The fields of a BERT `config.json` the forward pass needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct BertConfig {
+    /// Number of token ids the word embedding covers.
     pub vocab_size: usize,
+    /// Width of the residual stream.
     pub hidden_size: usize,
+    /// Number of encoder layers.
     pub num_hidden_layers: usize,
+    /// Attention heads per layer; `hidden_size` must be a multiple of it.
     pub num_attention_heads: usize,
+    /// Width of each layer's feed-forward (intermediate) projection.
     pub intermediate_size: usize,
+    /// Feed-forward activation: `gelu` (erf), `gelu_new` (tanh approximation) or `relu`.
     #[serde(default = "gelu")]
     pub hidden_act: String,
+    /// Dropout on embeddings and sublayer outputs during training.
     #[serde(default)]
     pub hidden_dropout_prob: f32,
+    /// Dropout on attention probabilities during training.
     #[serde(default)]
     pub attention_probs_dropout_prob: f32,
+    /// Longest sequence the position embedding covers.
     pub max_position_embeddings: usize,
+    /// Number of token-type (segment) ids; 2 when absent.
     #[serde(default = "two")]
     pub type_vocab_size: usize,
+    /// Epsilon of every layer norm; 1e-12 when absent.
     #[serde(default = "ln_eps")]
     pub layer_norm_eps: f64,
+    /// Token id used for padding; 0 when absent.
     #[serde(default)]
     pub pad_token_id: u32,
 }
@@ -77,6 +89,7 @@ impl BertConfig {
         Ok(cfg)
     }
 
+    /// Width of one attention head.
     pub fn head_dim(&self) -> usize {
         self.hidden_size / self.num_attention_heads
     }
@@ -97,6 +110,7 @@ pub enum Pooling {
 /// The base weights, read once and shared by every model built from them (the federated
 /// experiment builds several adapters over one base).
 pub struct BertWeights {
+    /// The checkpoint's `config.json`.
     pub config: BertConfig,
     tensors: HashMap<String, Tensor>,
     path: PathBuf,
@@ -241,8 +255,11 @@ fn linear(
 /// Settings for building a classifier over base weights.
 #[derive(Debug, Clone)]
 pub struct ClassifierSpec {
+    /// Number of classes the head predicts (at least 2).
     pub num_labels: usize,
+    /// LoRA rank, alpha, dropout, target modules and modules to save.
     pub lora: LoraConfig,
+    /// How the sequence is pooled into one vector for the head.
     pub pooling: Pooling,
     /// Dropout inside the frozen encoder during training (HF's `hidden_dropout_prob` /
     /// `attention_probs_dropout_prob`); `None` uses the values in config.json.
@@ -251,6 +268,7 @@ pub struct ClassifierSpec {
     pub seed: u64,
 }
 
+/// A BERT encoder with LoRA layers and a classification head, laid out as PEFT names it.
 pub struct BertClassifier {
     cfg: BertConfig,
     word: Tensor,
@@ -350,10 +368,12 @@ impl BertClassifier {
         Ok((model, lb.finish()))
     }
 
+    /// The base model's config.
     pub fn config(&self) -> &BertConfig {
         &self.cfg
     }
 
+    /// Number of classes the head predicts.
     pub fn num_labels(&self) -> usize {
         self.num_labels
     }

@@ -8,12 +8,17 @@ use minijinja::{Environment, ErrorKind, context};
 
 const TEMPLATE_NAME: &str = "chat";
 
+/// Why a chat template could not be used for a conversation.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatTemplateError {
+    /// The template source is not valid Jinja.
     #[error("chat template does not parse: {0}")]
     Parse(String),
+    /// Rendering failed, e.g. the template called `raise_exception` on the conversation.
     #[error("chat template failed to render: {0}")]
     Render(String),
+    /// Rendering a prefix of the conversation is not a prefix of the full rendering; the count of
+    /// messages in that prefix.
     #[error(
         "chat template is not incremental: rendering the first {0} messages is not a prefix of \
          rendering them all, so assistant turns cannot be located"
@@ -24,6 +29,7 @@ pub enum ChatTemplateError {
 /// One turn of a conversation: the protocol's `{"messages"}` record turn.
 pub use shardwork_core::protocol::ChatMessage;
 
+/// A model's chat template, compiled once, with the BOS and EOS tokens it refers to.
 #[derive(Debug, Clone)]
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -32,6 +38,8 @@ pub struct ChatTemplate {
 }
 
 impl ChatTemplate {
+    /// Compiles `source` with transformers' Jinja settings; `bos_token` and `eos_token` are the
+    /// values the template sees.
     pub fn new(
         source: &str,
         bos_token: String,

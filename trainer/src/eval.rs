@@ -5,12 +5,15 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 
+/// Held-out classification quality of a set of predictions.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ClassificationMetrics {
+    /// Fraction of predictions equal to the gold label.
     pub accuracy: f64,
     /// Unweighted mean of per-class F1 over the classes that occur in the gold labels or the
     /// predictions (as scikit-learn infers `labels`).
     pub macro_f1: f64,
+    /// Number of examples compared.
     pub examples: usize,
 }
 

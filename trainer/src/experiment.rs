@@ -22,6 +22,7 @@ use crate::train::classify::{self, ClassifyConfig, TrainReport};
 
 /// Seed of the Rotten Tomatoes held-out split; fixed so every run is judged on the same set.
 pub const SPLIT_SEED: u64 = 20_261_122;
+/// Share of the Rotten Tomatoes reviews held out for scoring.
 pub const HELD_OUT_FRACTION: f64 = 0.2;
 
 /// Reviews only (plot rows dropped), split 80/20 with [`SPLIT_SEED`].
@@ -33,11 +34,17 @@ pub fn rotten_tomatoes_split(path: &Path) -> Result<(ClassificationSet, Classifi
 /// One classification fine-tuning configuration.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClassifyRun {
+    /// LoRA rank, alpha, dropout, target modules and modules to save.
     pub lora: LoraConfig,
+    /// How the encoder output is pooled for the head.
     pub pooling: Pooling,
+    /// Maximum tokens per text; longer texts are truncated.
     pub max_seq_len: usize,
+    /// Dropout inside the frozen encoder during training.
     pub encoder_dropout: f32,
+    /// Batch size, optimiser schedule and data-order seed.
     pub train: ClassifyConfig,
+    /// Batch size for held-out scoring.
     pub eval_batch: usize,
     /// Seeds the LoRA/head initialisation and dropout (the data order uses `train.seed`).
     pub model_seed: u64,
@@ -71,6 +78,7 @@ impl ClassifyRun {
         }
     }
 
+    /// The same run with `steps` optimiser steps and a tenth of them (at least one) as warmup.
     pub fn with_steps(mut self, steps: usize) -> Self {
         self.train.optim.total_steps = steps;
         self.train.optim.warmup_steps = (steps / 10).max(1);
@@ -87,6 +95,7 @@ impl ClassifyRun {
         }
     }
 
+    /// The model's `tokenizer.json`, truncating to this run's `max_seq_len`.
     pub fn tokenizer(&self, model_dir: &Path) -> Result<TextTokenizer> {
         TextTokenizer::from_file(&model_dir.join("tokenizer.json"), self.max_seq_len)
     }
@@ -100,6 +109,7 @@ impl ClassifyRun {
         BertClassifier::new(weights, &self.spec(num_labels))
     }
 
+    /// The PEFT `adapter_config.json` for this run: `SEQ_CLS` on all-MiniLM-L6-v2, head saved.
     pub fn adapter_config(&self) -> AdapterConfig {
         let mut lora = self.lora.clone();
         if !lora.modules_to_save.iter().any(|m| m == "classifier") {
@@ -115,12 +125,17 @@ impl ClassifyRun {
 
 /// A trained model with what it cost and how well it does.
 pub struct Trained {
+    /// The trained classifier.
     pub model: BertClassifier,
+    /// Its trainable tensors (LoRA factors and head), for saving as an adapter.
     pub trainables: Trainables,
+    /// Steps, tokens and time the training took.
     pub report: TrainReport,
+    /// Held-out metrics of the trained model.
     pub metrics: ClassificationMetrics,
 }
 
+/// Builds a fresh model for `run`, trains it on `train` and scores it on `held_out`.
 pub fn train_and_evaluate(
     weights: &BertWeights,
     tokenizer: &TextTokenizer,
@@ -162,15 +177,24 @@ pub fn naive_bayes(
     )
 }
 
+/// Held-out results of [`federated`]: one run on the union against merged shard adapters.
 #[derive(Debug, Clone, Serialize)]
 pub struct FederatedReport {
+    /// Number of shards the training set was split into.
     pub shards: usize,
+    /// Optimiser steps of each run (the union's and every shard's).
     pub steps_per_run: usize,
+    /// Held-out metrics of the adapter trained on the whole training set.
     pub union: ClassificationMetrics,
+    /// Held-out metrics of each shard's own adapter, in shard order.
     pub shard_metrics: Vec<ClassificationMetrics>,
+    /// Held-out metrics of the exact (SVD) merge of the shard adapters.
     pub exact: ClassificationMetrics,
+    /// Held-out metrics of the naive (factor-average) merge.
     pub naive: ClassificationMetrics,
+    /// Report of the exact merge: what truncation dropped, per module.
     pub exact_merge: MergeReport,
+    /// Report of the naive merge: its error against the exact weighted sum, per module.
     pub naive_merge: MergeReport,
 }
 

@@ -14,30 +14,42 @@ pub enum Sampling {
     /// Softmax at `temperature`, restricted to the smallest set of tokens whose probability
     /// reaches `top_p`, drawn from a generator seeded with `seed`.
     Temperature {
+        /// Divides the logits before the softmax; higher spreads probability over more tokens.
         temperature: f64,
+        /// Nucleus cutoff: cumulative probability the candidate set must reach, in (0, 1].
         top_p: f64,
+        /// Seeds the sampling generator, so a run is reproducible.
         seed: u64,
     },
 }
 
+/// Limits and decoding strategy for [`generate`].
 #[derive(Debug, Clone)]
 pub struct GenerateOptions {
+    /// Most tokens to generate after the prompt.
     pub max_new_tokens: usize,
+    /// How each next token is picked.
     pub sampling: Sampling,
     /// Generation stops after emitting any of these.
     pub stop_tokens: Vec<u32>,
 }
 
+/// Why generation could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
+    /// The prompt has no tokens.
     #[error("generate: empty prompt")]
     EmptyPrompt,
+    /// The sampling temperature is zero, negative or not finite.
     #[error("generate: temperature {0} must be positive and finite (use Greedy for 0)")]
     Temperature(f64),
+    /// The top-p cutoff is outside (0, 1].
     #[error("generate: top_p {0} must be in (0, 1]")]
     TopP(f64),
+    /// The model's forward pass failed.
     #[error(transparent)]
     Model(#[from] LlamaError),
+    /// A tensor operation on the logits failed.
     #[error("generate: {0}")]
     Tensor(#[from] candle_core::Error),
 }

@@ -21,31 +21,48 @@ use crate::llama::{Config, Llama};
 /// Why a GGUF file could not be used; every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
+    /// The file could not be opened.
     #[error("{path}: cannot open: {source}")]
     Open {
+        /// The GGUF file.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// The file is not a GGUF file candle can parse.
     #[error("{path}: not a readable GGUF file: {source}")]
     Format {
+        /// The GGUF file.
         path: PathBuf,
+        /// The parser's error.
         source: candle_core::Error,
     },
+    /// A metadata key is missing or holds the wrong type or an unsupported value.
     #[error("{path}: metadata key {key}: {problem}")]
     Metadata {
+        /// The GGUF file.
         path: PathBuf,
+        /// The metadata key, e.g. `llama.block_count`.
         key: String,
+        /// What is wrong with its value.
         problem: String,
     },
+    /// A tensor is missing, unknown, mis-shaped, unsupported or cannot be dequantized.
     #[error("{path}: tensor {name}: {problem}")]
     Tensor {
+        /// The GGUF file.
         path: PathBuf,
+        /// The tensor's GGUF name, e.g. `blk.3.attn_q.weight`.
         name: String,
+        /// What is wrong with it.
         problem: String,
     },
+    /// The tensors do not make a model the config describes.
     #[error("{path}: {source}")]
     Model {
+        /// The GGUF file.
         path: PathBuf,
+        /// The model loader's error.
         source: crate::llama::LlamaError,
     },
 }
@@ -66,6 +83,7 @@ impl std::fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
+    /// Opens `path` and reads its header: metadata and tensor directory, not tensor data.
     pub fn open(path: &Path) -> Result<Self, GgufError> {
         let file = File::open(path).map_err(|source| GgufError::Open {
             path: path.to_owned(),
@@ -82,10 +100,12 @@ impl GgufFile {
         })
     }
 
+    /// The file this was opened from.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Every metadata key and value in the header.
     pub fn metadata(&self) -> &HashMap<String, Value> {
         &self.content.metadata
     }
@@ -127,6 +147,7 @@ impl GgufFile {
         usize::try_from(n).map_err(|_| self.meta_err(key, format!("{n} does not fit in memory")))
     }
 
+    /// Reads a float stored as f32 or f64.
     pub fn get_f64(&self, key: &str) -> Result<f64, GgufError> {
         match self.get(key)? {
             Value::F32(v) => Ok(*v as f64),
@@ -135,6 +156,7 @@ impl GgufFile {
         }
     }
 
+    /// Reads a string value.
     pub fn get_str(&self, key: &str) -> Result<&str, GgufError> {
         match self.get(key)? {
             Value::String(s) => Ok(s),

@@ -15,6 +15,7 @@
 //!
 //! With the `experiments` feature: the fixed experiments, benchmarks and fixture finder the
 //! tests, benches and the CLI's `bench` and `demo` use.
+#![warn(missing_docs)]
 
 #[cfg(feature = "experiments")]
 pub mod baseline;

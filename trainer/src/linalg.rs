@@ -10,12 +10,16 @@ use rand::rngs::StdRng;
 /// Row-major `rows × cols` matrix.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mat {
+    /// Number of rows.
     pub rows: usize,
+    /// Number of columns.
     pub cols: usize,
+    /// The entries, row after row (`rows * cols` of them).
     pub data: Vec<f64>,
 }
 
 impl Mat {
+    /// A `rows × cols` matrix of zeros.
     pub fn zeros(rows: usize, cols: usize) -> Self {
         Self {
             rows,
@@ -24,11 +28,13 @@ impl Mat {
         }
     }
 
+    /// Wraps row-major `data`, which must hold `rows * cols` entries.
     pub fn from_vec(rows: usize, cols: usize, data: Vec<f64>) -> Self {
         debug_assert_eq!(data.len(), rows * cols);
         Self { rows, cols, data }
     }
 
+    /// The `n × n` identity.
     pub fn identity(n: usize) -> Self {
         let mut m = Self::zeros(n, n);
         for i in 0..n {
@@ -37,6 +43,7 @@ impl Mat {
         m
     }
 
+    /// The entry at row `r`, column `c`.
     #[inline]
     pub fn at(&self, r: usize, c: usize) -> f64 {
         self.data[r * self.cols + c]
@@ -47,6 +54,7 @@ impl Mat {
         &mut self.data[r * self.cols + c]
     }
 
+    /// The transpose.
     pub fn t(&self) -> Mat {
         let mut out = Mat::zeros(self.cols, self.rows);
         for r in 0..self.rows {
@@ -57,6 +65,7 @@ impl Mat {
         out
     }
 
+    /// The product `self · rhs`; panics when the inner dimensions differ.
     pub fn matmul(&self, rhs: &Mat) -> Mat {
         assert_eq!(self.cols, rhs.rows, "matmul inner dimensions");
         let mut out = Mat::zeros(self.rows, rhs.cols);
@@ -76,6 +85,7 @@ impl Mat {
         out
     }
 
+    /// Every entry multiplied by `s`.
     pub fn scale(&self, s: f64) -> Mat {
         Mat::from_vec(
             self.rows,
@@ -84,12 +94,14 @@ impl Mat {
         )
     }
 
+    /// `self += s · other`, entry by entry.
     pub fn add_assign_scaled(&mut self, other: &Mat, s: f64) {
         for (a, b) in self.data.iter_mut().zip(&other.data) {
             *a += s * b;
         }
     }
 
+    /// The Frobenius norm: square root of the sum of squared entries.
     pub fn frobenius(&self) -> f64 {
         self.data.iter().map(|x| x * x).sum::<f64>().sqrt()
     }
@@ -172,8 +184,11 @@ pub fn qr(x: &Mat) -> (Mat, Mat) {
 
 /// Thin SVD: `x = U·diag(s)·Vᵀ` with singular values in decreasing order.
 pub struct Svd {
+    /// Left singular vectors as columns (`m × k`).
     pub u: Mat,
+    /// Singular values, largest first.
     pub s: Vec<f64>,
+    /// Right singular vectors as columns (`n × k`).
     pub v: Mat,
 }
 
@@ -293,6 +308,7 @@ pub fn randomized_svd(x: &Mat, k: usize, oversample: usize, power_iters: usize, 
 mod normal {
     use rand::Rng;
 
+    /// One draw from N(0, 1).
     pub fn standard_normal(rng: &mut impl Rng) -> f64 {
         let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
         let u2: f64 = rng.random();

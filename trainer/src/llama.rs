@@ -20,24 +20,36 @@ use serde::Deserialize;
 /// Why a model could not be configured or run.
 #[derive(Debug, thiserror::Error)]
 pub enum LlamaError {
+    /// `config.json` could not be read.
     #[error("{path}: cannot read: {source}")]
     ReadConfig {
+        /// The config file.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// `config.json` is not valid JSON or lacks a field the model needs.
     #[error("{path}: line {line}, column {column}: {message}")]
     ParseConfig {
+        /// The config file.
         path: PathBuf,
+        /// Line of the error, counting from 1.
         line: usize,
+        /// Column of the error, counting from 1.
         column: usize,
+        /// The parser's message.
         message: String,
     },
+    /// The config fails validation, or the input or LoRA targets do not fit the model.
     #[error("model config: {0}")]
     InvalidConfig(String),
+    /// A checkpoint tensor is missing or has the wrong shape.
     #[error("model weights: {0}")]
     Weights(#[source] candle_core::Error),
+    /// A tensor operation in the forward pass failed.
     #[error("model forward: {0}")]
     Forward(#[from] candle_core::Error),
+    /// A LoRA layer could not be built or run.
     #[error("lora: {0}")]
     Lora(#[source] crate::error::Error),
 }
@@ -61,12 +73,18 @@ fn default_hidden_act() -> String {
 /// The subset of a Hugging Face `config.json` a Llama-family decoder needs.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Config {
+    /// `model_type` from the config, e.g. `llama` or `qwen2`.
     #[serde(default)]
     pub model_type: Option<String>,
+    /// Number of token ids the embedding and output projection cover.
     pub vocab_size: usize,
+    /// Width of the residual stream.
     pub hidden_size: usize,
+    /// Width of the SwiGLU MLP's gate and up projections.
     pub intermediate_size: usize,
+    /// Number of decoder blocks.
     pub num_hidden_layers: usize,
+    /// Number of query heads per attention layer.
     pub num_attention_heads: usize,
     /// Absent in original Llama configs, where every head has its own key/value head.
     #[serde(default)]
@@ -74,17 +92,22 @@ pub struct Config {
     /// Only set when it differs from `hidden_size / num_attention_heads`.
     #[serde(default)]
     pub head_dim: Option<usize>,
+    /// RoPE base frequency; 10000 when absent.
     #[serde(default = "default_rope_theta")]
     pub rope_theta: f64,
+    /// Epsilon of every RMSNorm; 1e-6 when absent.
     #[serde(default = "default_rms_norm_eps")]
     pub rms_norm_eps: f64,
+    /// Longest sequence the RoPE tables cover; 2048 when absent.
     #[serde(default = "default_max_positions")]
     pub max_position_embeddings: usize,
+    /// Whether the output projection reuses the input embedding.
     #[serde(default)]
     pub tie_word_embeddings: bool,
     /// Llama's flag for biases on q/k/v/o; Qwen2 has q/k/v biases without stating it.
     #[serde(default)]
     pub attention_bias: bool,
+    /// MLP activation; only `silu` is supported.
     #[serde(default = "default_hidden_act")]
     pub hidden_act: String,
     /// Kept only to refuse scaled RoPE variants this model does not implement.
@@ -110,10 +133,12 @@ impl Config {
         Ok(cfg)
     }
 
+    /// Key/value heads (grouped-query attention); the query head count when unset.
     pub fn num_kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }
 
+    /// Width of one attention head.
     pub fn head_dim(&self) -> usize {
         self.head_dim
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
@@ -188,7 +213,9 @@ impl Config {
 /// A projection inside a decoder block: the frozen checkpoint layer, or the same layer wrapped
 /// by [`Llama::apply_lora`].
 pub enum Proj {
+    /// The checkpoint layer as loaded, frozen.
     Base(Linear),
+    /// The layer with a LoRA branch added.
     Lora(LoraLinear),
 }
 
@@ -299,6 +326,7 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// An empty cache for a model with `num_layers` decoder blocks.
     pub fn new(num_layers: usize) -> Self {
         Self {
             layers: vec![None; num_layers],
@@ -314,16 +342,22 @@ impl KvCache {
             .unwrap_or(0)
     }
 
+    /// Whether no position is cached yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
+/// Grouped-query self-attention of one decoder block, with rotary position embeddings.
 #[derive(Debug)]
 pub struct Attention {
+    /// Query projection (`q_proj`).
     pub q_proj: Proj,
+    /// Key projection (`k_proj`).
     pub k_proj: Proj,
+    /// Value projection (`v_proj`).
     pub v_proj: Proj,
+    /// Output projection (`o_proj`).
     pub o_proj: Proj,
     num_heads: usize,
     num_kv_heads: usize,
@@ -413,10 +447,14 @@ fn repeat_kv(xs: &Tensor, groups: usize) -> candle_core::Result<Tensor> {
         .reshape((b, kv * groups, t, d))
 }
 
+/// SwiGLU feed-forward of one decoder block: `down(silu(gate(x)) · up(x))`.
 #[derive(Debug)]
 pub struct Mlp {
+    /// Gate projection (`gate_proj`).
     pub gate_proj: Proj,
+    /// Up projection (`up_proj`).
     pub up_proj: Proj,
+    /// Down projection (`down_proj`).
     pub down_proj: Proj,
 }
 
@@ -437,9 +475,12 @@ impl Mlp {
     }
 }
 
+/// One pre-norm decoder block: RMSNorm, attention, RMSNorm, MLP, each with a residual add.
 #[derive(Debug)]
 pub struct Block {
+    /// The block's self-attention.
     pub self_attn: Attention,
+    /// The block's feed-forward.
     pub mlp: Mlp,
     input_layernorm: RmsNorm,
     post_attention_layernorm: RmsNorm,
@@ -490,6 +531,7 @@ impl Block {
 #[derive(Debug)]
 pub struct Llama {
     embed_tokens: Embedding,
+    /// The decoder blocks, in order (`model.layers.N`).
     pub layers: Vec<Block>,
     norm: RmsNorm,
     /// `None` when the output projection is tied to `embed_tokens`.
@@ -534,10 +576,12 @@ impl Llama {
         })
     }
 
+    /// The config the model was loaded with.
     pub fn config(&self) -> &Config {
         &self.cfg
     }
 
+    /// The device the weights live on.
     pub fn device(&self) -> &Device {
         self.embed_tokens.embeddings().device()
     }

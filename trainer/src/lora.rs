@@ -23,8 +23,11 @@ use crate::inference::{PackedLinear, ScoringKernel};
 /// What to adapt and how. Field names follow PEFT's `LoraConfig`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoraConfig {
+    /// LoRA rank: the inner dimension of `B·A`.
     pub r: usize,
+    /// LoRA alpha; the update is scaled by `alpha / r`.
     pub alpha: f64,
+    /// Dropout on the LoRA branch's input during training, in `[0, 1)`.
     pub dropout: f32,
     /// Module names (last path components, e.g. `query`, `q_proj`) or full module paths.
     pub target_modules: Vec<String>,
@@ -52,6 +55,7 @@ impl LoraConfig {
         Ok(cfg)
     }
 
+    /// Rejects a zero rank, a dropout outside `[0, 1)`, a non-positive alpha and empty targets.
     pub fn validate(&self) -> Result<()> {
         if self.r == 0 {
             return Err(Error::Invalid("lora r: 0 is below the minimum 1".into()));
@@ -87,6 +91,7 @@ impl LoraConfig {
         matches_any(&self.target_modules, module_path)
     }
 
+    /// Whether `module_path` is trained in full and saved whole (same suffix rule as targets).
     pub fn is_module_to_save(&self, module_path: &str) -> bool {
         matches_any(&self.modules_to_save, module_path)
     }
@@ -107,6 +112,7 @@ fn matches_any(names: &[String], module_path: &str) -> bool {
 pub struct DropoutRng(Arc<Mutex<StdRng>>);
 
 impl DropoutRng {
+    /// A generator for dropout masks seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         Self(Arc::new(Mutex::new(StdRng::seed_from_u64(seed))))
     }
@@ -146,10 +152,12 @@ pub struct Trainables {
 }
 
 impl Trainables {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Registers `var` under `name`; registering a name twice is an error.
     pub fn insert(&mut self, name: impl Into<String>, var: Var) -> Result<()> {
         let name = name.into();
         if self.vars.contains_key(&name) {
@@ -161,18 +169,22 @@ impl Trainables {
         Ok(())
     }
 
+    /// The tensor registered under `name`.
     pub fn get(&self, name: &str) -> Option<&Var> {
         self.vars.get(name)
     }
 
+    /// Every tensor with its name, in name order.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Var)> {
         self.vars.iter()
     }
 
+    /// Number of registered tensors.
     pub fn len(&self) -> usize {
         self.vars.len()
     }
 
+    /// Whether no tensor is registered.
     pub fn is_empty(&self) -> bool {
         self.vars.is_empty()
     }
@@ -254,14 +266,17 @@ impl LoraLinear {
         &self.name
     }
 
+    /// Whether this layer carries a trainable low-rank update.
     pub fn is_lora(&self) -> bool {
         matches!(self.kind, Kind::Lora { .. })
     }
 
+    /// Input width (columns of the weight).
     pub fn in_features(&self) -> usize {
         self.weight.dims()[1]
     }
 
+    /// Output width (rows of the weight).
     pub fn out_features(&self) -> usize {
         self.weight.dims()[0]
     }
@@ -271,6 +286,7 @@ impl LoraLinear {
         &self.weight
     }
 
+    /// The layer's bias, if it has one.
     pub fn bias(&self) -> Option<&Tensor> {
         self.bias.as_ref()
     }
@@ -391,6 +407,7 @@ impl LoraBuilder {
         })
     }
 
+    /// The LoRA settings the builder applies.
     pub fn config(&self) -> &LoraConfig {
         &self.cfg
     }
@@ -513,6 +530,7 @@ impl LoraBuilder {
         })
     }
 
+    /// The trainable tensors registered so far.
     pub fn trainables(&self) -> &Trainables {
         &self.trainables
     }

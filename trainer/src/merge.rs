@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::linalg::{self, Mat, Svd};
 use crate::peft::Adapter;
 
+/// How K adapters' LoRA updates are combined into one.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "mode")]
 pub enum MergeMode {
@@ -32,11 +33,16 @@ pub enum MergeMode {
     Median,
     /// Coordinate-wise mean after dropping the `trim` largest and `trim` smallest values
     /// (weights ignored).
-    TrimmedMean { trim: usize },
+    TrimmedMean {
+        /// Values dropped at each end of every coordinate; `2·trim` must be below K.
+        trim: usize,
+    },
 }
 
+/// Settings of a [`merge`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MergeOptions {
+    /// How the updates are combined.
     pub mode: MergeMode,
     /// Rank of the merged adapter; `None` keeps the inputs' r.
     pub rank: Option<usize>,
@@ -57,8 +63,10 @@ impl Default for MergeOptions {
     }
 }
 
+/// What a merge lost on one LoRA module.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModuleReport {
+    /// The module path, e.g. `bert.encoder.layer.0.attention.self.query`.
     pub module: String,
     /// `‖ΔW − ΔW_r‖_F / ‖ΔW‖_F` of the target update and what the merged adapter encodes
     /// (0 for a zero update). For naive mode, the error against the exact weighted sum.
@@ -67,15 +75,20 @@ pub struct ModuleReport {
     pub rank_before: usize,
 }
 
+/// What a [`merge`] did and lost.
 #[derive(Debug, Clone, Serialize)]
 pub struct MergeReport {
+    /// The mode the merge ran in.
     pub mode: MergeMode,
+    /// LoRA rank of the merged adapter.
     pub rank: usize,
     /// Normalised weights actually used.
     pub weights: Vec<f64>,
     /// Per adapter: its `‖ΔW‖_F` over all modules and the factor clipping applied (1 = none).
     pub adapter_norms: Vec<f64>,
+    /// Per adapter: the factor its update was scaled by under `clip_norm` (1 = none).
     pub clip_factors: Vec<f64>,
+    /// What the merge lost on each LoRA module, in module order.
     pub modules: Vec<ModuleReport>,
     /// Largest `relative_error` over modules.
     pub max_relative_error: f64,

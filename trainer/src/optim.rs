@@ -12,18 +12,24 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::lora::Trainables;
 
+/// AdamW, schedule, clipping and accumulation settings; defaults follow the HF Trainer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OptimConfig {
     /// Peak learning rate, reached at the end of warmup.
     pub lr: f64,
+    /// Decoupled weight decay, applied to every tensor except biases.
     pub weight_decay: f64,
+    /// Decay rate of the first-moment (mean) estimate.
     pub beta1: f64,
+    /// Decay rate of the second-moment (uncentred variance) estimate.
     pub beta2: f64,
+    /// Added to the square root of the second moment to avoid division by zero.
     pub eps: f64,
     /// Optimiser steps of linear warmup from 0 to `lr`.
     pub warmup_steps: usize,
     /// Optimiser steps in the run; the cosine reaches `min_lr_ratio · lr` here.
     pub total_steps: usize,
+    /// Floor of the cosine schedule as a fraction of `lr`.
     pub min_lr_ratio: f64,
     /// Clip the global gradient norm to this value; `None` disables clipping.
     pub max_grad_norm: Option<f64>,
@@ -49,6 +55,8 @@ impl Default for OptimConfig {
 }
 
 impl OptimConfig {
+    /// Rejects a non-positive lr, betas outside `[0, 1)`, negative weight decay, zero steps or
+    /// accumulation, and a non-positive clipping norm.
     pub fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(Error::Invalid(what));
         if !(self.lr.is_finite() && self.lr > 0.0) {
@@ -94,6 +102,7 @@ impl OptimConfig {
 pub struct StepInfo {
     /// 0-based index of the step just taken.
     pub step: usize,
+    /// Learning rate the step used.
     pub lr: f64,
     /// Global gradient norm before clipping.
     pub grad_norm: f64,
@@ -108,6 +117,7 @@ struct Slot {
     decay: bool,
 }
 
+/// AdamW over a model's [`Trainables`], with gradient accumulation and global-norm clipping.
 pub struct AdamW {
     cfg: OptimConfig,
     slots: Vec<Slot>,
@@ -116,6 +126,7 @@ pub struct AdamW {
 }
 
 impl AdamW {
+    /// Zeroed moments for every trainable tensor; fails when `cfg` does not validate.
     pub fn new(trainables: &Trainables, cfg: OptimConfig) -> Result<Self> {
         cfg.validate()?;
         let slots = trainables
@@ -140,6 +151,7 @@ impl AdamW {
         })
     }
 
+    /// The settings the optimiser runs with.
     pub fn config(&self) -> &OptimConfig {
         &self.cfg
     }

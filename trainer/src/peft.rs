@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::lora::{LoraConfig, Trainables};
 
+/// Name of the adapter's config file in an adapter directory.
 pub const CONFIG_FILE: &str = "adapter_config.json";
+/// Name of the adapter's weights file in an adapter directory.
 pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
 /// What PEFT prefixes every saved tensor name with.
 pub const PREFIX: &str = "base_model.model.";
@@ -23,27 +25,40 @@ pub const PREFIX: &str = "base_model.model.";
 /// are rejected rather than silently mis-applied.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdapterConfig {
+    /// The PEFT method; only `LORA` is supported.
     pub peft_type: String,
     /// `SEQ_CLS` or `CAUSAL_LM`.
     pub task_type: Option<String>,
+    /// The model the adapter was trained on (a Hub id or a path), if known.
     pub base_model_name_or_path: Option<String>,
+    /// LoRA rank.
     pub r: usize,
+    /// LoRA alpha; the update is scaled by `lora_alpha / r`.
     pub lora_alpha: f64,
+    /// Dropout on the LoRA branch's input during training.
     #[serde(default)]
     pub lora_dropout: f32,
+    /// Module names or paths the LoRA layers wrap (PEFT's suffix rule).
     pub target_modules: Vec<String>,
+    /// Modules trained in full and saved whole, e.g. `classifier`.
     #[serde(default)]
     pub modules_to_save: Option<Vec<String>>,
+    /// Which biases train; only `none` is supported.
     #[serde(default = "bias_none")]
     pub bias: String,
+    /// Whether weights are stored `(in, out)`; only `false` is supported.
     #[serde(default)]
     pub fan_in_fan_out: bool,
+    /// Whether PEFT loads the adapter frozen, for inference.
     #[serde(default = "yes")]
     pub inference_mode: bool,
+    /// Whether PEFT initialised the LoRA factors its default way (A random, B zero).
     #[serde(default = "yes")]
     pub init_lora_weights: bool,
+    /// Whether the update is scaled by `alpha / √r` (rsLoRA); not supported.
     #[serde(default)]
     pub use_rslora: bool,
+    /// Whether the adapter is DoRA (weight-decomposed LoRA); not supported.
     #[serde(default)]
     pub use_dora: bool,
 }
@@ -57,6 +72,7 @@ fn yes() -> bool {
 }
 
 impl AdapterConfig {
+    /// The PEFT config for a [`LoraConfig`], with PEFT's defaults for what it does not set.
     pub fn from_lora(cfg: &LoraConfig, task_type: &str, base_model: Option<&str>) -> Self {
         Self {
             peft_type: "LORA".into(),
@@ -76,6 +92,7 @@ impl AdapterConfig {
         }
     }
 
+    /// The [`LoraConfig`] this file describes, validated.
     pub fn lora_config(&self) -> Result<LoraConfig> {
         let cfg = LoraConfig {
             r: self.r,
@@ -131,7 +148,9 @@ impl AdapterConfig {
 /// An adapter in memory: its config and its tensors, named without [`PREFIX`].
 #[derive(Debug, Clone)]
 pub struct Adapter {
+    /// The adapter's PEFT config.
     pub config: AdapterConfig,
+    /// LoRA factors and saved-module tensors, named without [`PREFIX`].
     pub tensors: BTreeMap<String, Tensor>,
 }
 

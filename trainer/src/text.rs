@@ -16,6 +16,7 @@ pub struct TextTokenizer {
 }
 
 impl TextTokenizer {
+    /// Loads `tokenizer.json` at `path`, truncating every encoding to `max_len` tokens.
     pub fn from_file(path: &Path, max_len: usize) -> Result<Self> {
         let mut inner = Tokenizer::from_file(path).map_err(|e| Error::Config {
             path: path.to_path_buf(),
@@ -47,10 +48,12 @@ impl TextTokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// [`Self::encode`] for every text, in order.
     pub fn encode_all(&self, texts: &[String]) -> Result<Vec<Vec<u32>>> {
         texts.iter().map(|t| self.encode(t)).collect()
     }
 
+    /// Id of `[PAD]`, or 0 when the vocabulary has none.
     pub fn pad_id(&self) -> u32 {
         self.pad_id
     }
@@ -58,8 +61,11 @@ impl TextTokenizer {
 
 /// A padded batch: `ids (b, t)` u32, `mask (b, t)` f32, and the number of real tokens.
 pub struct Batch {
+    /// Token ids `(b, t)`, right-padded with the pad id.
     pub ids: Tensor,
+    /// `(b, t)`: 1.0 for real tokens, 0.0 for padding.
     pub mask: Tensor,
+    /// Real (non-padding) tokens in the batch.
     pub tokens: usize,
 }
 

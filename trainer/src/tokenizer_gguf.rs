@@ -26,21 +26,36 @@ const TOKEN_TYPE_CONTROL: i64 = 3;
 /// llama.cpp's token type for user-defined tokens, which are also matched whole.
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
+/// Why a tokenizer could not be built from GGUF metadata, or failed on a text.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
+    /// A `tokenizer.*` metadata key is missing, malformed or names an unsupported tokenizer.
     #[error("{path}: tokenizer metadata {key}: {problem}")]
     Metadata {
+        /// The GGUF file, for the message.
         path: String,
+        /// The metadata key, e.g. `tokenizer.ggml.tokens`.
         key: String,
+        /// What is wrong with its value.
         problem: String,
     },
+    /// The vocabulary, merges or special tokens do not make a valid BPE tokenizer.
     #[error("{path}: cannot build tokenizer: {message}")]
-    Build { path: String, message: String },
+    Build {
+        /// The GGUF file, for the message.
+        path: String,
+        /// The tokenizers library's error.
+        message: String,
+    },
+    /// `tokenizer.chat_template` does not compile.
     #[error("{path}: {source}")]
     Template {
+        /// The GGUF file, for the message.
         path: String,
+        /// The template compiler's error.
         source: ChatTemplateError,
     },
+    /// Encoding or decoding failed.
     #[error("tokenizer: {0}")]
     Encode(String),
 }
@@ -51,9 +66,13 @@ pub type Encoded = (Vec<u32>, Vec<(usize, usize)>);
 /// A tokenizer with the special tokens and chat template a language model needs.
 #[derive(Debug, Clone)]
 pub struct LmTokenizer {
+    /// The byte-level BPE tokenizer itself.
     pub tokenizer: Tokenizer,
+    /// The BOS token prepended to every encoding, when the model adds one.
     pub bos_token_id: Option<u32>,
+    /// The end-of-sequence token that ends an assistant turn or a generation.
     pub eos_token_id: u32,
+    /// The model's chat template, when the file has one.
     pub chat_template: Option<ChatTemplate>,
 }
 
@@ -72,6 +91,7 @@ impl LmTokenizer {
         Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
     }
 
+    /// The text of `ids`, with special tokens skipped.
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
         self.tokenizer
             .decode(ids, true)

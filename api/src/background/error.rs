@@ -5,18 +5,26 @@ use shardwork_core::queue::QueueError;
 
 use crate::domain::DomainError;
 
+/// A background pass's failure, logged by the loop that hit it (and, by the outbox, kept on the
+/// event).
 #[derive(Debug, thiserror::Error)]
 pub enum BackgroundError {
+    /// The database refused a read or a write.
     #[error("database: {0}")]
     Db(#[from] sea_orm::DbErr),
+    /// A call to the escrow ledger failed: a revert, an RPC error, a receipt timeout.
     #[error("ledger: {0}")]
     Ledger(#[from] shardwork_contracts::LedgerError),
+    /// The task queue failed.
     #[error("queue: {0}")]
     Queue(#[from] QueueError),
+    /// A domain step refused or failed.
     #[error(transparent)]
     Domain(#[from] DomainError),
+    /// An event needs the chain (a payout, a refund) but the API runs without one.
     #[error("no chain is configured, so payouts and refunds cannot be sent")]
     NoChain,
+    /// A stored row cannot be read as what it should be: a bad payload, a missing escrow id.
     #[error("inconsistent record: {0}")]
     Corrupt(String),
 }

@@ -37,6 +37,7 @@ pub struct Background {
 }
 
 impl Background {
+    /// Stops the loops now, as dropping the handle would.
     pub fn stop(self) {}
 }
 

@@ -8,6 +8,7 @@
 
 use shardwork_core::protocol::{FieldError, SpecErrors};
 
+/// Why a domain operation failed; each variant carries the sentence a person reads.
 #[derive(Debug, thiserror::Error)]
 pub enum DomainError {
     /// What was asked for does not exist (`no job …`).
@@ -29,8 +30,10 @@ pub enum DomainError {
     Internal {
         /// What was being done, as the reply names it (`task message`).
         context: &'static str,
+        /// What went wrong.
         message: String,
     },
+    /// The database failed.
     #[error("database: {0}")]
     Db(#[from] sea_orm::DbErr),
 }
@@ -44,6 +47,7 @@ impl DomainError {
         }])
     }
 
+    /// A broken invariant: `context` says what was being done, `message` what was found.
     pub fn internal(context: &'static str, message: impl std::fmt::Display) -> Self {
         DomainError::Internal {
             context,

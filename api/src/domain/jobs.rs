@@ -31,6 +31,7 @@ const JOB_READ_LANES: usize = 4;
 /// Ids per batched read (one `WHERE id IN (…)` query).
 const JOB_READ_BATCH: usize = 64;
 
+/// The coalesced job reads of [`crate::state::AppState::job_reads`], over `db`.
 pub fn job_reads(db: DatabaseConnection) -> JobReads {
     Coalescer::new(JOB_READ_LANES, JOB_READ_BATCH, move |ids: Vec<Uuid>| {
         let db = db.clone();

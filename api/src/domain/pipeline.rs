@@ -60,8 +60,11 @@ pub fn parse_records<'a>(data: &'a [u8], spec: &JobSpec) -> Result<Vec<&'a [u8]>
 /// The dataset cut for a job: held-out records and each shard's records, as JSONL bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Split {
+    /// The held-out records, JSONL, before sealing.
     pub held_out: Vec<u8>,
+    /// How many records the held-out set holds.
     pub held_out_records: u64,
+    /// Each shard's JSONL bytes and record count, in shard order.
     pub shards: Vec<(Vec<u8>, u64)>,
 }
 

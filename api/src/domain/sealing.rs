@@ -10,6 +10,7 @@ use uuid::Uuid;
 /// Domain separation: this hash is used for nothing else.
 const CONTEXT: &[u8] = b"shardwork/held-out-key/v1\0";
 
+/// The key that seals job `job_id`'s held-out set, derived from the `sealing_secret`.
 pub fn held_out_key(secret: &str, job_id: Uuid) -> SealingKey {
     let mut hasher = Sha256::new();
     hasher.update(CONTEXT);

@@ -15,10 +15,13 @@ type Linear = (u64, u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelShape {
+    /// Width of the hidden states.
     #[schema(minimum = 1, maximum = 1048576)]
     pub hidden_size: u64,
+    /// Width of the feed-forward (MLP) layer.
     #[schema(minimum = 1, maximum = 1048576)]
     pub intermediate_size: u64,
+    /// Number of transformer layers.
     #[schema(minimum = 1, maximum = 1048576)]
     pub num_hidden_layers: u64,
     /// Must divide `hidden_size`.
@@ -125,6 +128,7 @@ impl ModelShape {
     }
 }
 
+/// The LoRA target module names an architecture has, as its Hugging Face model names them.
 pub fn known_modules(architecture: Architecture) -> &'static [&'static str] {
     match architecture {
         Architecture::Llama => &[

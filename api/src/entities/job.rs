@@ -3,33 +3,56 @@
 use sea_orm::entity::prelude::*;
 use shardwork_core::protocol::{JobKind, JobStatus};
 
+/// A row of `jobs`.
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "jobs")]
 pub struct Model {
+    /// The job's id, chosen by the API when the job is posted.
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
+    /// The requester's address: the signed-in account that posted the job.
     pub requester: String,
+    /// One adapter on the whole set (`lora`) or shards merged over rounds (`federated`).
     pub kind: JobKind,
+    /// Where the job is in its lifecycle.
     pub status: JobStatus,
+    /// The validated spec as posted (defaults filled in).
     pub spec: Json,
+    /// The spec's bytes (`job.json`) in the content store.
     pub spec_cid: Option<String>,
+    /// The dataset as uploaded, held-out records included.
     pub dataset_cid: Option<String>,
+    /// The shard manifest: which records each shard holds. The escrow names the job by it.
     pub manifest_cid: Option<String>,
+    /// The sealed held-out set; its key is derived when needed, never stored.
     pub heldout_cid: Option<String>,
+    /// The final merged adapter, once the job is completed.
     pub result_adapter_cid: Option<String>,
+    /// The job's id in the escrow contract (decimal `uint256`), once funded.
     pub escrow_job_id: Option<String>,
+    /// The escrow contract the job was funded on, lower-case hex, once funded.
     pub escrow_address: Option<String>,
+    /// The stake in wei, as decimal text.
     pub stake_wei: String,
+    /// How many shards the dataset was cut into.
     pub shards: i32,
+    /// How many rounds the job trains for.
     pub rounds: i32,
+    /// The round in progress; 0 until funding opens round 1.
     pub current_round: i32,
+    /// When the job must be finished; a funded job unfinished by then is refunded.
     pub deadline: DateTimeUtc,
+    /// Funded from the server's development account rather than the requester's wallet.
     pub dev_funded: bool,
+    /// Bumped by every state transition (optimistic concurrency).
     pub version: i32,
+    /// When the job was posted.
     pub created_at: DateTimeUtc,
+    /// When the row last changed.
     pub updated_at: DateTimeUtc,
 }
 
+/// None declared: related rows are queried by id.
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}
 

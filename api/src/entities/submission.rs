@@ -3,24 +3,38 @@
 use sea_orm::entity::prelude::*;
 use shardwork_core::protocol::VerdictStatus;
 
+/// A row of `submissions`.
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
 #[sea_orm(table_name = "submissions")]
 pub struct Model {
+    /// The row's id.
     #[sea_orm(primary_key, auto_increment = false)]
     pub id: Uuid,
+    /// The task the adapter was trained for.
     pub task_id: Uuid,
+    /// The worker that handed it in.
     pub worker_id: Uuid,
+    /// The trained adapter's bundle in the content store.
     pub adapter_cid: String,
+    /// The worker's training metrics document (`metrics.json`).
     pub metrics_cid: String,
+    /// Training records the adapter saw; weights it in the merge.
     pub sample_count: i64,
+    /// Pending until the validator rules; then accepted or rejected.
     pub verdict: VerdictStatus,
+    /// The validator's score, 0..=1 (0 for a rejection); `None` while pending.
     pub quality: Option<f64>,
+    /// Why the validator rejected the adapter.
     pub reject_reason: Option<String>,
+    /// When the worker handed it in.
     pub created_at: DateTimeUtc,
+    /// When the validator ruled.
     pub validated_at: Option<DateTimeUtc>,
+    /// The validator's measurements behind the verdict (metric, base metric, norms…).
     pub report: Option<Json>,
 }
 
+/// None declared: related rows are queried by id.
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}
 

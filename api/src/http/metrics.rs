@@ -21,6 +21,8 @@ struct Histogram {
     sum: f64,
 }
 
+/// The API's request metrics: a count per method, route pattern and status, and a latency
+/// histogram per method and route pattern.
 #[derive(Default)]
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, String, u16), u64>>,
@@ -28,6 +30,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Counts one request to `route` (its pattern) and adds `elapsed` to its latency histogram.
     pub fn observe(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
         let mut requests = self.requests.lock().unwrap_or_else(|p| p.into_inner());
         *requests

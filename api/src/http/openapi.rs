@@ -57,6 +57,7 @@ pub const ROLE_EXTENSION: &str = "x-shardwork-role";
 /// The name of the security scheme every non-public operation requires.
 pub const BEARER: &str = "bearer";
 
+/// The API's OpenAPI document: `ApiDoc::openapi()`, served at `/openapi.json`.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -128,12 +129,16 @@ pub enum DocRole {
     Public,
     /// Any signed-in address: sign-in always grants `requester`.
     Requester,
+    /// Registers, claims tasks and submits adapters.
     Worker,
+    /// Rules on submissions and reads held-out data. Configured addresses only.
     Validator,
+    /// Operates the marketplace. Configured addresses only.
     Admin,
 }
 
 impl DocRole {
+    /// Every role, public first.
     pub const ALL: [DocRole; 5] = [
         DocRole::Public,
         DocRole::Requester,
@@ -142,6 +147,7 @@ impl DocRole {
         DocRole::Admin,
     ];
 
+    /// The name used in `x-shardwork-role`.
     pub fn as_str(self) -> &'static str {
         match self {
             DocRole::Public => "public",
@@ -152,6 +158,7 @@ impl DocRole {
         }
     }
 
+    /// The role named `text` in `x-shardwork-role`, if any.
     pub fn parse(text: &str) -> Option<DocRole> {
         DocRole::ALL.into_iter().find(|r| r.as_str() == text)
     }

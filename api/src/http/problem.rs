@@ -45,12 +45,16 @@ pub struct ProblemBody {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{detail}")]
 pub struct ApiError {
+    /// The kind of problem: decides the status and the `type`.
     pub kind: ProblemKind,
+    /// What went wrong, for a person; becomes the body's `detail`.
     pub detail: String,
+    /// The fields at fault, each with its path; empty when no field is to blame.
     pub errors: Vec<FieldError>,
 }
 
 impl ApiError {
+    /// A problem of `kind` with no field to blame.
     pub fn new(kind: ProblemKind, detail: impl Into<String>) -> Self {
         ApiError {
             kind,
@@ -74,26 +78,32 @@ impl ApiError {
         }
     }
 
+    /// One field the request could not be decoded at (400).
     pub fn malformed(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self::field(ProblemKind::MalformedRequest, path, message)
     }
 
+    /// One field that breaks a rule (422).
     pub fn invalid(path: impl Into<String>, message: impl Into<String>) -> Self {
         Self::field(ProblemKind::Validation, path, message)
     }
 
+    /// No valid credentials (401, with `WWW-Authenticate: Bearer`).
     pub fn unauthenticated(detail: impl Into<String>) -> Self {
         Self::new(ProblemKind::Unauthenticated, detail)
     }
 
+    /// Authenticated, but not allowed to do this (403).
     pub fn forbidden(detail: impl Into<String>) -> Self {
         Self::new(ProblemKind::Forbidden, detail)
     }
 
+    /// What was asked for does not exist (404).
     pub fn not_found(detail: impl Into<String>) -> Self {
         Self::new(ProblemKind::NotFound, detail)
     }
 
+    /// At odds with the current state (409).
     pub fn conflict(detail: impl Into<String>) -> Self {
         Self::new(ProblemKind::Conflict, detail)
     }
@@ -135,6 +145,7 @@ impl ApiError {
         }
     }
 
+    /// The problem+json body this error renders as.
     pub fn body(&self) -> ProblemBody {
         ProblemBody {
             type_uri: self.kind.type_uri(),
@@ -156,6 +167,7 @@ pub fn join_path(prefix: &str, path: &str) -> String {
     }
 }
 
+/// The media type of every error response.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 impl ResponseError for ApiError {

@@ -16,6 +16,7 @@ pub struct RateLimiter {
 const SWEEP_AT: usize = 100_000;
 
 impl RateLimiter {
+    /// A limiter admitting `per_minute` requests per caller and minute; 0 admits everything.
     pub fn new(per_minute: u32) -> Self {
         RateLimiter {
             per_minute,

@@ -21,6 +21,8 @@ use crate::state::AppState;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
+/// The middleware: traces the request in its own span, rate-limits it by caller (429 over the
+/// limit), records its metrics, echoes its `x-request-id`, and wakes the outbox after a write.
 pub async fn observe(
     req: ServiceRequest,
     next: Next<impl MessageBody>,

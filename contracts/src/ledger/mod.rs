@@ -21,6 +21,8 @@ use crate::bindings::{JobEscrow, MockERC20};
 pub use error::{LedgerError, Result, Revert};
 pub use types::*;
 
+/// Everything the API does with the escrow. Adapters implement only the chain primitives; the
+/// escrow operations are provided methods, the same on every adapter.
 #[async_trait]
 pub trait Ledger: Send + Sync {
     // ------------------------------------------------------------ chain primitives (adapters)
@@ -28,6 +30,7 @@ pub trait Ledger: Send + Sync {
     /// The accounts this ledger can sign for.
     fn accounts(&self) -> Vec<Address>;
 
+    /// The chain's id, which transactions are signed for (EIP-155).
     async fn chain_id(&self) -> Result<u64>;
 
     /// The latest mined block.
@@ -46,8 +49,10 @@ pub trait Ledger: Send + Sync {
     /// Logs of `address` in blocks `from_block ..= to_block`.
     async fn logs(&self, address: Address, from_block: u64, to_block: u64) -> Result<Vec<RawLog>>;
 
+    /// `account`'s native ether balance, in wei.
     async fn eth_balance(&self, account: Address) -> Result<U256>;
 
+    /// The runtime code at `address`; empty when it has none.
     async fn code_at(&self, address: Address) -> Result<Bytes>;
 
     /// Moves the chain's clock forward by `seconds` and mines a block. Development chains only
@@ -304,6 +309,8 @@ pub trait Ledger: Send + Sync {
         .await
     }
 
+    /// The job `job_id` as the escrow stores it; an unknown id reads as status
+    /// [`JobStatus::None`], not as an error.
     async fn job(&self, escrow: Address, job_id: U256) -> Result<JobInfo> {
         let job = view(
             self,

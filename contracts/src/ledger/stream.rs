@@ -11,8 +11,10 @@ use futures::Stream;
 
 use super::{EscrowEvent, Ledger, Result};
 
+/// How [`event_stream`] polls the ledger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamOptions {
+    /// Pause between polls once the stream has caught up with the chain.
     pub poll_interval: Duration,
     /// Only blocks this deep are read, so a short reorg cannot take back an event already
     /// delivered. 0 on dev chains (anvil, embedded), which never reorg.

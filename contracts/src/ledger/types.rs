@@ -10,9 +10,13 @@ pub const ETH: Address = Address::ZERO;
 /// Constructor arguments of JobEscrow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeployParams {
+    /// Gets `DEFAULT_ADMIN_ROLE`: allow-lists tokens, sets the treasury, pauses.
     pub admin: Address,
+    /// Gets `VALIDATOR_ROLE`: marks jobs started and completes them.
     pub validator: Address,
+    /// Gets `FEE_MANAGER_ROLE`: may change the fee.
     pub fee_manager: Address,
+    /// Credited the platform fee of every completed job.
     pub treasury: Address,
     /// Platform fee in basis points, at most `MAX_FEE_BPS` (1,000).
     pub fee_bps: u16,
@@ -21,14 +25,20 @@ pub struct DeployParams {
 /// The protocol's job kind; its byte on chain is [`JobKind::escrow_code`].
 pub use shardwork_core::protocol::JobKind;
 
+/// Where a job is in its life, as the contract's `JobStatus`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobStatus {
     /// No job with this id.
     None,
+    /// Funded; the requester may still cancel.
     Open,
+    /// A validator marked work begun: no cancelling, only completion or the deadline refund.
     Started,
+    /// Paid out to its contributors and the treasury. Final.
     Completed,
+    /// Cancelled by the requester before it started; stake credited back. Final.
     Cancelled,
+    /// Refunded to the requester after its deadline passed unfinished. Final.
     Refunded,
 }
 
@@ -51,22 +61,32 @@ impl JobStatus {
 pub struct NewJob {
     /// [`ETH`] or an allow-listed ERC-20.
     pub token: Address,
+    /// Amount to escrow, in the token's smallest unit (wei for ETH).
     pub stake: U256,
+    /// CID of the job's spec; not empty. The contract keeps its keccak256.
     pub spec_cid: String,
     /// Unix seconds; after it, anyone may refund the requester.
     pub deadline: u64,
+    /// Single-contributor LoRA or federated.
     pub kind: JobKind,
 }
 
 /// A job as the contract stores it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobInfo {
+    /// Who created the job; credited the stake back (cancel, refund) and any rounding dust.
     pub requester: Address,
+    /// Unix seconds; after it, the unfinished job can be refunded.
     pub deadline: u64,
+    /// Single-contributor LoRA or federated.
     pub kind: JobKind,
+    /// Where the job is in its life.
     pub status: JobStatus,
+    /// Fee in basis points, fixed when the job was created: later fee changes do not apply.
     pub fee_bps: u16,
+    /// [`ETH`] or the ERC-20 the stake is in.
     pub token: Address,
+    /// Amount escrowed, in the token's smallest unit.
     pub stake: U256,
     /// keccak256 of the spec CID.
     pub spec_hash: B256,
@@ -75,7 +95,9 @@ pub struct JobInfo {
 /// One contributor's quality score, in basis points (0 ..= 10,000).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contribution {
+    /// The account paid.
     pub contributor: Address,
+    /// Quality in basis points; 0 pays nothing but still moves reputation.
     pub quality: u16,
 }
 
@@ -83,55 +105,78 @@ pub struct Contribution {
 /// contract requires; duplicates still revert (`ContributorsNotSorted`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FederatedCompletion {
+    /// The federated job to complete.
     pub job_id: U256,
+    /// CID of the merged adapter the job produced.
     pub adapter_cid: String,
+    /// CID of the job's manifest; recorded in the `JobCompleted` event.
     pub manifest_cid: String,
+    /// Who is paid, with their quality scores; in any order.
     pub contributions: Vec<Contribution>,
 }
 
 /// A transaction for the adapters to sign and send (or to run as a call).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxRequest {
+    /// The sender; a send needs it to be one of the ledger's accounts.
     pub from: Address,
     /// `None` deploys `input` as init code.
     pub to: Option<Address>,
+    /// Calldata, or the init code of a deployment.
     pub input: Bytes,
+    /// Wei sent along.
     pub value: U256,
 }
 
 /// A log with where it was emitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawLog {
+    /// Block the log was emitted in.
     pub block_number: u64,
+    /// Transaction that emitted it.
     pub tx_hash: B256,
+    /// Position of the log in its block.
     pub log_index: u64,
+    /// Emitting address, topics and data.
     pub log: Log,
 }
 
 /// A mined, successful transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
+    /// Hash of the transaction.
     pub tx_hash: B256,
+    /// Block it was mined in.
     pub block_number: u64,
+    /// Gas it used.
     pub gas_used: u64,
+    /// The contract it created, for a deployment.
     pub contract_address: Option<Address>,
+    /// Every log it emitted, of any contract, in order.
     pub logs: Vec<RawLog>,
 }
 
 /// An escrow event, typed, with where it was emitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EscrowEvent {
+    /// Block the event was emitted in.
     pub block_number: u64,
+    /// Transaction that emitted it.
     pub tx_hash: B256,
+    /// Position of its log in the block.
     pub log_index: u64,
+    /// The decoded event.
     pub event: JobEscrow::JobEscrowEvents,
 }
 
 /// What a state-changing escrow call did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxOutcome {
+    /// Hash of the transaction.
     pub tx_hash: B256,
+    /// Block it was mined in.
     pub block_number: u64,
+    /// Gas it used.
     pub gas_used: u64,
     /// The escrow's events from this transaction, in order.
     pub events: Vec<EscrowEvent>,

@@ -65,6 +65,7 @@ impl Anvil {
         }
     }
 
+    /// Its JSON-RPC endpoint, `http://127.0.0.1:<port>`.
     pub fn url(&self) -> &str {
         &self.url
     }

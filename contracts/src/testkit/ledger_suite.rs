@@ -18,14 +18,20 @@ use crate::ledger::{
 
 /// The parties of a test: the ledger's first six accounts.
 pub struct Parties {
+    /// Account 0: deploys the escrow; its admin and fee manager.
     pub admin: Address,
+    /// Account 1: the validator.
     pub validator: Address,
+    /// Account 2: receives the fees.
     pub treasury: Address,
+    /// Account 3: creates the jobs.
     pub requester: Address,
+    /// Accounts 4 and 5: the contributors.
     pub workers: [Address; 2],
 }
 
 impl Parties {
+    /// Takes the parties from `ledger`'s accounts; panics when it has fewer than six.
     pub fn of(ledger: &dyn Ledger) -> Self {
         let a = ledger.accounts();
         assert!(

@@ -17,16 +17,20 @@ use super::validation::{SpecErrors, decode_json};
 /// Files per bundle, far above what a model or adapter folder holds.
 pub const MAX_BUNDLE_FILES: usize = 256;
 
+/// A bundle document: the files of one model or adapter folder, each named by the CID of its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Bundle {
+    /// The protocol version it was written with.
     pub version: u32,
     /// `model` or `adapter`.
     pub kind: String,
+    /// File name (one plain path segment) to the CID of the file's bytes.
     pub files: BTreeMap<String, ContentId>,
 }
 
 impl Bundle {
+    /// An empty bundle of `kind` (`model` or `adapter`) at the current protocol version.
     pub fn new(kind: &str) -> Bundle {
         Bundle {
             version: PROTOCOL_VERSION,
@@ -65,6 +69,7 @@ impl Bundle {
         e.into_result().map(|()| bundle)
     }
 
+    /// The CID of the file called `name`, if the bundle holds one.
     pub fn file(&self, name: &str) -> Option<&ContentId> {
         self.files.get(name)
     }

@@ -124,6 +124,7 @@ pub struct EventView {
     /// What happened (`kind`) and its details (`payload`, whose fields depend on `kind`).
     #[serde(flatten)]
     pub event: JobEvent,
+    /// When the API recorded it.
     pub created_at: DateTime<Utc>,
 }
 
@@ -150,27 +151,37 @@ impl<'de> Deserialize<'de> for EventView {
 /// A job status change: the payload of the event that made it carries both as `from`, `to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StatusChange {
+    /// The status the job left.
     pub from: JobStatus,
+    /// The status the job entered.
     pub to: JobStatus,
 }
 
+/// Payload of `created`: where the job's documents are and how its dataset was cut.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Created {
     /// Always `awaiting_funding`.
     pub to: JobStatus,
+    /// The shard manifest's CID.
     pub manifest_cid: String,
+    /// The job spec document's CID (job.json).
     pub spec_cid: String,
+    /// The dataset's CID, as uploaded.
     pub dataset_cid: String,
+    /// Records held out for the validator.
     pub held_out_records: u64,
     /// Records in each shard, by shard index.
     pub shard_records: Vec<u64>,
 }
 
+/// Payload of `cancelled`: who or what withdrew the job.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cancelled {
+    /// `awaiting_funding`, or `open` when the requester cancelled on chain.
     pub from: JobStatus,
+    /// Always `cancelled`.
     pub to: JobStatus,
     /// The requester who cancelled through the API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,13 +197,17 @@ pub struct Cancelled {
     pub stake_wei: Option<String>,
 }
 
+/// Payload of `funded`: the escrow holding the job's stake.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Funded {
+    /// Always `awaiting_funding`.
     pub from: JobStatus,
+    /// Always `open`.
     pub to: JobStatus,
     /// The escrow's id of the job (decimal `uint256`).
     pub escrow_job_id: String,
+    /// The `createJob` transaction (0x-hex).
     pub tx_hash: String,
     /// The escrow contract's address.
     pub escrow: String,
@@ -200,24 +215,31 @@ pub struct Funded {
     pub dev_funded: bool,
 }
 
+/// Payload of `funding_ignored`: an escrow job created for this job that does not fund it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FundingIgnored {
+    /// The escrow's id of the job it created (decimal `uint256`).
     pub escrow_job_id: String,
+    /// The `createJob` transaction (0x-hex).
     pub tx_hash: String,
     /// Why, and how the funder gets the stake back.
     pub reason: String,
 }
 
+/// Payload of `started`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Started {
+    /// The `markStarted` transaction (0x-hex).
     pub tx_hash: String,
 }
 
+/// Payload of `round_opened`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoundOpened {
+    /// The round, counted from 1.
     pub round: u32,
     /// Tasks queued: one per shard.
     pub tasks: u32,
@@ -225,39 +247,57 @@ pub struct RoundOpened {
     pub base_adapter_cid: Option<String>,
 }
 
+/// Payload of `task_claimed`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskClaimed {
+    /// The task leased.
     pub task_id: Uuid,
+    /// The task's round.
     pub round: u32,
+    /// The index of the task's shard.
     pub shard: u32,
     /// The worker's address.
     pub worker: String,
     /// 1 for the first lease of the task.
     pub attempt: u32,
+    /// When the lease lapses unless the worker extends it.
     pub lease_expires_at: DateTime<Utc>,
 }
 
+/// Payload of `submitted`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Submitted {
+    /// The submission, which its verdict names.
     pub submission_id: Uuid,
+    /// The task it was made for.
     pub task_id: Uuid,
+    /// The task's round.
     pub round: u32,
+    /// The index of the task's shard.
     pub shard: u32,
+    /// The worker's address.
     pub worker: String,
     /// Records the adapter was trained on.
     pub samples: u64,
+    /// The adapter's bundle.
     pub adapter_cid: String,
 }
 
+/// Payload of `verdict`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VerdictRecorded {
+    /// The submission judged.
     pub submission_id: Uuid,
+    /// Its task.
     pub task_id: Uuid,
+    /// The task's round.
     pub round: u32,
+    /// The address of the worker who trained the adapter.
     pub worker: String,
+    /// Whether the adapter was accepted.
     pub accepted: bool,
     /// 0 ..= 1; 0 for a rejection.
     pub quality: f64,
@@ -272,24 +312,33 @@ pub struct VerdictRecorded {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskAttempt {
+    /// The task.
     pub task_id: Uuid,
+    /// The task's round.
     pub round: u32,
+    /// Leases taken so far.
     pub attempts: u32,
+    /// Leases allowed before the task fails.
     pub max_attempts: u32,
+    /// Why the last attempt ended (the lease expired, or the adapter was rejected).
     pub reason: String,
 }
 
+/// Payload of `round_ready`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoundReady {
+    /// The round, counted from 1.
     pub round: u32,
     /// Accepted adapters, one per shard.
     pub accepted: u32,
 }
 
+/// Payload of `aggregated`: the round's merged adapter and how it scores.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Aggregated {
+    /// The round, counted from 1.
     pub round: u32,
     /// The merged adapter.
     pub adapter_cid: String,
@@ -308,20 +357,25 @@ pub struct Aggregated {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Contribution {
+    /// The contributor's address.
     pub address: String,
     /// The score sent on chain, 0 ..= 10,000.
     pub quality_bps: u16,
     /// Samples trained on in accepted adapters.
     pub samples: u64,
+    /// Its adapters the validator accepted.
     pub accepted: u32,
+    /// Its adapters the validator rejected.
     pub rejected: u32,
 }
 
+/// Payload of `finalize`: what the payout sends on chain.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finalize {
     /// The final adapter.
     pub adapter_cid: String,
+    /// The job's shard manifest.
     pub manifest_cid: Option<String>,
     /// Every contributor with its score, sorted by address (the order the escrow wants).
     pub contributions: Vec<Contribution>,
@@ -331,6 +385,7 @@ pub struct Finalize {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Payout {
+    /// The contributor's address.
     pub address: String,
     /// Wei (decimal).
     pub amount_wei: String,
@@ -338,13 +393,19 @@ pub struct Payout {
     pub reputation: u32,
 }
 
+/// Payload of `completed`: the job's result and what each contributor was paid.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Completed {
+    /// Always `open`.
     pub from: JobStatus,
+    /// Always `completed`.
     pub to: JobStatus,
+    /// The final adapter, as recorded on chain.
     pub adapter_cid: String,
+    /// The `completeJob` or `completeFederatedJob` transaction (0x-hex).
     pub tx_hash: String,
+    /// What each contributor was paid.
     pub payouts: Vec<Payout>,
     /// The platform's fee, in wei (decimal).
     pub fee_wei: String,
@@ -352,19 +413,25 @@ pub struct Completed {
     pub dust_wei: String,
 }
 
+/// Payload of `refund_due`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RefundDue {
+    /// The deadline that passed.
     pub deadline: DateTime<Utc>,
     /// The round the job had reached.
     pub round: u32,
 }
 
+/// Payload of `refunded`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refunded {
+    /// `awaiting_funding` or `open`.
     pub from: JobStatus,
+    /// Always `refunded`.
     pub to: JobStatus,
+    /// The `refund` transaction (0x-hex).
     pub tx_hash: String,
     /// The stake returned, in wei (decimal).
     pub stake_wei: String,

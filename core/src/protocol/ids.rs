@@ -13,6 +13,7 @@ use cid::Cid;
 pub struct ContentId(pub Cid);
 
 impl ContentId {
+    /// The CID itself.
     pub fn cid(&self) -> &Cid {
         &self.0
     }
@@ -48,6 +49,7 @@ impl fmt::Display for ContentId {
 pub struct EthAddress(pub [u8; 20]);
 
 impl EthAddress {
+    /// The zero address (`0x` and 40 zeros), which names no account and no token.
     pub const ZERO: EthAddress = EthAddress([0; 20]);
 }
 
@@ -87,10 +89,12 @@ impl WeiAmount {
     const MAX: &'static str =
         "115792089237316195423570985008687907853269984665640564039457584007913129639935";
 
+    /// The amount as a decimal string without leading zeros.
     pub fn as_decimal(&self) -> &str {
         &self.0
     }
 
+    /// Whether the amount is 0.
     pub fn is_zero(&self) -> bool {
         self.0 == "0"
     }

@@ -14,11 +14,17 @@ use super::validation::{SpecErrors, decode_json};
 
 /// LoRA rank bounds. Above 256 a LoRA stops being a small adapter.
 pub const MAX_LORA_RANK: u32 = 256;
+/// Most shards one job's dataset may be cut into.
 pub const MAX_SHARDS: u32 = 1024;
+/// Most federated rounds one job may run.
 pub const MAX_ROUNDS: u32 = 100;
+/// Most epochs (passes over its shard) one task may train.
 pub const MAX_EPOCHS: u32 = 100;
+/// Largest batch, in records.
 pub const MAX_BATCH_SIZE: u32 = 4096;
+/// Shortest `max_seq_len` a spec may ask for, in tokens.
 pub const MIN_SEQ_LEN: u32 = 8;
+/// Longest `max_seq_len` a spec may ask for, in tokens.
 pub const MAX_SEQ_LEN: u32 = 32_768;
 /// Held-out data is for scoring; more than half the dataset would starve training.
 pub const MAX_HELD_OUT_FRACTION: f64 = 0.5;
@@ -123,13 +129,18 @@ pub enum TrainingTask {
     SequenceClassification,
 }
 
+/// The model the job adapts, and what the adapter learns to do with it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BaseModel {
+    /// The model's bundle in the content store.
     pub cid: ContentId,
+    /// How its weights are stored.
     pub format: ModelFormat,
+    /// Its family (`llama` or `bert`).
     pub architecture: Architecture,
+    /// What the adapter learns: `causal_lm` for llama, `sequence_classification` for bert.
     pub task: TrainingTask,
     /// Number of labels, for classification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,13 +153,17 @@ pub struct BaseModel {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoraSpec {
+    /// Rank of the LoRA update matrices.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 256))]
     pub r: u32,
+    /// Scale of the LoRA update: it is multiplied by `alpha / r`.
     #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 4096))]
     pub alpha: f64,
+    /// Dropout on the LoRA layers' input; 0 when omitted.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(minimum = 0, exclusive_maximum = 1))]
     pub dropout: f64,
+    /// The modules LoRA adapts, by name (e.g. `q_proj`, `v_proj`).
     #[cfg_attr(feature = "openapi", schema(min_items = 1))]
     pub target_modules: Vec<String>,
     /// Modules trained in full and shipped with the adapter (a classification head).
@@ -156,26 +171,33 @@ pub struct LoraSpec {
     pub modules_to_save: Vec<String>,
 }
 
+/// How each task trains on its shard.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainingArgs {
+    /// Passes over the shard.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub epochs: u32,
+    /// The optimizer's learning rate.
     #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 1))]
     pub learning_rate: f64,
+    /// Records per forward and backward pass.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4096))]
     pub batch_size: u32,
+    /// Longest sequence trained on, in tokens.
     #[cfg_attr(feature = "openapi", schema(minimum = 8, maximum = 32768))]
     pub max_seq_len: u32,
     /// Seeds the shuffle, the held-out split, the shard cut and the adapter's initialisation.
     pub seed: u64,
+    /// Share of the steps over which the learning rate warms up; 0.06 when omitted.
     #[serde(default = "TrainingArgs::default_warmup_ratio")]
     #[cfg_attr(
         feature = "openapi",
         schema(minimum = 0, maximum = 0.5, default = 0.06)
     )]
     pub warmup_ratio: f64,
+    /// Batches accumulated per optimizer step; 1 when omitted.
     #[serde(default = "TrainingArgs::default_gradient_accumulation")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1024, default = 1))]
     pub gradient_accumulation: u32,
@@ -195,6 +217,7 @@ impl TrainingArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Stake {
+    /// The amount, in the token's smallest unit (wei for ETH).
     pub amount: WeiAmount,
     /// ERC-20 contract; absent for ETH.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -209,21 +232,30 @@ pub struct JobSpec {
     /// The protocol version; this server speaks 1.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1))]
     pub version: u32,
+    /// One contributor (`lora`), or many over shards and rounds (`federated`).
     pub kind: JobKind,
+    /// The model to adapt.
     pub base_model: BaseModel,
+    /// The adapter's LoRA hyper-parameters.
     pub lora: LoraSpec,
+    /// How each task trains.
     pub training: TrainingArgs,
+    /// Shards the training records are cut into, one task each per round; 1 for a lora job.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1024))]
     pub shards: u32,
+    /// Federated rounds, each merging the round's accepted adapters; 1 for a lora job.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub rounds: u32,
+    /// Share of the dataset's records held out, sealed, for the validator to score adapters on.
     #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 0.5))]
     pub held_out_fraction: f64,
     /// Workers below this on-chain reputation (basis points) may not claim tasks.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(maximum = 10000, default = 0))]
     pub min_reputation: u32,
+    /// When the job must be finished; unfinished by then, its stake goes back to the requester.
     pub deadline: DateTime<Utc>,
+    /// What the job pays its contributors, escrowed on chain.
     pub stake: Stake,
 }
 

@@ -13,9 +13,13 @@ use super::validation::SpecErrors;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShardRef {
+    /// Position among the job's shards, counted from 0.
     pub index: u32,
+    /// The shard's records, as JSONL, in the content store.
     pub cid: ContentId,
+    /// How many records it holds.
     pub records: u64,
+    /// Size of its JSONL document, in bytes.
     pub bytes: u64,
 }
 
@@ -25,15 +29,20 @@ pub struct ShardRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeldOutRef {
+    /// The sealed held-out records in the content store.
     pub sealed_cid: ContentId,
+    /// How many records it holds.
     pub records: u64,
 }
 
+/// How a job's dataset was cut: its sealed held-out set and its training shards, each by CID.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShardManifest {
+    /// The protocol version it was written with.
     pub version: u32,
+    /// The job whose dataset this is.
     pub job_id: Uuid,
     /// The dataset as uploaded, before shuffling.
     pub dataset_cid: ContentId,
@@ -41,7 +50,9 @@ pub struct ShardManifest {
     pub job_spec_cid: ContentId,
     /// Seed of the shuffle and the cut (the spec's training seed).
     pub seed: u64,
+    /// The held-out set the validator scores adapters on.
     pub held_out: HeldOutRef,
+    /// The training shards, in index order.
     pub shards: Vec<ShardRef>,
 }
 

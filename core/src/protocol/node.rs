@@ -13,9 +13,13 @@ use super::{ContentId, TaskMessage};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Progress {
+    /// Optimizer steps done.
     pub step: u64,
+    /// Optimizer steps in the whole run.
     pub total_steps: u64,
+    /// The latest step's training loss; absent before the first step.
     pub loss: Option<f64>,
+    /// Training throughput so far, in tokens per second; absent until it is known.
     pub tokens_per_second: Option<f64>,
 }
 
@@ -23,9 +27,13 @@ pub struct Progress {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Lease {
+    /// The task leased.
     pub task_id: Uuid,
+    /// Proves the holder: sent with every extension and with the submission.
     pub lease_token: Uuid,
+    /// When the lease lapses unless the worker extends it.
     pub expires_at: DateTime<Utc>,
+    /// 1 for the first lease of the task.
     pub attempt: i32,
     /// What to train: the same message the queue carried, rebuilt from the database so a
     /// forged queue message cannot point a worker at other inputs.
@@ -36,17 +44,29 @@ pub struct Lease {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PendingValidation {
+    /// The submission to judge.
     pub submission_id: Uuid,
+    /// Its job.
     pub job_id: Uuid,
+    /// Its task.
     pub task_id: Uuid,
+    /// The task's round, counted from 1.
     pub round: i32,
+    /// The index of the task's shard.
     pub shard_index: i32,
+    /// The address of the worker who trained the adapter.
     pub worker: String,
+    /// The adapter's bundle.
     pub adapter_cid: String,
+    /// The worker's training metrics (metrics.json).
     pub metrics_cid: String,
+    /// Training records the worker says the adapter saw.
     pub samples: i64,
+    /// When the worker handed it in.
     pub submitted_at: DateTime<Utc>,
+    /// The job spec document (job.json).
     pub job_spec_cid: Option<String>,
+    /// The job's shard manifest.
     pub manifest_cid: Option<String>,
     /// Sealed; open it with `GET /v1/jobs/{id}/held-out-key`.
     pub held_out_cid: Option<String>,
@@ -59,6 +79,7 @@ pub struct PendingValidation {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Verdict {
+    /// Whether the adapter is accepted.
     pub accepted: bool,
     /// 0 ..= 1; ignored (stored as 0) for a rejection.
     pub quality: f64,
@@ -74,24 +95,37 @@ pub struct Verdict {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReadyRound {
+    /// The round's job.
     pub job_id: Uuid,
+    /// The round, counted from 1.
     pub round: i32,
+    /// The adapter the round started from (none in round 1).
     pub base_adapter_cid: Option<String>,
+    /// Sealed; open it with `GET /v1/jobs/{id}/held-out-key`.
     pub held_out_cid: Option<String>,
+    /// The job spec document (job.json).
     pub job_spec_cid: Option<String>,
+    /// Whether this is the job's last round, whose merge is the job's result.
     pub last_round: bool,
     /// The accepted adapters to merge, with their sample counts and quality.
     pub adapters: Vec<AcceptedAdapter>,
 }
 
+/// One accepted adapter of a ready round, with what the merge weighs it by.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AcceptedAdapter {
+    /// The submission that handed it in.
     pub submission_id: Uuid,
+    /// The index of the shard it was trained on.
     pub shard_index: i32,
+    /// The address of the worker who trained it.
     pub worker: String,
+    /// The adapter's bundle.
     pub adapter_cid: String,
+    /// Training records it saw.
     pub samples: i64,
+    /// The validator's quality score, 0 ..= 1.
     pub quality: f64,
 }
 
@@ -105,6 +139,7 @@ pub struct Aggregate {
     /// Held-out metric of the merged adapter and of the round's starting point (same metric
     /// as the verdicts: accuracy for classification, loss for language modelling).
     pub metric: f64,
+    /// The same metric for the round's starting point.
     pub base_metric: f64,
     /// Name of the metric, e.g. `accuracy` or `loss`.
     pub metric_name: String,

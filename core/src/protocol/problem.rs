@@ -12,14 +12,23 @@ pub enum ProblemType {
     MalformedRequest,
     /// The request decoded but a value breaks a rule.
     Validation,
+    /// The request needs an access token and came without a valid one.
     Unauthenticated,
+    /// The caller's role may not do this.
     Forbidden,
+    /// No such job, task, submission or content.
     NotFound,
+    /// The endpoint does not take this HTTP method.
     MethodNotAllowed,
+    /// The request conflicts with the current state (a lease no longer held, say).
     Conflict,
+    /// The request body is over the endpoint's limit.
     PayloadTooLarge,
+    /// Too many requests; retry later.
     RateLimited,
+    /// The service or one it depends on is not ready; retry later.
     Unavailable,
+    /// The server failed; not the caller's fault.
     Internal,
 }
 
@@ -28,6 +37,7 @@ pub enum ProblemType {
 pub const PROBLEM_TYPE_PREFIX: &str = "urn:shardwork:problem:";
 
 impl ProblemType {
+    /// Every kind.
     pub const ALL: [ProblemType; 11] = [
         ProblemType::MalformedRequest,
         ProblemType::Validation,
@@ -42,6 +52,7 @@ impl ProblemType {
         ProblemType::Internal,
     ];
 
+    /// The kind's name: the end of its `type` URI, and its JSON form.
     pub fn slug(self) -> &'static str {
         match self {
             ProblemType::MalformedRequest => "malformed-request",
@@ -92,6 +103,7 @@ impl ProblemType {
         }
     }
 
+    /// The problem `type` URI: [`PROBLEM_TYPE_PREFIX`] and the slug.
     pub fn type_uri(self) -> String {
         format!("{PROBLEM_TYPE_PREFIX}{}", self.slug())
     }

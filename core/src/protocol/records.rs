@@ -35,10 +35,12 @@ pub const CHAT_ROLES: [&str; 3] = ["system", "user", "assistant"];
 pub struct ChatMessage {
     /// `system`, `user` or `assistant`.
     pub role: String,
+    /// What was said.
     pub content: String,
 }
 
 impl ChatMessage {
+    /// A turn of `role` saying `content`.
     pub fn new(role: &str, content: &str) -> Self {
         Self {
             role: role.to_owned(),
@@ -50,7 +52,9 @@ impl ChatMessage {
 /// A classification label: an index into the job's labels, or a name the trainer maps to one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Label {
+    /// An index into the job's labels (`0..num_labels`).
     Int(u64),
+    /// A label's name (`positive`).
     Name(String),
 }
 
@@ -67,20 +71,31 @@ impl Label {
 /// One dataset record, of any shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DatasetRecord {
+    /// `{"text"}`: plain text, every token learned.
     Text(String),
+    /// `{"prompt","completion"}`: only the completion is learned.
     PromptCompletion {
+        /// What the model is given.
         prompt: String,
+        /// What it learns to answer; never empty.
         completion: String,
     },
+    /// `{"instruction","input"?,"output"}`: only the output is learned.
     Instruction {
+        /// The task put to the model.
         instruction: String,
         /// Empty when the record has none.
         input: String,
+        /// What it learns to answer; never empty.
         output: String,
     },
+    /// `{"messages":[…]}`: a chat through the chat template; the assistant turns are learned.
     Messages(Vec<ChatMessage>),
+    /// `{"text","label"}`: a text and its class, for sequence classification.
     Labelled {
+        /// The text to classify.
         text: String,
+        /// Its class.
         label: Label,
     },
 }
@@ -89,7 +104,9 @@ pub enum DatasetRecord {
 /// the record as a whole) and a sentence that names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordError {
+    /// The field at fault (`messages[1].role`); `None` for the record as a whole.
     pub field: Option<String>,
+    /// A sentence that names the problem.
     pub message: String,
 }
 

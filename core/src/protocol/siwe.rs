@@ -31,18 +31,31 @@ use chrono::{DateTime, Utc};
 /// A parsed EIP-4361 message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SiweMessage {
+    /// The origin's URI scheme (`https`), when the first line names one.
     pub scheme: Option<String>,
+    /// The authority (host and optional port) asking for the sign-in.
     pub domain: String,
+    /// The account signing in.
     pub address: EthAddress,
+    /// A line for the user to read, if any.
     pub statement: Option<String>,
+    /// The resource the sign-in is for (usually the site's URI).
     pub uri: String,
+    /// The message format's version; always `1`.
     pub version: String,
+    /// The EIP-155 chain the session is for.
     pub chain_id: u64,
+    /// The server's one-time token against replay (8 or more letters and digits).
     pub nonce: String,
+    /// When the message was made.
     pub issued_at: DateTime<Utc>,
+    /// When the message stops being valid, if ever.
     pub expiration_time: Option<DateTime<Utc>>,
+    /// When the message starts being valid, if not at once.
     pub not_before: Option<DateTime<Utc>>,
+    /// An id the requesting system chose, if any.
     pub request_id: Option<String>,
+    /// Resources the user is asked to grant access to, as URIs.
     pub resources: Vec<String>,
 }
 
@@ -52,6 +65,7 @@ pub struct SiweMessage {
 pub struct SiweError {
     /// The EIP-4361 field (`domain`, `address`, `nonce`, …) or `message` for the layout.
     pub field: &'static str,
+    /// What is wrong there.
     pub message: String,
 }
 
@@ -69,6 +83,7 @@ const PREAMBLE: &str = " wants you to sign in with your Ethereum account:";
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
 
 impl SiweMessage {
+    /// Parses a message and checks its layout and fields (not its signature: [`recover_signer`]).
     pub fn parse(text: &str) -> Result<SiweMessage, SiweError> {
         if text.len() > MAX_MESSAGE_BYTES {
             return Err(err(

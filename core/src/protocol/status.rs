@@ -119,7 +119,9 @@ status_enum! {
     pub enum VerdictStatus {
         /// Not scored yet.
         Pending = "pending",
+        /// The adapter passed the validator's checks.
         Accepted = "accepted",
+        /// The adapter failed them; the task goes back to the queue until its attempts run out.
         Rejected = "rejected",
     }
 }

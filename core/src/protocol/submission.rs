@@ -12,12 +12,17 @@ use super::validation::SpecErrors;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmissionMetrics {
+    /// Optimizer steps taken.
     pub steps: u64,
+    /// Training loss at the end of training.
     pub final_train_loss: f64,
+    /// Training throughput, in tokens per second.
     pub tokens_per_second: f64,
+    /// Wall-clock time of the training, in seconds.
     pub wall_seconds: f64,
 }
 
+/// What a worker hands in for a task it holds the lease on.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,10 +30,13 @@ pub struct Submission {
     /// The protocol version; this server speaks 1.
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1))]
     pub version: u32,
+    /// The task it trained.
     pub task_id: Uuid,
     /// Lease token from the claim: proves this worker still holds the task.
     pub lease_token: Uuid,
+    /// The trained adapter's bundle.
     pub adapter_cid: ContentId,
+    /// Its training metrics document (metrics.json).
     pub metrics_cid: ContentId,
     /// Training records the adapter saw (weights the merge).
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
@@ -36,6 +44,7 @@ pub struct Submission {
 }
 
 impl Submission {
+    /// Every problem with this submission, each with its field path.
     pub fn validate(&self) -> Result<(), SpecErrors> {
         let mut e = SpecErrors::default();
         e.check(self.version == PROTOCOL_VERSION, "version", || {
@@ -52,6 +61,7 @@ impl Submission {
 }
 
 impl SubmissionMetrics {
+    /// Refuses a figure that is not finite or is negative, naming each.
     pub fn validate(&self) -> Result<(), SpecErrors> {
         let mut e = SpecErrors::default();
         for (path, value) in [

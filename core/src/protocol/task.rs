@@ -11,18 +11,26 @@ use super::validation::{SpecErrors, decode_json};
 /// The queue every training task is published to and every worker consumes.
 pub const TASK_QUEUE: &str = "shardwork.tasks";
 
+/// One shard's training task of one round, as published to [`TASK_QUEUE`].
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskMessage {
+    /// The protocol version it was written with.
     pub version: u32,
+    /// The task, as the API knows it: a worker claims and submits it by this id.
     pub task_id: Uuid,
+    /// The job it belongs to.
     pub job_id: Uuid,
     /// Rounds count from 1.
     pub round: u32,
+    /// Which of the job's shards it trains on, counted from 0.
     pub shard_index: u32,
+    /// The shard's records, as JSONL, in the content store.
     pub shard_cid: ContentId,
+    /// The job spec document (job.json).
     pub job_spec_cid: ContentId,
+    /// The base model's bundle.
     pub base_model_cid: ContentId,
     /// The merged adapter of the previous round; absent in round 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,7 +6,9 @@ use std::fmt;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FieldError {
+    /// Where the problem is; empty for the document as a whole.
     pub path: String,
+    /// What is wrong there.
     pub message: String,
 }
 
@@ -15,6 +17,7 @@ pub struct FieldError {
 pub struct SpecErrors(pub Vec<FieldError>);
 
 impl SpecErrors {
+    /// Records `message` at `path`.
     pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(FieldError {
             path: path.into(),
@@ -29,10 +32,12 @@ impl SpecErrors {
         }
     }
 
+    /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// The problems, in the order they were found.
     pub fn errors(&self) -> &[FieldError] {
         &self.0
     }

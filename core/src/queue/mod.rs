@@ -28,6 +28,7 @@ pub struct OutgoingMessage {
     /// Stable key for the logical message (for tasks: job, round and shard). Publishing the same
     /// key twice to a queue delivers it once (see each adapter for the window this holds in).
     pub idempotency_key: String,
+    /// The message's bytes (for tasks, a JSON task message).
     pub payload: Bytes,
     /// Deliver no earlier than this long from now (delayed retry).
     pub delay: Option<Duration>,
@@ -58,22 +59,46 @@ impl Default for QueueOptions {
 /// Errors of the TaskQueue port.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
+    /// A queue name outside [`validate_queue_name`]'s rule.
     #[error("queue name {0:?} is invalid: use 1-200 characters of [A-Za-z0-9._-]")]
     InvalidQueueName(String),
+    /// A delivered payload did not decode as the message expected.
     #[error("payload of message {key:?} is malformed: {reason}")]
-    MalformedPayload { key: String, reason: String },
+    MalformedPayload {
+        /// The message's idempotency key.
+        key: String,
+        /// What the decoder reported.
+        reason: String,
+    },
+    /// A payload over the queue's limit ([`MAX_PAYLOAD_BYTES`]).
     #[error("payload of {size} bytes exceeds the queue's limit of {limit} bytes")]
-    PayloadTooLarge { size: usize, limit: usize },
+    PayloadTooLarge {
+        /// The payload's size, in bytes.
+        size: usize,
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// An idempotency key that is empty or longer than 255 bytes.
     #[error("idempotency key {0:?} is invalid: use 1-255 bytes")]
     InvalidIdempotencyKey(String),
+    /// [`QueueOptions`] that no adapter can honour.
     #[error("queue options are invalid: {0}")]
     InvalidOptions(String),
+    /// A queue used on this handle before [`TaskQueue::declare`].
     #[error("queue {0:?} was not declared on this handle: call declare first")]
     NotDeclared(String),
+    /// Settling a delivery the consumer no longer holds; the queue delivers it again.
     #[error("delivery of message {key:?} is no longer held ({reason}); it will be redelivered")]
-    StaleDelivery { key: String, reason: String },
+    StaleDelivery {
+        /// The message's idempotency key.
+        key: String,
+        /// Why it is no longer held (its channel closed, its visibility timeout passed).
+        reason: String,
+    },
+    /// The connection to the broker was lost.
     #[error("queue connection lost: {0}")]
     Disconnected(String),
+    /// Any other failure of the broker or the database behind the queue.
     #[error("queue backend: {0}")]
     Backend(String),
 }
@@ -81,7 +106,9 @@ pub enum QueueError {
 /// A message handed to a consumer. Exactly one of [`Delivery::ack`], [`Delivery::nack_requeue`]
 /// or [`Delivery::reject`] settles it; dropping it unsettled leaves it to be redelivered.
 pub struct Delivery {
+    /// The key the message was published with.
     pub idempotency_key: String,
+    /// The message's bytes, as published.
     pub payload: Bytes,
     /// 1 on first delivery, incremented on each redelivery.
     pub delivery_count: u32,
@@ -101,13 +128,18 @@ impl std::fmt::Debug for Delivery {
 /// How an adapter settles one delivery.
 #[async_trait]
 pub trait Settle: Send + Sync {
+    /// Carries out [`Delivery::ack`].
     async fn ack(self: Box<Self>) -> Result<(), QueueError>;
+    /// Carries out [`Delivery::nack_requeue`].
     async fn nack_requeue(self: Box<Self>, delay: Option<Duration>) -> Result<(), QueueError>;
+    /// Carries out [`Delivery::release`].
     async fn release(self: Box<Self>, delay: Option<Duration>) -> Result<(), QueueError>;
+    /// Carries out [`Delivery::reject`].
     async fn reject(self: Box<Self>) -> Result<(), QueueError>;
 }
 
 impl Delivery {
+    /// A delivery that `settle` settles (for adapters).
     pub fn new(
         idempotency_key: String,
         payload: Bytes,

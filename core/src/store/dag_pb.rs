@@ -20,7 +20,9 @@ const WIRE_LEN: u8 = 2;
 /// One link of a dag-pb node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PbLink {
+    /// The CID of the linked node.
     pub hash: Cid,
+    /// The link's name; empty for the chunks of a file.
     pub name: String,
     /// Cumulative size of the linked DAG: its encoded blocks, all the way down.
     pub tsize: u64,
@@ -29,7 +31,9 @@ pub struct PbLink {
 /// A dag-pb node: ordered links plus an opaque data payload (UnixFS for files).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PbNode {
+    /// The links, in order (for a file: its chunks, in file order).
     pub links: Vec<PbLink>,
+    /// The payload, absent when the node has none.
     pub data: Option<Vec<u8>>,
 }
 
@@ -37,12 +41,16 @@ pub struct PbNode {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {message} protobuf at byte {offset}: {reason}")]
 pub struct DecodeError {
+    /// The message being decoded (`dag-pb PBNode`, `UnixFS Data`, …).
     pub message: &'static str,
+    /// Where decoding stopped, as a byte offset.
     pub offset: usize,
+    /// What was wrong there.
     pub reason: String,
 }
 
 impl PbNode {
+    /// The node's bytes as Kubo writes them: links first, then the data, if any.
     pub fn encode(&self) -> Vec<u8> {
         let mut out =
             Vec::with_capacity(self.links.len() * 48 + self.data.as_ref().map_or(0, Vec::len) + 8);
@@ -59,6 +67,7 @@ impl PbNode {
         out
     }
 
+    /// Reads a node strictly (see the module's rules); links may come before or after the data.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut reader = Reader::new(bytes, "dag-pb PBNode");
         let mut node = PbNode::default();

@@ -52,6 +52,7 @@ pub struct KuboConfig {
 }
 
 impl KuboConfig {
+    /// Settings for the node at `url`: puts of up to 16 GiB, reads that wait 60 s for the network.
     pub fn new(url: impl Into<String>) -> Self {
         KuboConfig {
             url: url.into(),

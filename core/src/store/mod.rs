@@ -31,31 +31,56 @@ pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, StoreError>> + Sen
 /// What a store knows about one piece of content.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ContentStat {
+    /// The content's root CID.
     pub cid: Cid,
     /// Size of the file the CID names, in bytes (the UnixFS file size, not the DAG size).
     pub size: u64,
     /// Number of blocks in the DAG, the root included.
     pub blocks: u64,
+    /// Whether the root is pinned, so garbage collection keeps it.
     pub pinned: bool,
 }
 
 /// Errors of the ContentStore port. Every variant names the CID or limit at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// Text that does not parse as a CID.
     #[error("malformed CID {input:?}: {reason}")]
-    MalformedCid { input: String, reason: String },
+    MalformedCid {
+        /// The text as given.
+        input: String,
+        /// What the CID parser reported.
+        reason: String,
+    },
+    /// The store holds no content (or misses a block) under this CID.
     #[error("content {0} is not in the store")]
     NotFound(Cid),
+    /// A block read back does not match its CID, or the DAG under it is malformed.
     #[error("content {cid} is corrupt: {reason}")]
-    Corrupt { cid: Cid, reason: String },
+    Corrupt {
+        /// The block or content at fault.
+        cid: Cid,
+        /// What did not match.
+        reason: String,
+    },
+    /// Content over the store's size limit, or over the caller's.
     #[error("content of {size} bytes exceeds the store's limit of {limit} bytes")]
-    TooLarge { size: u64, limit: u64 },
+    TooLarge {
+        /// The size in bytes: the content's, or as much of it as was read when it went over.
+        size: u64,
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// A CID whose codec or hash function the store cannot verify.
     #[error("CID {0} uses a codec or hash this store does not support")]
     Unsupported(Cid),
+    /// Sealed data that does not open: a wrong key, or a ciphertext changed or cut short.
     #[error("sealed data could not be opened: wrong key or tampered ciphertext")]
     SealBroken,
+    /// An I/O error, such as on the embedded store's files.
     #[error("content store I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// Any other failure of the store behind the port (Kubo's RPC API, say).
     #[error("content store backend: {0}")]
     Backend(String),
 }

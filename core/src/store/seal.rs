@@ -48,6 +48,7 @@ impl SealingKey {
         SealingKey(key)
     }
 
+    /// The key made of these 32 bytes (one derived from a secret, say).
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
         SealingKey(bytes)
     }

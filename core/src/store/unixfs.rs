@@ -40,7 +40,9 @@ pub const SHA2_256: u64 = 0x12;
 /// One encoded block and the CID that names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Block {
+    /// The block's CID (CIDv1, sha2-256).
     pub cid: Cid,
+    /// The block's encoded bytes.
     pub data: Bytes,
 }
 
@@ -59,11 +61,17 @@ pub fn raw_cid(data: &[u8]) -> Cid {
 /// UnixFS node type (the `Type` field of the UnixFS `Data` message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataType {
+    /// Raw bytes.
     Raw,
+    /// A directory: its links are its entries.
     Directory,
+    /// A file or a piece of one: its links are its chunks; the only type Shardwork writes.
     File,
+    /// Metadata wrapping a single link.
     Metadata,
+    /// A symbolic link: the data is its target.
     Symlink,
+    /// One shard of a large directory's hash array mapped trie (HAMT).
     HamtShard,
 }
 
@@ -95,8 +103,11 @@ impl DataType {
 /// The UnixFS `Data` message carried in a dag-pb node's Data field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnixFsData {
+    /// The node's type.
     pub kind: DataType,
+    /// Bytes in the node itself; absent from the nodes Shardwork writes (the leaves hold them).
     pub data: Option<Vec<u8>>,
+    /// Size of the file under this node, in bytes.
     pub filesize: Option<u64>,
     /// File size under each link, in link order.
     pub blocksizes: Vec<u64>,
@@ -119,6 +130,7 @@ impl UnixFsData {
         out
     }
 
+    /// Reads the message strictly: an unknown field or a missing `Type` is an error.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut reader = Reader::new(bytes, "UnixFS Data");
         let mut kind = None;
@@ -168,7 +180,9 @@ impl UnixFsData {
 /// Chunk size and fan-out of the balanced layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chunking {
+    /// Bytes per chunk (every chunk but the last).
     pub chunk_size: usize,
+    /// Most links in one node.
     pub max_links: usize,
 }
 
@@ -188,6 +202,7 @@ impl Chunking {
 /// A finished import.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Imported {
+    /// The root CID: the file's CID.
     pub root: Cid,
     /// File size in bytes.
     pub size: u64,

@@ -144,6 +144,7 @@ fn die(consumer: Box<dyn Consumer>, delivery: Delivery) {
     drop(consumer);
 }
 
+/// A published message arrives once, decodes, and is gone once acked.
 pub async fn published_message_is_delivered_once_and_ack_removes_it(
     h: &dyn QueueHarness,
     queue: &str,
@@ -166,6 +167,7 @@ pub async fn published_message_is_delivered_once_and_ack_removes_it(
     assert_eq!(q.ready_count(queue).await.expect("ready_count"), 0);
 }
 
+/// A consumer that dies holding a delivery loses it to the next consumer, counted as a redelivery.
 pub async fn consumer_that_dies_without_ack_gets_message_redelivered(
     h: &dyn QueueHarness,
     queue: &str,
@@ -188,6 +190,7 @@ pub async fn consumer_that_dies_without_ack_gets_message_redelivered(
     expect_quiet(&mut second, "after ack").await;
 }
 
+/// Every message published before and after a severed connection is delivered and acked once.
 pub async fn nothing_is_lost_across_a_reconnect(h: &dyn QueueHarness, queue: &str) {
     let q = declared(h, queue, options(h, 5, 1)).await;
     let mut expected = BTreeSet::new();
@@ -236,6 +239,7 @@ pub async fn nothing_is_lost_across_a_reconnect(h: &dyn QueueHarness, queue: &st
     expect_quiet(&mut consumer, "after draining").await;
 }
 
+/// A message nacked `max_deliveries` times goes to the dead-letter queue.
 pub async fn poison_message_reaches_dead_letters_after_max_deliveries(
     h: &dyn QueueHarness,
     queue: &str,
@@ -293,6 +297,7 @@ pub async fn released_message_is_not_counted_and_never_dead_lettered(
     expect_quiet(&mut dead, "dead letters").await;
 }
 
+/// A message whose every consumer dies before settling is dead-lettered after `max_deliveries`.
 pub async fn message_whose_consumers_keep_dying_is_dead_lettered(
     h: &dyn QueueHarness,
     queue: &str,
@@ -326,6 +331,7 @@ pub async fn message_whose_consumers_keep_dying_is_dead_lettered(
     letter.ack().await.expect("ack");
 }
 
+/// A rejected message goes straight to the dead-letter queue; a rejected dead letter is discarded.
 pub async fn reject_sends_message_straight_to_dead_letters(h: &dyn QueueHarness, queue: &str) {
     let q = declared(h, queue, options(h, 5, 1)).await;
     q.publish(queue, message("unprocessable", "{}"))
@@ -350,6 +356,7 @@ pub async fn reject_sends_message_straight_to_dead_letters(h: &dyn QueueHarness,
     expect_quiet(&mut dead, "after discarding").await;
 }
 
+/// Several consumers draining one queue ack every message of a batch, none twice.
 pub async fn concurrent_consumers_ack_each_message_exactly_once(h: &dyn QueueHarness, queue: &str) {
     const MESSAGES: usize = 300;
     const CONSUMERS: usize = 4;
@@ -388,6 +395,7 @@ pub async fn concurrent_consumers_ack_each_message_exactly_once(h: &dyn QueueHar
     assert_eq!(acks.len(), MESSAGES, "every message acked");
 }
 
+/// A delayed publish and a delayed requeue are delivered no earlier than their delay.
 pub async fn delayed_publish_and_retry_are_not_delivered_early(h: &dyn QueueHarness, queue: &str) {
     let q = declared(h, queue, options(h, 5, 1)).await;
     let delay = Duration::from_secs(2);
@@ -432,6 +440,7 @@ struct TaskShape {
     shard: u32,
 }
 
+/// A payload that does not decode is [`QueueError::MalformedPayload`], naming its key.
 pub async fn malformed_payload_is_a_typed_error_naming_the_message(
     h: &dyn QueueHarness,
     queue: &str,
@@ -464,6 +473,7 @@ pub async fn malformed_payload_is_a_typed_error_naming_the_message(
         .expect("ack");
 }
 
+/// Publishing a key again, alone or in a batch, while it is queued delivers the first publish only.
 pub async fn duplicate_idempotency_key_is_delivered_once(h: &dyn QueueHarness, queue: &str) {
     let q = declared(h, queue, options(h, 5, 1)).await;
     q.publish(queue, message("job-9/r1/s3", r#"{"n":1}"#))
@@ -483,6 +493,7 @@ pub async fn duplicate_idempotency_key_is_delivered_once(h: &dyn QueueHarness, q
     expect_quiet(&mut consumer, "a duplicate").await;
 }
 
+/// Bad options, names, keys and payloads, and undeclared queues, get their typed errors.
 pub async fn bad_input_gets_typed_errors(h: &dyn QueueHarness, queue: &str) {
     let q = h.queue();
     let bad_options = QueueOptions {
@@ -531,6 +542,7 @@ pub async fn bad_input_gets_typed_errors(h: &dyn QueueHarness, queue: &str) {
     );
 }
 
+/// A consumer holds no more unsettled deliveries than the queue's prefetch.
 pub async fn prefetch_bounds_unsettled_deliveries(h: &dyn QueueHarness, queue: &str) {
     let q = declared(h, queue, options(h, 5, 2)).await;
     for i in 0..3 {

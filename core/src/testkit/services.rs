@@ -11,9 +11,13 @@ use std::time::Duration;
 /// A server a test can ask for, with the URL it is reached at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Service {
+    /// PostgreSQL; by default a local `test` database.
     Postgres,
+    /// RabbitMQ; by default a local broker, as `guest`.
     RabbitMq,
+    /// anvil, the local Ethereum node; no default URL, as tests start their own.
     Anvil,
+    /// A Kubo (IPFS) node; used only when `SHARDWORK_TEST_KUBO_URL` names one.
     Kubo,
 }
 

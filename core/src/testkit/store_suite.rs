@@ -56,6 +56,7 @@ type Damager = Box<dyn Fn(&Cid, Damage) + Send + Sync>;
 
 /// A store under test, with what the suite needs around it.
 pub struct StoreHarness {
+    /// The adapter, configured to accept puts of up to [`SUITE_MAX_PUT`] bytes.
     pub store: Arc<dyn ContentStore>,
     /// Damages a block where the test can reach the storage (a folder); `None` for stores
     /// whose blocks only the server can touch (a real Kubo node).
@@ -65,6 +66,7 @@ pub struct StoreHarness {
 }
 
 impl StoreHarness {
+    /// A harness for `store`, with no way to damage its blocks (the damage check is skipped).
     pub fn new(store: Arc<dyn ContentStore>) -> Self {
         StoreHarness {
             store,
@@ -73,11 +75,13 @@ impl StoreHarness {
         }
     }
 
+    /// Lets the suite damage a stored block, by its CID, to check that reads catch it.
     pub fn with_damage(mut self, damage: impl Fn(&Cid, Damage) + Send + Sync + 'static) -> Self {
         self.damage = Some(Box::new(damage));
         self
     }
 
+    /// Keeps `value` (a temp folder, a server) alive as long as the harness.
     pub fn keep(mut self, value: impl Any + Send + Sync) -> Self {
         self._keep.push(Box::new(value));
         self

@@ -175,7 +175,13 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        /** @description **Role:** public; no token needed. */
+        /**
+         * The chain and escrow contract this server follows.
+         * @description **Role:** public; no token needed.
+         *
+         *     A wallet funds a job by calling the escrow's `createJob` on this chain with the terms in
+         *     the job's `funding` field.
+         */
         get: operations["chain_info"];
         put?: never;
         post?: never;
@@ -212,7 +218,13 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        /** @description **Role:** `requester`: any signed-in address (sign-in always grants it). */
+        /**
+         * Streams the object stored under a CID, verified against it as it is read.
+         * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
+         *
+         *     A job's dataset as uploaded (its held-out records in the clear) is served only to its
+         *     requester, validators and admins; its sealed held-out set only to validators and admins.
+         */
         get: operations["download_content"];
         put?: never;
         post?: never;
@@ -301,7 +313,14 @@ export type paths = {
         };
         get?: never;
         put?: never;
-        /** @description **Role:** `requester`: any signed-in address (sign-in always grants it). */
+        /**
+         * Funds a job from the server's development account (development mode only).
+         * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
+         *
+         *     The escrow is called with the job's `funding` terms; the job opens, as any other, once the
+         *     chain follower sees the escrow's `JobCreated`. It is shown as `dev_funded`, and a refund
+         *     goes to the development account.
+         */
         post: operations["dev_fund_job"];
         delete?: never;
         options?: never;
@@ -380,7 +399,11 @@ export type paths = {
             path?: never;
             cookie?: never;
         };
-        /** @description **Role:** `requester`: any signed-in address (sign-in always grants it). */
+        /**
+         * A completed job's final adapter: its CID, each file with a download link, and the last
+         *     round's merge summary.
+         * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
+         */
         get: operations["get_job_result"];
         put?: never;
         post?: never;
@@ -617,23 +640,41 @@ export type paths = {
 export type webhooks = Record<string, never>;
 export type components = {
     schemas: {
+        /** @description One accepted adapter of a ready round, with what the merge weighs it by. */
         AcceptedAdapter: {
+            /** @description The adapter's bundle. */
             adapter_cid: string;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description The validator's quality score, 0 ..= 1.
+             */
             quality: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Training records it saw.
+             */
             samples: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The index of the shard it was trained on.
+             */
             shard_index: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The submission that handed it in.
+             */
             submission_id: string;
+            /** @description The address of the worker who trained it. */
             worker: string;
         };
         /** @description The validator's merge of a round. */
         Aggregate: {
             /** @description The merged adapter (PEFT bundle) in the content store. */
             adapter_cid: components["schemas"]["ContentId"];
-            /** Format: double */
+            /**
+             * Format: double
+             * @description The same metric for the round's starting point.
+             */
             base_metric: number;
             /** @description Anything else the validator measured (truncation error of the merge, weights…). */
             details?: unknown;
@@ -646,6 +687,7 @@ export type components = {
             /** @description Name of the metric, e.g. `accuracy` or `loss`. */
             metric_name: string;
         };
+        /** @description Payload of `aggregated`: the round's merged adapter and how it scores. */
         Aggregated: {
             /** @description The merged adapter. */
             adapter_cid: string;
@@ -663,7 +705,10 @@ export type components = {
             metric: number;
             /** @description `accuracy`, `loss`, … */
             metric_name: string;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The round, counted from 1.
+             */
             round: number;
         };
         /**
@@ -671,7 +716,9 @@ export type components = {
          * @enum {string}
          */
         AggregateOutcome: "next_round_opened" | "finalization_queued";
+        /** @description What recording the merge led to. */
         AggregateResponse: {
+            /** @description Whether the next round opened or the payout was queued. */
             outcome: components["schemas"]["AggregateOutcome"];
         };
         /**
@@ -679,31 +726,40 @@ export type components = {
          * @enum {string}
          */
         Architecture: "llama" | "bert";
+        /** @description The model the job adapts, and what the adapter learns to do with it. */
         BaseModel: {
+            /** @description Its family (`llama` or `bert`). */
             architecture: components["schemas"]["Architecture"];
+            /** @description The model's bundle in the content store. */
             cid: components["schemas"]["ContentId"];
+            /** @description How its weights are stored. */
             format: components["schemas"]["ModelFormat"];
             /**
              * Format: int32
              * @description Number of labels, for classification.
              */
             num_labels?: number | null;
+            /** @description What the adapter learns: `causal_lm` for llama, `sequence_classification` for bert. */
             task: components["schemas"]["TrainingTask"];
         };
+        /** @description Payload of `cancelled`: who or what withdrew the job. */
         Cancelled: {
             /** @description The requester who cancelled through the API. */
             by?: string | null;
+            /** @description `awaiting_funding`, or `open` when the requester cancelled on chain. */
             from: components["schemas"]["JobStatus"];
             /** @description Why the platform cancelled it. */
             reason?: string | null;
             /** @description The stake returned on chain, in wei (decimal). */
             stake_wei?: string | null;
+            /** @description Always `cancelled`. */
             to: components["schemas"]["JobStatus"];
             /** @description The `cancel` transaction, when the requester cancelled on chain. */
             tx_hash?: string | null;
         };
         /** @description What a worker can train on; tasks are matched against it at claim time. */
         Capabilities: {
+            /** @description Whether the worker trains on the CPU or a GPU. */
             device: components["schemas"]["Device"];
             /**
              * Format: int64
@@ -716,24 +772,35 @@ export type components = {
              */
             memory_mb: number;
         };
+        /** @description The chain and escrow contract this server follows. */
         ChainInfo: {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The chain's EIP-155 id, for the wallet.
+             */
             chain_id: number;
             /** @description Whether `POST /v1/jobs/{id}/dev-fund` works here (development mode). */
             dev_funding: boolean;
+            /** @description The escrow contract to call `createJob` on, lower-case 0x-hex. */
             escrow_address: string;
             /** @description The account the API signs `markStarted` and payouts with. */
             operator: string;
         };
+        /** @description Payload of `completed`: the job's result and what each contributor was paid. */
         Completed: {
+            /** @description The final adapter, as recorded on chain. */
             adapter_cid: string;
             /** @description Rounding dust returned to the requester, in wei (decimal). */
             dust_wei: string;
             /** @description The platform's fee, in wei (decimal). */
             fee_wei: string;
+            /** @description Always `open`. */
             from: components["schemas"]["JobStatus"];
+            /** @description What each contributor was paid. */
             payouts: components["schemas"]["Payout"][];
+            /** @description Always `completed`. */
             to: components["schemas"]["JobStatus"];
+            /** @description The `completeJob` or `completeFederatedJob` transaction (0x-hex). */
             tx_hash: string;
         };
         /**
@@ -744,15 +811,22 @@ export type components = {
         ContentId: string;
         /** @description One contributor of a job, as the payout weighs it. */
         Contribution: {
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Its adapters the validator accepted.
+             */
             accepted: number;
+            /** @description The contributor's address. */
             address: string;
             /**
              * Format: int32
              * @description The score sent on chain, 0 ..= 10,000.
              */
             quality_bps: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Its adapters the validator rejected.
+             */
             rejected: number;
             /**
              * Format: int64
@@ -760,13 +834,20 @@ export type components = {
              */
             samples: number;
         };
+        /** @description Payload of `created`: where the job's documents are and how its dataset was cut. */
         Created: {
+            /** @description The dataset's CID, as uploaded. */
             dataset_cid: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Records held out for the validator.
+             */
             held_out_records: number;
+            /** @description The shard manifest's CID. */
             manifest_cid: string;
             /** @description Records in each shard, by shard index. */
             shard_records: number[];
+            /** @description The job spec document's CID (job.json). */
             spec_cid: string;
             /** @description Always `awaiting_funding`. */
             to: components["schemas"]["JobStatus"];
@@ -787,12 +868,19 @@ export type components = {
             /** @description The job spec as JSON (part `Content-Type: application/json`). */
             spec: components["schemas"]["JobSpec"];
         };
+        /** @description The escrow transaction that funded the job. */
         DevFundResponse: {
+            /** @description The job's id in the escrow contract. */
             escrow_job_id: string;
+            /** @description The development account the stake came from. */
             funded_by: string;
+            /** @description The `createJob` transaction's hash. */
             tx_hash: string;
         };
-        /** @enum {string} */
+        /**
+         * @description The kind of processor a worker trains on.
+         * @enum {string}
+         */
         Device: "cpu" | "gpu";
         /**
          * Format: eth-address
@@ -812,7 +900,9 @@ export type components = {
             /** @description The event id, decimal; a reconnecting client sends the last one as `Last-Event-ID`. */
             id: string;
         };
+        /** @description A page of a job's events. */
         EventPage: {
+            /** @description The events, oldest first. */
             events: components["schemas"]["EventView"][];
             /**
              * Format: int64
@@ -828,7 +918,10 @@ export type components = {
          *     workspace through alloy), turns every number into a map no `f64` field accepts.
          */
         EventView: components["schemas"]["JobEvent"] & {
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the API recorded it.
+             */
             created_at: string;
             /**
              * Format: int64
@@ -836,27 +929,41 @@ export type components = {
              */
             id: number;
         };
+        /** @description A heartbeat on a leased task. */
         ExtendRequest: {
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The lease token from the claim: proves the caller still holds the task.
+             */
             lease_token: string;
+            /** @description How far training has got. */
             progress: components["schemas"]["Progress"];
         };
+        /** @description The extended lease. */
         ExtendResponse: {
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the lease now runs out unless extended again.
+             */
             expires_at: string;
         };
         /** @description One problem: `path` uses dots and indices (`lora.target_modules[2]`). */
         FieldError: {
+            /** @description What is wrong there. */
             message: string;
+            /** @description Where the problem is; empty for the document as a whole. */
             path: string;
         };
+        /** @description Payload of `finalize`: what the payout sends on chain. */
         Finalize: {
             /** @description The final adapter. */
             adapter_cid: string;
             /** @description Every contributor with its score, sorted by address (the order the escrow wants). */
             contributions: components["schemas"]["Contribution"][];
+            /** @description The job's shard manifest. */
             manifest_cid?: string | null;
         };
+        /** @description Payload of `funded`: the escrow holding the job's stake. */
         Funded: {
             /** @description Funded by the development funder on the requester's behalf. */
             dev_funded: boolean;
@@ -864,14 +971,20 @@ export type components = {
             escrow: string;
             /** @description The escrow's id of the job (decimal `uint256`). */
             escrow_job_id: string;
+            /** @description Always `awaiting_funding`. */
             from: components["schemas"]["JobStatus"];
+            /** @description Always `open`. */
             to: components["schemas"]["JobStatus"];
+            /** @description The `createJob` transaction (0x-hex). */
             tx_hash: string;
         };
+        /** @description Payload of `funding_ignored`: an escrow job created for this job that does not fund it. */
         FundingIgnored: {
+            /** @description The escrow's id of the job it created (decimal `uint256`). */
             escrow_job_id: string;
             /** @description Why, and how the funder gets the stake back. */
             reason: string;
+            /** @description The `createJob` transaction (0x-hex). */
             tx_hash: string;
         };
         /** @description `createJob(token, stake, specCid, deadline, kind)` for a job, payable with `stake` in ETH. */
@@ -888,18 +1001,24 @@ export type components = {
             kind: number;
             /** @description The job's manifest CID: it names the job, so the API can match the escrow to it. */
             spec_cid: string;
+            /** @description The `stake` argument, in wei. */
             stake_wei: string;
             /** @description `0x000…0` for ETH. */
             token: string;
         };
+        /** @description A job's sealed held-out set and the key that opens it. */
         HeldOutKey: {
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The job the set belongs to.
+             */
             job_id: string;
             /**
              * @description XChaCha20-Poly1305 key, 64 hex digits; the associated data is
              *     `shardwork held-out {job_id}`.
              */
             key: string;
+            /** @description The sealed held-out set in the content store. */
             sealed_cid: components["schemas"]["ContentId"];
         };
         /** @description Something that happened to a job. */
@@ -997,7 +1116,9 @@ export type components = {
          * @enum {string}
          */
         JobKind: "lora" | "federated";
+        /** @description A page of jobs. */
         JobPage: {
+            /** @description The jobs, newest first. */
             jobs: components["schemas"]["JobView"][];
             /**
              * Format: uuid
@@ -1005,22 +1126,37 @@ export type components = {
              */
             next_cursor?: string | null;
         };
+        /** @description A completed job's final adapter. */
         JobResult: {
+            /** @description The final merged adapter (its bundle) in the content store. */
             adapter_cid: string;
             /** @description The last round's merge summary: metric, base metric and their name. */
             aggregate?: unknown;
+            /** @description Each file of the adapter, with a download link. */
             files: components["schemas"]["ResultFile"][];
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The job's id.
+             */
             job_id: string;
         };
         /** @description A fine-tuning job as the requester posts it. */
         JobSpec: {
+            /** @description The model to adapt. */
             base_model: components["schemas"]["BaseModel"];
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the job must be finished; unfinished by then, its stake goes back to the requester.
+             */
             deadline: string;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description Share of the dataset's records held out, sealed, for the validator to score adapters on.
+             */
             held_out_fraction: number;
+            /** @description One contributor (`lora`), or many over shards and rounds (`federated`). */
             kind: components["schemas"]["JobKind"];
+            /** @description The adapter's LoRA hyper-parameters. */
             lora: components["schemas"]["LoraSpec"];
             /**
              * Format: int32
@@ -1028,11 +1164,19 @@ export type components = {
              * @default 0
              */
             min_reputation: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Federated rounds, each merging the round's accepted adapters; 1 for a lora job.
+             */
             rounds: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Shards the training records are cut into, one task each per round; 1 for a lora job.
+             */
             shards: number;
+            /** @description What the job pays its contributors, escrowed on chain. */
             stake: components["schemas"]["Stake"];
+            /** @description How each task trains. */
             training: components["schemas"]["TrainingArgs"];
             /**
              * Format: int32
@@ -1047,7 +1191,10 @@ export type components = {
         JobStatus: "awaiting_funding" | "open" | "completed" | "cancelled" | "refunded";
         /** @description A job as the API shows it. */
         JobView: {
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the job was posted.
+             */
             created_at: string;
             /**
              * Format: int32
@@ -1055,49 +1202,82 @@ export type components = {
              */
             current_round: number;
             dataset_cid?: null | components["schemas"]["ContentId"];
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the job must be finished; a funded job unfinished by then is refunded.
+             */
             deadline: string;
             /** @description Funded by the server's development key, not by the requester's wallet. */
             dev_funded: boolean;
+            /** @description The escrow contract the job was funded on, once funded. */
             escrow_address?: string | null;
             /** @description The job's id in the escrow contract, once funded. */
             escrow_job_id?: string | null;
             funding?: null | components["schemas"]["FundingTerms"];
             held_out_cid?: null | components["schemas"]["ContentId"];
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The job's id.
+             */
             id: string;
+            /** @description `lora` (one adapter on the whole set) or `federated` (shards merged over rounds). */
             kind: components["schemas"]["JobKind"];
             manifest_cid?: null | components["schemas"]["ContentId"];
+            /** @description The address that posted the job. */
             requester: components["schemas"]["EthAddress"];
             result_adapter_cid?: null | components["schemas"]["ContentId"];
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description How many rounds the job trains for.
+             */
             rounds: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description How many shards the training data was cut into.
+             */
             shards: number;
             /** @description The spec as posted, validated (defaults filled in). */
             spec: components["schemas"]["JobSpec"];
             spec_cid?: null | components["schemas"]["ContentId"];
+            /** @description The stake the spec offers, in wei. */
             stake_wei: components["schemas"]["WeiAmount"];
+            /** @description Where the job is in its lifecycle. */
             status: components["schemas"]["JobStatus"];
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the job last changed.
+             */
             updated_at: string;
         };
         /** @description A granted lease: the token proves the holder in `extend` and `submit`. */
         Lease: {
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description 1 for the first lease of the task.
+             */
             attempt: number;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the lease lapses unless the worker extends it.
+             */
             expires_at: string;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description Proves the holder: sent with every extension and with the submission.
+             */
             lease_token: string;
             /**
              * @description What to train: the same message the queue carried, rebuilt from the database so a
              *     forged queue message cannot point a worker at other inputs.
              */
             task: components["schemas"]["TaskMessage"];
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The task leased.
+             */
             task_id: string;
         };
+        /** @description The liveness answer. */
         Liveness: {
             /**
              * @description Always `ok`.
@@ -1107,23 +1287,36 @@ export type components = {
         };
         /** @description LoRA hyper-parameters, named as Hugging Face PEFT names them. */
         LoraSpec: {
-            /** Format: double */
+            /**
+             * Format: double
+             * @description Scale of the LoRA update: it is multiplied by `alpha / r`.
+             */
             alpha: number;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description Dropout on the LoRA layers' input; 0 when omitted.
+             */
             dropout?: number;
             /** @description Modules trained in full and shipped with the adapter (a classification head). */
             modules_to_save?: string[];
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Rank of the LoRA update matrices.
+             */
             r: number;
+            /** @description The modules LoRA adapts, by name (e.g. `q_proj`, `v_proj`). */
             target_modules: string[];
         };
+        /** @description The caller as its access token states it. */
         MeResponse: {
+            /** @description The signed-in address. */
             address: components["schemas"]["EthAddress"];
             /**
              * Format: int64
              * @description Unix time at which the access token expires.
              */
             expires_at: number;
+            /** @description The roles the token grants. */
             roles: components["schemas"]["Role"][];
         };
         /**
@@ -1133,16 +1326,25 @@ export type components = {
         ModelFormat: "safetensors" | "gguf";
         /** @description The `config.json` dimensions that decide layer shapes (Hugging Face names). */
         ModelShape: {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Width of the hidden states.
+             */
             hidden_size: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Width of the feed-forward (MLP) layer.
+             */
             intermediate_size: number;
             /**
              * Format: int64
              * @description Must divide `hidden_size`.
              */
             num_attention_heads: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Number of transformer layers.
+             */
             num_hidden_layers: number;
             /**
              * Format: int64
@@ -1151,17 +1353,26 @@ export type components = {
              */
             num_key_value_heads?: number | null;
         };
+        /** @description A fresh sign-in nonce and what the signed message must name. */
         NonceResponse: {
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The chain id the message must name as `Chain ID`.
+             */
             chain_id: number;
             /** @description What the message must name as `domain` and `Chain ID`. */
             domain: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the nonce stops being accepted.
+             */
             expires_at: string;
+            /** @description The value for the message's `Nonce`; spendable once. */
             nonce: string;
         };
         /** @description What one contributor was paid on chain. */
         Payout: {
+            /** @description The contributor's address. */
             address: string;
             /** @description Wei (decimal). */
             amount_wei: string;
@@ -1171,33 +1382,61 @@ export type components = {
              */
             reputation: number;
         };
+        /** @description Submissions waiting for a verdict. */
         PendingPage: {
+            /** @description The submissions, oldest first. */
             submissions: components["schemas"]["PendingValidation"][];
         };
         /** @description A submission waiting for its verdict, with everything the validator needs to fetch. */
         PendingValidation: {
+            /** @description The adapter's bundle. */
             adapter_cid: string;
             /** @description Sealed; open it with `GET /v1/jobs/{id}/held-out-key`. */
             held_out_cid?: string | null;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description Its job.
+             */
             job_id: string;
+            /** @description The job spec document (job.json). */
             job_spec_cid?: string | null;
+            /** @description The job's shard manifest. */
             manifest_cid?: string | null;
+            /** @description The worker's training metrics (metrics.json). */
             metrics_cid: string;
             /** @description The adapter this round started from (none in round 1). */
             previous_adapter_cid?: string | null;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The task's round, counted from 1.
+             */
             round: number;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Training records the worker says the adapter saw.
+             */
             samples: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The index of the task's shard.
+             */
             shard_index: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The submission to judge.
+             */
             submission_id: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the worker handed it in.
+             */
             submitted_at: string;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description Its task.
+             */
             task_id: string;
+            /** @description The address of the worker who trained the adapter. */
             worker: string;
         };
         /** @description The problem+json body (RFC 7807). */
@@ -1226,15 +1465,28 @@ export type components = {
         };
         /** @description Progress a worker reports with each heartbeat. */
         Progress: {
-            /** Format: double */
+            /**
+             * Format: double
+             * @description The latest step's training loss; absent before the first step.
+             */
             loss?: number | null;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Optimizer steps done.
+             */
             step: number;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description Training throughput so far, in tokens per second; absent until it is known.
+             */
             tokens_per_second?: number | null;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Optimizer steps in the whole run.
+             */
             total_steps: number;
         };
+        /** @description A job to quote: its spec and the size of its dataset. */
         QuoteRequest: {
             /**
              * Format: int64
@@ -1245,24 +1497,36 @@ export type components = {
             /** @description The job spec as it would be posted. */
             spec: components["schemas"]["JobSpec"];
         };
+        /** @description What the job would cost and how large its adapter would be. */
         QuoteResponse: {
             /** @description float32 safetensors size of the adapter weights, a decimal string. */
             adapter_bytes: string;
             /** @description Trainable parameters, a decimal string (it can exceed 2^53). */
             adapter_params: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Records held out for the validator.
+             */
             held_out_records: number;
+            /** @description The model dimensions the sizes were computed for. */
             model_shape: components["schemas"]["ModelShape"];
             /** @description `request`, or the reference model assumed (e.g. `bert-base-uncased`). */
             model_shape_source: string;
             /** @description adapter_params × training_records × epochs × the configured price per parameter-record. */
             price_wei: components["schemas"]["WeiAmount"];
+            /** @description Training records per shard, in shard order. */
             shard_records: number[];
+            /** @description Whether the stake is at least `price_wei`. */
             stake_covers_price: boolean;
+            /** @description The stake the spec offers. */
             stake_wei: components["schemas"]["WeiAmount"];
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Records left for training.
+             */
             training_records: number;
         };
+        /** @description The readiness answer. */
         Readiness: {
             /**
              * @description Always `ok`: an unreachable database answers 503 instead.
@@ -1275,27 +1539,45 @@ export type components = {
              */
             status: string;
         };
+        /** @description Rounds ready to merge. */
         ReadyPage: {
+            /** @description The rounds, oldest first, each with its accepted adapters. */
             rounds: components["schemas"]["ReadyRound"][];
         };
         /** @description Rounds whose adapters are all accepted and wait for the validator's merge. */
         ReadyRound: {
             /** @description The accepted adapters to merge, with their sample counts and quality. */
             adapters: components["schemas"]["AcceptedAdapter"][];
+            /** @description The adapter the round started from (none in round 1). */
             base_adapter_cid?: string | null;
+            /** @description Sealed; open it with `GET /v1/jobs/{id}/held-out-key`. */
             held_out_cid?: string | null;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The round's job.
+             */
             job_id: string;
+            /** @description The job spec document (job.json). */
             job_spec_cid?: string | null;
+            /** @description Whether this is the job's last round, whose merge is the job's result. */
             last_round: boolean;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The round, counted from 1.
+             */
             round: number;
         };
+        /** @description A refresh token to trade for a new pair. */
         RefreshRequest: {
+            /** @description The refresh token from sign-in or an earlier refresh. */
             refresh_token: string;
         };
+        /** @description Payload of `refund_due`. */
         RefundDue: {
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description The deadline that passed.
+             */
             deadline: string;
             /**
              * Format: int32
@@ -1303,19 +1585,29 @@ export type components = {
              */
             round: number;
         };
+        /** @description Payload of `refunded`. */
         Refunded: {
+            /** @description `awaiting_funding` or `open`. */
             from: components["schemas"]["JobStatus"];
             /** @description The stake returned, in wei (decimal). */
             stake_wei: string;
+            /** @description Always `refunded`. */
             to: components["schemas"]["JobStatus"];
+            /** @description The `refund` transaction (0x-hex). */
             tx_hash: string;
         };
+        /** @description A worker's registration: what it can train on. */
         RegisterRequest: {
+            /** @description What the worker can train on; replaces any earlier statement. */
             capabilities: components["schemas"]["Capabilities"];
         };
+        /** @description One file of the final adapter. */
         ResultFile: {
+            /** @description The file's CID in the content store. */
             cid: string;
+            /** @description The file's name in the PEFT folder (`adapter` when the adapter is not a bundle). */
             name: string;
+            /** @description Its download path on this API (`/v1/content/{cid}`, with the name as `filename`). */
             url: string;
         };
         /**
@@ -1323,10 +1615,14 @@ export type components = {
          * @enum {string}
          */
         Role: "requester" | "worker" | "validator" | "admin";
+        /** @description Payload of `round_opened`. */
         RoundOpened: {
             /** @description The adapter the round trains from: the previous round's merge; null in round 1. */
             base_adapter_cid?: string | null;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The round, counted from 1.
+             */
             round: number;
             /**
              * Format: int32
@@ -1334,37 +1630,50 @@ export type components = {
              */
             tasks: number;
         };
+        /** @description Payload of `round_ready`. */
         RoundReady: {
             /**
              * Format: int32
              * @description Accepted adapters, one per shard.
              */
             accepted: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The round, counted from 1.
+             */
             round: number;
         };
         /** @description The escrowed stake: an amount of ETH (no token) or of an allow-listed ERC-20. */
         Stake: {
+            /** @description The amount, in the token's smallest unit (wei for ETH). */
             amount: components["schemas"]["WeiAmount"];
             token?: null | components["schemas"]["EthAddress"];
         };
+        /** @description Payload of `started`. */
         Started: {
+            /** @description The `markStarted` transaction (0x-hex). */
             tx_hash: string;
         };
+        /** @description What a worker hands in for a task it holds the lease on. */
         Submission: {
+            /** @description The trained adapter's bundle. */
             adapter_cid: components["schemas"]["ContentId"];
             /**
              * Format: uuid
              * @description Lease token from the claim: proves this worker still holds the task.
              */
             lease_token: string;
+            /** @description Its training metrics document (metrics.json). */
             metrics_cid: components["schemas"]["ContentId"];
             /**
              * Format: int64
              * @description Training records the adapter saw (weights the merge).
              */
             samples: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The task it trained.
+             */
             task_id: string;
             /**
              * Format: int32
@@ -1372,72 +1681,139 @@ export type components = {
              */
             version: number;
         };
+        /** @description A submission as recorded, with the validator's verdict once there is one. */
         SubmissionView: {
+            /** @description The trained adapter's bundle in the content store. */
             adapter_cid: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the submission was recorded.
+             */
             created_at: string;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The submission's id.
+             */
             id: string;
+            /** @description The training metrics document (`metrics.json`) in the content store. */
             metrics_cid: string;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description The validator's score, 0..=1 (0 for a rejection); absent while pending.
+             */
             quality?: number | null;
+            /** @description Why the validator rejected the adapter. */
             reject_reason?: string | null;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Training records the adapter saw.
+             */
             samples: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The task it was handed in for.
+             */
             task_id: string;
+            /** @description `pending` until the validator rules, then `accepted` or `rejected`. */
             verdict: components["schemas"]["VerdictStatus"];
         };
+        /** @description Payload of `submitted`. */
         Submitted: {
+            /** @description The adapter's bundle. */
             adapter_cid: string;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The task's round.
+             */
             round: number;
             /**
              * Format: int64
              * @description Records the adapter was trained on.
              */
             samples: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The index of the task's shard.
+             */
             shard: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The submission, which its verdict names.
+             */
             submission_id: string;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The task it was made for.
+             */
             task_id: string;
+            /** @description The worker's address. */
             worker: string;
         };
         /** @description A task that went back to the queue or failed, with its attempts so far. */
         TaskAttempt: {
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Leases taken so far.
+             */
             attempts: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Leases allowed before the task fails.
+             */
             max_attempts: number;
+            /** @description Why the last attempt ended (the lease expired, or the adapter was rejected). */
             reason: string;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The task's round.
+             */
             round: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The task.
+             */
             task_id: string;
         };
+        /** @description Payload of `task_claimed`. */
         TaskClaimed: {
             /**
              * Format: int32
              * @description 1 for the first lease of the task.
              */
             attempt: number;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the lease lapses unless the worker extends it.
+             */
             lease_expires_at: string;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The task's round.
+             */
             round: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The index of the task's shard.
+             */
             shard: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The task leased.
+             */
             task_id: string;
             /** @description The worker's address. */
             worker: string;
         };
+        /** @description One shard's training task of one round, as published to [`TASK_QUEUE`]. */
         TaskMessage: {
+            /** @description The base model's bundle. */
             base_model_cid: components["schemas"]["ContentId"];
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The job it belongs to.
+             */
             job_id: string;
+            /** @description The job spec document (job.json). */
             job_spec_cid: components["schemas"]["ContentId"];
             previous_adapter_cid?: null | components["schemas"]["ContentId"];
             /**
@@ -1445,17 +1821,29 @@ export type components = {
              * @description Rounds count from 1.
              */
             round: number;
+            /** @description The shard's records, as JSONL, in the content store. */
             shard_cid: components["schemas"]["ContentId"];
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Which of the job's shards it trains on, counted from 0.
+             */
             shard_index: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The task, as the API knows it: a worker claims and submits it by this id.
+             */
             task_id: string;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The protocol version it was written with.
+             */
             version: number;
         };
+        /** @description A new access and refresh token pair, and what it grants. */
         TokenResponse: {
             /** @description Send as `Authorization: Bearer <access_token>`. */
             access_token: string;
+            /** @description The signed-in address the tokens name. */
             address: components["schemas"]["EthAddress"];
             /**
              * Format: int64
@@ -1469,23 +1857,38 @@ export type components = {
             refresh_expires_in: number;
             /** @description Trade at `/v1/auth/refresh` for a new pair. */
             refresh_token: string;
+            /** @description The roles the tokens grant. */
             roles: components["schemas"]["Role"][];
             /** @description Always `Bearer`. */
             token_type: string;
         };
+        /** @description How each task trains on its shard. */
         TrainingArgs: {
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Records per forward and backward pass.
+             */
             batch_size: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Passes over the shard.
+             */
             epochs: number;
             /**
              * Format: int32
+             * @description Batches accumulated per optimizer step; 1 when omitted.
              * @default 1
              */
             gradient_accumulation: number;
-            /** Format: double */
+            /**
+             * Format: double
+             * @description The optimizer's learning rate.
+             */
             learning_rate: number;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Longest sequence trained on, in tokens.
+             */
             max_seq_len: number;
             /**
              * Format: int64
@@ -1494,6 +1897,7 @@ export type components = {
             seed: number;
             /**
              * Format: double
+             * @description Share of the steps over which the learning rate warms up; 0.06 when omitted.
              * @default 0.06
              */
             warmup_ratio: number;
@@ -1503,13 +1907,19 @@ export type components = {
          * @enum {string}
          */
         TrainingTask: "causal_lm" | "sequence_classification";
+        /** @description Where an upload was stored. */
         Uploaded: {
+            /** @description The content's Kubo-compatible CID: what to fetch it by. */
             cid: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The stored size in bytes.
+             */
             size: number;
         };
         /** @description A verdict as the validator sends it. */
         Verdict: {
+            /** @description Whether the adapter is accepted. */
             accepted: boolean;
             /**
              * Format: double
@@ -1521,7 +1931,9 @@ export type components = {
             /** @description The measurements behind the verdict (metric, base metric, norms…). */
             report?: unknown;
         };
+        /** @description Payload of `verdict`. */
         VerdictRecorded: {
+            /** @description Whether the adapter was accepted. */
             accepted: boolean;
             /**
              * Format: double
@@ -1532,12 +1944,22 @@ export type components = {
             reason?: string | null;
             /** @description The measurements behind the verdict (metric, base metric, norms…). */
             report: Record<string, unknown>;
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description The task's round.
+             */
             round: number;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The submission judged.
+             */
             submission_id: string;
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description Its task.
+             */
             task_id: string;
+            /** @description The address of the worker who trained the adapter. */
             worker: string;
         };
         /**
@@ -1545,6 +1967,7 @@ export type components = {
          * @enum {string}
          */
         VerdictStatus: "pending" | "accepted" | "rejected";
+        /** @description A signed Sign-In with Ethereum message, and the roles asked for. */
         VerifyRequest: {
             /** @description The EIP-4361 message exactly as signed. */
             message: string;
@@ -1562,15 +1985,28 @@ export type components = {
          * @example 1000000000000000000
          */
         WeiAmount: string;
+        /** @description A registered worker as the API knows it. */
         WorkerProfile: {
+            /** @description The worker's address. */
             address: components["schemas"]["EthAddress"];
+            /** @description What the worker declared it can train on. */
             capabilities: components["schemas"]["Capabilities"];
+            /** @description Wei paid to the worker so far, as mirrored from the chain's payouts. */
             earnings_wei: components["schemas"]["WeiAmount"];
-            /** Format: uuid */
+            /**
+             * Format: uuid
+             * @description The worker's id.
+             */
             id: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the worker last sent a heartbeat; absent before the first.
+             */
             last_heartbeat_at?: string | null;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the worker first registered.
+             */
             registered_at: string;
             /**
              * Format: int64
@@ -3050,6 +3486,7 @@ export interface operations {
     pending_validations: {
         parameters: {
             query?: {
+                /** @description At most this many submissions, 1..=500; 50 when absent. */
                 limit?: number;
             };
             header?: never;

@@ -12,20 +12,26 @@ use crate::error::{Error, Result};
 /// Texts with label ids `0..label_names.len()`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClassificationSet {
+    /// The texts, one per example.
     pub texts: Vec<String>,
+    /// Label id of each text, an index into `label_names`.
     pub labels: Vec<u32>,
+    /// Label name of each id, in id order.
     pub label_names: Vec<String>,
 }
 
 impl ClassificationSet {
+    /// Number of examples.
     pub fn len(&self) -> usize {
         self.texts.len()
     }
 
+    /// Whether the set has no examples.
     pub fn is_empty(&self) -> bool {
         self.texts.is_empty()
     }
 
+    /// Number of distinct labels.
     pub fn num_labels(&self) -> usize {
         self.label_names.len()
     }

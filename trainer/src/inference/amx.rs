@@ -96,6 +96,7 @@ fn split(v: f32) -> (u16, u16) {
 /// What is applied to each output block as it is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Epilogue {
+    /// No activation: the block is written as `x·Wᵀ + b`.
     None,
     /// BERT's exact-erf GELU.
     GeluErf,
@@ -154,10 +155,12 @@ impl PackedWeight {
         }
     }
 
+    /// Output features `n` (rows of `W`).
     pub fn out_features(&self) -> usize {
         self.n
     }
 
+    /// Input features `k` (columns of `W`).
     pub fn in_features(&self) -> usize {
         self.k
     }

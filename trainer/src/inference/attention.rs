@@ -15,6 +15,7 @@ use super::{contiguous_f32, lanes};
 
 /// `softmax(q·kᵀ/√d + (mask − 1)·10⁴)·v` per head, as Hugging Face's BERT computes it.
 pub struct FusedAttention {
+    /// Number of attention heads the hidden width is split into.
     pub heads: usize,
 }
 

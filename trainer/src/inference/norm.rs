@@ -7,8 +7,11 @@ use super::{contiguous_f32, lanes};
 
 /// Layer norm of `x + residual` over the last dimension, one row per task slice.
 pub struct AddLayerNorm {
+    /// Layer norm scale (gamma), one per feature.
     pub weight: Vec<f32>,
+    /// Layer norm shift (beta), one per feature.
     pub bias: Vec<f32>,
+    /// Added to the variance before the square root.
     pub eps: f32,
 }
 

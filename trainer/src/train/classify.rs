@@ -19,22 +19,29 @@ use crate::lora::Trainables;
 use crate::optim::{AdamW, OptimConfig};
 use crate::text::{Batch, TextTokenizer, pad};
 
+/// Settings of a classification training run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClassifyConfig {
     /// Examples per micro-batch.
     pub batch_size: usize,
     /// `optim.total_steps` optimiser steps of `optim.grad_accum` micro-batches each.
     pub optim: OptimConfig,
+    /// Seeds the epoch order of the examples.
     pub seed: u64,
 }
 
+/// What a training run did and how long it took.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainReport {
+    /// Optimiser steps taken.
     pub steps: usize,
     /// Mean loss over the last 10% of steps.
     pub final_loss: f32,
+    /// Real (non-padding) tokens trained on.
     pub tokens: usize,
+    /// Wall-clock seconds of training.
     pub seconds: f64,
+    /// Real tokens per second over the run.
     pub tokens_per_sec: f64,
 }
 

@@ -12,10 +12,13 @@ use serde::Serialize;
 pub struct Progress {
     /// Optimiser steps done (1-based).
     pub step: usize,
+    /// Optimiser steps in the run.
     pub total_steps: usize,
     /// Mean loss of this step's micro-batches.
     pub loss: f32,
+    /// Learning rate of this step.
     pub lr: f64,
+    /// Global gradient norm before clipping.
     pub grad_norm: f64,
     /// Real (non-padding) tokens per second since the run started.
     pub tokens_per_sec: f64,

@@ -49,9 +49,13 @@ pub fn encode_dataset(
 /// position in (batch · seq) and the target token.
 #[derive(Debug)]
 pub struct Batch {
+    /// Input token ids `(batch, seq)`: each example without its last token, right-padded.
     pub input: Tensor,
+    /// Flat index into `batch · seq` of every learned prediction.
     pub positions: Tensor,
+    /// The token each learned prediction should produce.
     pub targets: Tensor,
+    /// Number of learned predictions in the batch.
     pub tokens: usize,
 }
 
@@ -103,11 +107,16 @@ pub fn batch_loss(model: &Llama, batch: &Batch, train: bool) -> Result<Tensor> {
 /// Loss and perplexity on held-out examples, weighted per learned token.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LmEval {
+    /// Mean cross-entropy per learned token.
     pub loss: f64,
+    /// `exp(loss)`.
     pub perplexity: f64,
+    /// Learned tokens scored.
     pub tokens: usize,
 }
 
+/// Held-out loss and perplexity of `model` on `examples`, scored `batch_size` at a time without
+/// dropout; `pad` is the padding token id.
 pub fn evaluate(
     model: &Llama,
     examples: &[SftExample],
@@ -135,6 +144,7 @@ pub fn evaluate(
     })
 }
 
+/// Settings of an SFT run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SftConfig {
     /// Which projections get adapters; PEFT module names such as `q_proj`, `v_proj`.
@@ -145,17 +155,22 @@ pub struct SftConfig {
     pub batch_size: usize,
     /// Longer examples are truncated to this many tokens.
     pub max_seq_len: usize,
+    /// Seeds the epoch order; pass it to [`attach_lora`] too for a reproducible run.
     pub seed: u64,
 }
 
+/// What an SFT run did and how long it took.
 #[derive(Debug, Clone, Serialize)]
 pub struct SftReport {
+    /// Optimiser steps taken.
     pub steps: usize,
     /// Mean loss over the last 10% of steps.
     pub final_loss: f32,
     /// Learned (loss-bearing) tokens processed.
     pub tokens: usize,
+    /// Wall-clock seconds of training.
     pub seconds: f64,
+    /// Learned tokens per second over the run.
     pub tokens_per_sec: f64,
 }
 

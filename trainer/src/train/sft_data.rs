@@ -30,7 +30,9 @@ pub fn read_sft_jsonl(path: &Path) -> Result<Vec<DatasetRecord>> {
 /// `learn[t + 1]` is set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SftExample {
+    /// Token ids of the record after truncation, special tokens included.
     pub ids: Vec<u32>,
+    /// Per token: whether predicting it counts in the loss (`learn[0]` is never used).
     pub learn: Vec<bool>,
 }
 

@@ -27,14 +27,18 @@ pub(crate) struct StepLoop {
 
 /// What a finished loop measured.
 pub(crate) struct LoopSummary {
+    /// Optimiser steps taken.
     pub steps: usize,
     /// Mean loss over the last tenth of the steps (at least one).
     pub final_loss: f32,
+    /// Real (non-padding) tokens trained on.
     pub tokens: usize,
+    /// Wall-clock seconds since the loop started.
     pub seconds: f64,
 }
 
 impl StepLoop {
+    /// A loop over `examples` examples in micro-batches of `batch_size`, epochs shuffled by `seed`.
     pub fn new(opt: AdamW, examples: usize, batch_size: usize, seed: u64) -> Self {
         let total = opt.config().total_steps;
         StepLoop {
@@ -102,6 +106,7 @@ impl StepLoop {
         Ok(())
     }
 
+    /// Ends the loop and summarises it.
     pub fn finish(self) -> LoopSummary {
         let steps = self.step_losses.len();
         let tail = (steps / 10).max(1).min(steps.max(1));

@@ -86,6 +86,7 @@ pub async fn open_round<C: ConnectionTrait>(
     .await
 }
 
+/// Round `number` of job `job_id`, or [`DomainError::NotFound`].
 pub async fn find_round<C: ConnectionTrait>(
     db: &C,
     job_id: Uuid,
@@ -145,7 +146,9 @@ pub async fn close_if_complete<C: ConnectionTrait>(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AggregateOutcome {
+    /// The job has more rounds: the next one is open, training from the merged adapter.
     NextRoundOpened,
+    /// That was the job's last round: completing the job on chain, with its payouts, is queued.
     FinalizationQueued,
 }
 

@@ -50,6 +50,7 @@ pub fn validate_progress(progress: &Progress) -> Result<(), DomainError> {
     Ok(())
 }
 
+/// The task `id`, or [`DomainError::NotFound`].
 pub async fn find_task<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<task::Model, DomainError> {
     task::Entity::find_by_id(id)
         .one(db)

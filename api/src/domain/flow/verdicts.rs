@@ -224,6 +224,8 @@ pub async fn record(
     Ok(stored)
 }
 
+/// Rounds of open jobs whose adapters are all accepted and await the merge, oldest first, each
+/// with its accepted adapters in shard order.
 pub async fn ready_rounds<C: ConnectionTrait>(db: &C) -> Result<Vec<ReadyRound>, DomainError> {
     let rounds = round::Entity::find()
         .filter(round::Column::Status.eq(rounds::RoundStatus::Aggregating.as_str()))

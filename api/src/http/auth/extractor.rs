@@ -17,6 +17,7 @@ pub trait RoleMarker {
 
 macro_rules! role_marker {
     ($name:ident, $role:expr) => {
+        /// A [`RoleMarker`] for [`Authenticated`]: the role its name says (any, for `AnyRole`).
         #[derive(Debug)]
         pub struct $name;
         impl RoleMarker for $name {
@@ -33,6 +34,7 @@ role_marker!(AdminRole, Some(Role::Admin));
 /// A caller holding a valid access token with role `R`.
 #[derive(Debug)]
 pub struct Authenticated<R: RoleMarker> {
+    /// The claims of the caller's verified access token.
     pub claims: Claims,
     _role: PhantomData<R>,
 }

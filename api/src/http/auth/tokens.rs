@@ -48,28 +48,37 @@ impl fmt::Display for Role {
     }
 }
 
+/// Which of the pair a token is; each is accepted only where its kind is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenKind {
+    /// Short-lived; authorizes requests.
     Access,
+    /// Long-lived; only buys a new pair (`POST /v1/auth/refresh`).
     Refresh,
 }
 
 /// The JWT claims.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Claims {
+    /// The issuer, always `shardwork`.
     pub iss: String,
     /// The signed-in address, lowercase hex.
     pub sub: EthAddress,
+    /// The roles the token grants.
     pub roles: Vec<Role>,
+    /// Access or refresh.
     pub typ: TokenKind,
+    /// Issued at, Unix seconds.
     pub iat: i64,
+    /// Expires at, Unix seconds.
     pub exp: i64,
     /// Unique per token, so two tokens issued in the same second differ.
     pub jti: String,
 }
 
 impl Claims {
+    /// Whether the token grants `role`.
     pub fn has(&self, role: Role) -> bool {
         self.roles.contains(&role)
     }
@@ -80,17 +89,23 @@ const ISSUER: &str = "shardwork";
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
+    /// The token is past its `exp`.
     #[error("the token has expired; sign in again or refresh")]
     Expired,
+    /// A token of the other kind (a refresh token where an access token is needed, or the reverse).
     #[error("the token is a {found:?} token where a {expected:?} token is needed")]
     WrongKind {
+        /// The kind needed here.
         expected: TokenKind,
+        /// The kind presented.
         found: TokenKind,
     },
+    /// Not a token of ours: a bad signature, issuer, claim or encoding; the reason says which.
     #[error("the token is not valid: {0}")]
     Invalid(String),
 }
 
+/// Signs and verifies the API's tokens with one HMAC key and the configured lifetimes.
 pub struct TokenIssuer {
     encoding: EncodingKey,
     decoding: DecodingKey,
@@ -100,6 +115,7 @@ pub struct TokenIssuer {
 }
 
 impl TokenIssuer {
+    /// An issuer keyed by `secret`, with the two kinds' lifetimes in seconds.
     pub fn new(secret: &[u8], access_ttl_secs: u64, refresh_ttl_secs: u64) -> Self {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.set_issuer(&[ISSUER]);
@@ -115,6 +131,7 @@ impl TokenIssuer {
         }
     }
 
+    /// The lifetime of a `kind` token, in seconds.
     pub fn ttl(&self, kind: TokenKind) -> i64 {
         match kind {
             TokenKind::Access => self.access_ttl,

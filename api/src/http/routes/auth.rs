@@ -18,12 +18,16 @@ use crate::state::AppState;
 const ISSUED_AT_SKEW_SECS: i64 = 300;
 const NONCE_LEN: usize = 24;
 
+/// A fresh sign-in nonce and what the signed message must name.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NonceResponse {
+    /// The value for the message's `Nonce`; spendable once.
     pub nonce: String,
+    /// When the nonce stops being accepted.
     pub expires_at: DateTime<Utc>,
     /// What the message must name as `domain` and `Chain ID`.
     pub domain: String,
+    /// The chain id the message must name as `Chain ID`.
     pub chain_id: u64,
 }
 
@@ -71,6 +75,7 @@ pub async fn nonce(state: web::Data<AppState>) -> Result<HttpResponse, ApiError>
     }))
 }
 
+/// A signed Sign-In with Ethereum message, and the roles asked for.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyRequest {
@@ -84,6 +89,7 @@ pub struct VerifyRequest {
     pub roles: Vec<Role>,
 }
 
+/// A new access and refresh token pair, and what it grants.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenResponse {
     /// Always `Bearer`.
@@ -96,7 +102,9 @@ pub struct TokenResponse {
     pub refresh_token: String,
     /// Seconds the refresh token stays valid.
     pub refresh_expires_in: i64,
+    /// The signed-in address the tokens name.
     pub address: EthAddress,
+    /// The roles the tokens grant.
     pub roles: Vec<Role>,
 }
 
@@ -252,9 +260,11 @@ fn tokens(
     }
 }
 
+/// A refresh token to trade for a new pair.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RefreshRequest {
+    /// The refresh token from sign-in or an earlier refresh.
     pub refresh_token: String,
 }
 
@@ -292,9 +302,12 @@ pub async fn refresh(
     Ok(HttpResponse::Ok().json(tokens(&state, claims.sub, roles, Utc::now())))
 }
 
+/// The caller as its access token states it.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MeResponse {
+    /// The signed-in address.
     pub address: EthAddress,
+    /// The roles the token grants.
     pub roles: Vec<Role>,
     /// Unix time at which the access token expires.
     pub expires_at: i64,

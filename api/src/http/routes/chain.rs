@@ -9,9 +9,12 @@ use crate::chain::address_text;
 use crate::http::problem::{ApiError, ProblemKind};
 use crate::state::AppState;
 
+/// The chain and escrow contract this server follows.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChainInfo {
+    /// The chain's EIP-155 id, for the wallet.
     pub chain_id: u64,
+    /// The escrow contract to call `createJob` on, lower-case 0x-hex.
     pub escrow_address: String,
     /// The account the API signs `markStarted` and payouts with.
     pub operator: String,
@@ -19,6 +22,10 @@ pub struct ChainInfo {
     pub dev_funding: bool,
 }
 
+/// The chain and escrow contract this server follows.
+///
+/// A wallet funds a job by calling the escrow's `createJob` on this chain with the terms in
+/// the job's `funding` field.
 #[utoipa::path(
     get,
     path = "/v1/chain",

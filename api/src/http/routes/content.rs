@@ -21,9 +21,12 @@ use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, ProblemKind};
 use crate::state::AppState;
 
+/// Where an upload was stored.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Uploaded {
+    /// The content's Kubo-compatible CID: what to fetch it by.
     pub cid: String,
+    /// The stored size in bytes.
     pub size: u64,
 }
 
@@ -80,6 +83,7 @@ pub async fn upload(
     }))
 }
 
+/// Options of a download.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -88,6 +92,10 @@ pub struct DownloadQuery {
     pub filename: Option<String>,
 }
 
+/// Streams the object stored under a CID, verified against it as it is read.
+///
+/// A job's dataset as uploaded (its held-out records in the clear) is served only to its
+/// requester, validators and admins; its sealed held-out set only to validators and admins.
 #[utoipa::path(
     get,
     path = "/v1/content/{cid}",

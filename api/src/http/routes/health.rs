@@ -6,6 +6,7 @@ use serde::Serialize;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody, ProblemKind};
 use crate::state::AppState;
 
+/// The liveness answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Liveness {
     /// Always `ok`.
@@ -13,6 +14,7 @@ pub struct Liveness {
     pub status: &'static str,
 }
 
+/// The readiness answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Readiness {
     /// Always `ready`.

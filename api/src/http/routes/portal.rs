@@ -53,7 +53,12 @@ pub async fn fallback(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolved {
     /// A file of the build.
-    File { path: PathBuf, immutable: bool },
+    File {
+        /// The file, inside the portal folder.
+        path: PathBuf,
+        /// Under `assets/`, named by a hash of its content: cached for a year as immutable.
+        immutable: bool,
+    },
     /// A client-side route: answer with `index.html`.
     App,
     /// A path that names a file the build does not have, or that is not allowed.

@@ -56,15 +56,20 @@ pub async fn claim(
     Ok(HttpResponse::Ok().json(lease))
 }
 
+/// A heartbeat on a leased task.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendRequest {
+    /// The lease token from the claim: proves the caller still holds the task.
     pub lease_token: Uuid,
+    /// How far training has got.
     pub progress: Progress,
 }
 
+/// The extended lease.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExtendResponse {
+    /// When the lease now runs out unless extended again.
     pub expires_at: chrono::DateTime<Utc>,
 }
 
@@ -107,16 +112,26 @@ pub async fn extend(
     Ok(HttpResponse::Ok().json(ExtendResponse { expires_at }))
 }
 
+/// A submission as recorded, with the validator's verdict once there is one.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubmissionView {
+    /// The submission's id.
     pub id: Uuid,
+    /// The task it was handed in for.
     pub task_id: Uuid,
+    /// The trained adapter's bundle in the content store.
     pub adapter_cid: String,
+    /// The training metrics document (`metrics.json`) in the content store.
     pub metrics_cid: String,
+    /// Training records the adapter saw.
     pub samples: i64,
+    /// `pending` until the validator rules, then `accepted` or `rejected`.
     pub verdict: VerdictStatus,
+    /// The validator's score, 0..=1 (0 for a rejection); absent while pending.
     pub quality: Option<f64>,
+    /// Why the validator rejected the adapter.
     pub reject_reason: Option<String>,
+    /// When the submission was recorded.
     pub created_at: chrono::DateTime<Utc>,
 }
 

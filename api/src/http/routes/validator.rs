@@ -22,15 +22,19 @@ use crate::state::AppState;
 const DEFAULT_LIMIT: u64 = 50;
 const MAX_LIMIT: u64 = 500;
 
+/// How many pending submissions to list.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PendingQuery {
+    /// At most this many submissions, 1..=500; 50 when absent.
     pub limit: Option<u64>,
 }
 
+/// Submissions waiting for a verdict.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PendingPage {
+    /// The submissions, oldest first.
     pub submissions: Vec<PendingValidation>,
 }
 
@@ -95,8 +99,10 @@ pub async fn verdict(
     Ok(HttpResponse::Ok().json(SubmissionView::from(stored)))
 }
 
+/// Rounds ready to merge.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ReadyPage {
+    /// The rounds, oldest first, each with its accepted adapters.
     pub rounds: Vec<ReadyRound>,
 }
 
@@ -120,8 +126,10 @@ pub async fn ready_rounds(
     Ok(HttpResponse::Ok().json(ReadyPage { rounds }))
 }
 
+/// What recording the merge led to.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AggregateResponse {
+    /// Whether the next round opened or the payout was queued.
     pub outcome: AggregateOutcome,
 }
 

@@ -17,10 +17,13 @@ use crate::http::extract::Json;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
+/// The kind of processor a worker trains on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Device {
+    /// The host CPU.
     Cpu,
+    /// An accelerator (GPU).
     Gpu,
 }
 
@@ -28,6 +31,7 @@ pub enum Device {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Capabilities {
+    /// Whether the worker trains on the CPU or a GPU.
     pub device: Device,
     /// Host memory available to training, MiB.
     #[schema(minimum = 1, maximum = 1073741824)]
@@ -67,25 +71,34 @@ impl Capabilities {
     }
 }
 
+/// A worker's registration: what it can train on.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
+    /// What the worker can train on; replaces any earlier statement.
     pub capabilities: Capabilities,
 }
 
+/// A registered worker as the API knows it.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct WorkerProfile {
+    /// The worker's id.
     pub id: Uuid,
+    /// The worker's address.
     #[schema(value_type = EthAddress)]
     pub address: String,
+    /// What the worker declared it can train on.
     #[schema(value_type = Capabilities)]
     pub capabilities: serde_json::Value,
     /// Reputation in basis points, as last mirrored from chain.
     #[schema(minimum = 0, maximum = 10000)]
     pub reputation: i64,
+    /// Wei paid to the worker so far, as mirrored from the chain's payouts.
     #[schema(value_type = WeiAmount)]
     pub earnings_wei: String,
+    /// When the worker last sent a heartbeat; absent before the first.
     pub last_heartbeat_at: Option<DateTime<Utc>>,
+    /// When the worker first registered.
     pub registered_at: DateTime<Utc>,
 }
 

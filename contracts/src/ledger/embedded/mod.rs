@@ -35,6 +35,8 @@ pub const EMBEDDED_CHAIN_ID: u64 = 31337;
 /// Gas available to one transaction; a completion of ~1,000 contributors fits.
 const TX_GAS_LIMIT: u64 = 30_000_000;
 
+/// The [`Ledger`] on an in-process revm chain, in memory or kept in a state file (see the
+/// module docs). Signs for the dev accounts only.
 pub struct EmbeddedLedger {
     chain: Mutex<Chain>,
     accounts: Vec<Address>,
@@ -104,6 +106,7 @@ impl EmbeddedLedger {
         })
     }
 
+    /// The state file, or `None` for a chain in memory.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }

@@ -17,32 +17,52 @@ use crate::ledger::{LedgerError, RawLog, Result};
 /// Bumped when the file's layout changes incompatibly.
 const FORMAT_VERSION: u32 = 1;
 
+/// The embedded chain's whole state, as written to its state file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
+    /// Layout version the file was written with; bumped on incompatible changes.
     pub format_version: u32,
+    /// Chain the state belongs to; [`EmbeddedLedger::open`](super::EmbeddedLedger::open) refuses
+    /// any other than [`EMBEDDED_CHAIN_ID`].
     pub chain_id: u64,
+    /// Number of the latest mined block.
     pub block_number: u64,
+    /// Timestamp of the latest mined block, Unix seconds.
     pub timestamp: u64,
+    /// Seconds added by [`Ledger::advance_time`](crate::ledger::Ledger::advance_time), on top of
+    /// the wall clock.
     pub time_offset: u64,
+    /// Every existing account: balance, nonce, code and storage.
     pub accounts: BTreeMap<Address, AccountSnapshot>,
+    /// Every log emitted so far, in chain order.
     pub logs: Vec<LogSnapshot>,
 }
 
+/// One account of a [`Snapshot`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AccountSnapshot {
+    /// Balance in wei.
     pub balance: U256,
+    /// Transactions sent from it (for a contract: contracts it created, plus one).
     pub nonce: u64,
+    /// Runtime code; empty, and left out of the file, for an account without code.
     #[serde(default, skip_serializing_if = "is_empty_code")]
     pub code: Bytes,
+    /// Storage slot -> value; zero slots are left out.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub storage: BTreeMap<U256, U256>,
 }
 
+/// One log of a [`Snapshot`], with where it was emitted (as in [`RawLog`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogSnapshot {
+    /// Block the log was emitted in.
     pub block_number: u64,
+    /// Transaction that emitted it.
     pub tx_hash: alloy::primitives::B256,
+    /// Position of the log in its block.
     pub log_index: u64,
+    /// Emitting address, topics and data.
     pub log: alloy::primitives::Log,
 }
 

@@ -25,6 +25,7 @@ impl MigratorTrait for QueueOnly {
     }
 }
 
+/// The migration that creates the queue's table (`m20261122_000002_task_queue`).
 pub struct Migration;
 
 impl MigrationName for Migration {

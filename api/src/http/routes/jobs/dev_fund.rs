@@ -17,13 +17,22 @@ use crate::http::auth::extractor::RequesterRole;
 use crate::http::problem::{ApiError, ProblemKind};
 use crate::state::AppState;
 
+/// The escrow transaction that funded the job.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DevFundResponse {
+    /// The job's id in the escrow contract.
     pub escrow_job_id: String,
+    /// The `createJob` transaction's hash.
     pub tx_hash: String,
+    /// The development account the stake came from.
     pub funded_by: String,
 }
 
+/// Funds a job from the server's development account (development mode only).
+///
+/// The escrow is called with the job's `funding` terms; the job opens, as any other, once the
+/// chain follower sees the escrow's `JobCreated`. It is shown as `dev_funded`, and a refund
+/// goes to the development account.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/dev-fund",

@@ -16,7 +16,9 @@ use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
+/// Events per page when `limit` is not given.
 pub const DEFAULT_PAGE: u64 = 50;
+/// The largest `limit` accepted.
 pub const MAX_PAGE: u64 = 500;
 /// How often an open stream looks for new events.
 const POLL: Duration = Duration::from_millis(250);
@@ -39,6 +41,7 @@ impl TryFrom<job_event::Model> for EventView {
     }
 }
 
+/// The query of a page of events.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -59,8 +62,10 @@ pub struct StreamQuery {
     pub after: Option<i64>,
 }
 
+/// A page of a job's events.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct EventPage {
+    /// The events, oldest first.
     pub events: Vec<EventView>,
     /// Pass as `after` for the next page; absent on the last page.
     pub next_after: Option<i64>,

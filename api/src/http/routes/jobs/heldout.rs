@@ -13,9 +13,12 @@ use crate::http::auth::extractor::ValidatorRole;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
+/// A job's sealed held-out set and the key that opens it.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct HeldOutKey {
+    /// The job the set belongs to.
     pub job_id: Uuid,
+    /// The sealed held-out set in the content store.
     #[schema(value_type = ContentId)]
     pub sealed_cid: String,
     /// XChaCha20-Poly1305 key, 64 hex digits; the associated data is

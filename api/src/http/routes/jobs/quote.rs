@@ -13,6 +13,7 @@ use crate::http::extract::Json;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody, join_path};
 use crate::state::AppState;
 
+/// A job to quote: its spec and the size of its dataset.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QuoteRequest {
@@ -27,6 +28,7 @@ pub struct QuoteRequest {
     pub model: Option<ModelShape>,
 }
 
+/// What the job would cost and how large its adapter would be.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct QuoteResponse {
     /// Trainable parameters, a decimal string (it can exceed 2^53).
@@ -37,15 +39,21 @@ pub struct QuoteResponse {
     pub adapter_bytes: String,
     /// `request`, or the reference model assumed (e.g. `bert-base-uncased`).
     pub model_shape_source: String,
+    /// The model dimensions the sizes were computed for.
     pub model_shape: ModelShape,
+    /// Records held out for the validator.
     pub held_out_records: u64,
+    /// Records left for training.
     pub training_records: u64,
+    /// Training records per shard, in shard order.
     pub shard_records: Vec<u64>,
     /// adapter_params × training_records × epochs × the configured price per parameter-record.
     #[schema(value_type = WeiAmount)]
     pub price_wei: String,
+    /// The stake the spec offers.
     #[schema(value_type = WeiAmount)]
     pub stake_wei: String,
+    /// Whether the stake is at least `price_wei`.
     pub stake_covers_price: bool,
 }
 

@@ -14,9 +14,12 @@ use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
+/// Jobs per page when `limit` is not given.
 pub const DEFAULT_PAGE: u64 = 20;
+/// The largest `limit` accepted.
 pub const MAX_PAGE: u64 = 100;
 
+/// The filters and page of a job listing.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
@@ -33,8 +36,10 @@ pub struct ListQuery {
     pub cursor: Option<Uuid>,
 }
 
+/// A page of jobs.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobPage {
+    /// The jobs, newest first.
     pub jobs: Vec<JobView>,
     /// Pass as `cursor` for the next page; absent on the last page.
     pub next_cursor: Option<Uuid>,

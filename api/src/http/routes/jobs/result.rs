@@ -18,22 +18,32 @@ use crate::state::AppState;
 /// Largest bundle document read (a few hundred bytes in practice).
 const BUNDLE_LIMIT: u64 = 1 << 20;
 
+/// One file of the final adapter.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResultFile {
+    /// The file's name in the PEFT folder (`adapter` when the adapter is not a bundle).
     pub name: String,
+    /// The file's CID in the content store.
     pub cid: String,
+    /// Its download path on this API (`/v1/content/{cid}`, with the name as `filename`).
     pub url: String,
 }
 
+/// A completed job's final adapter.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobResult {
+    /// The job's id.
     pub job_id: Uuid,
+    /// The final merged adapter (its bundle) in the content store.
     pub adapter_cid: String,
+    /// Each file of the adapter, with a download link.
     pub files: Vec<ResultFile>,
     /// The last round's merge summary: metric, base metric and their name.
     pub aggregate: Option<serde_json::Value>,
 }
 
+/// A completed job's final adapter: its CID, each file with a download link, and the last
+/// round's merge summary.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/result",

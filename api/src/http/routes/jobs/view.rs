@@ -11,10 +11,14 @@ use crate::entities::job;
 /// A job as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobView {
+    /// The job's id.
     pub id: Uuid,
+    /// The address that posted the job.
     #[schema(value_type = EthAddress)]
     pub requester: String,
+    /// `lora` (one adapter on the whole set) or `federated` (shards merged over rounds).
     pub kind: JobKind,
+    /// Where the job is in its lifecycle.
     pub status: JobStatus,
     /// The spec as posted, validated (defaults filled in).
     #[schema(value_type = JobSpec)]
@@ -34,22 +38,29 @@ pub struct JobView {
     /// The final merged adapter, once the job is completed.
     #[schema(value_type = Option<ContentId>)]
     pub result_adapter_cid: Option<String>,
+    /// The stake the spec offers, in wei.
     #[schema(value_type = WeiAmount)]
     pub stake_wei: String,
+    /// How many shards the training data was cut into.
     pub shards: i32,
+    /// How many rounds the job trains for.
     pub rounds: i32,
     /// 0 until funding starts round 1.
     pub current_round: i32,
+    /// When the job must be finished; a funded job unfinished by then is refunded.
     pub deadline: DateTime<Utc>,
     /// Funded by the server's development key, not by the requester's wallet.
     pub dev_funded: bool,
     /// The job's id in the escrow contract, once funded.
     pub escrow_job_id: Option<String>,
+    /// The escrow contract the job was funded on, once funded.
     pub escrow_address: Option<String>,
     /// While awaiting funding: the exact `createJob` arguments the escrow must be called with
     /// (on the contract `GET /v1/chain` names) for the API to open this job.
     pub funding: Option<FundingTerms>,
+    /// When the job was posted.
     pub created_at: DateTime<Utc>,
+    /// When the job last changed.
     pub updated_at: DateTime<Utc>,
 }
 
@@ -58,6 +69,7 @@ pub struct JobView {
 pub struct FundingTerms {
     /// `0x000…0` for ETH.
     pub token: String,
+    /// The `stake` argument, in wei.
     pub stake_wei: String,
     /// The job's manifest CID: it names the job, so the API can match the escrow to it.
     pub spec_cid: String,
@@ -68,6 +80,7 @@ pub struct FundingTerms {
 }
 
 impl FundingTerms {
+    /// The terms for a job awaiting funding; `None` in any other status.
     pub fn of(m: &job::Model) -> Option<FundingTerms> {
         if m.status != JobStatus::AwaitingFunding {
             return None;
