@@ -95,20 +95,6 @@ impl JobEvent {
     pub fn from_parts(kind: &str, payload: serde_json::Value) -> Result<Self, serde_json::Error> {
         serde_json::from_value(serde_json::json!({ "kind": kind, "payload": payload }))
     }
-
-    /// The round the event belongs to, where it belongs to one.
-    pub fn round(&self) -> Option<u32> {
-        match self {
-            JobEvent::RoundOpened(e) => Some(e.round),
-            JobEvent::TaskClaimed(e) => Some(e.round),
-            JobEvent::Submitted(e) => Some(e.round),
-            JobEvent::Verdict(e) => Some(e.round),
-            JobEvent::TaskRequeued(e) | JobEvent::TaskFailed(e) => Some(e.round),
-            JobEvent::RoundReady(e) => Some(e.round),
-            JobEvent::Aggregated(e) => Some(e.round),
-            _ => None,
-        }
-    }
 }
 
 /// One event of a job's feed as the API serves it: `{"id", "kind", "payload", "created_at"}`.

@@ -63,11 +63,6 @@ impl JobKind {
         }
     }
 
-    /// The kind named `name` ([`Self::as_str`]), if any.
-    pub fn parse(name: &str) -> Option<JobKind> {
-        JobKind::ALL.into_iter().find(|k| k.as_str() == name)
-    }
-
     /// The byte the escrow contract's `JobKind` enum stores for this kind (`createJob`'s and
     /// `JobCreated`'s `kind`): one contributor paid by `completeJob`, or many by
     /// `completeFederatedJob`.
