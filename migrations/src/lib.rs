@@ -10,6 +10,7 @@ pub use sea_orm_migration::sea_orm;
 
 mod m20261122_000001_core_schema;
 mod m20261122_000003_chain_follow;
+mod m20261205_000004_task_progress;
 
 /// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             // The embedded task queue's table, kept beside its adapter.
             Box::new(shardwork_core::queue::table::schema::Migration),
             Box::new(m20261122_000003_chain_follow::Migration),
+            Box::new(m20261205_000004_task_progress::Migration),
         ]
     }
 }

@@ -10,7 +10,7 @@ use sea_orm_migration::sea_orm::{
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::Migrator;
 
-const TABLES: [&str; 11] = [
+const TABLES: [&str; 12] = [
     "jobs",
     "workers",
     "shards",
@@ -22,6 +22,7 @@ const TABLES: [&str; 11] = [
     "chain_transactions",
     "siwe_nonces",
     "queue_messages",
+    "task_progress",
 ];
 
 async fn existing_tables(db: &DatabaseConnection) -> Vec<&'static str> {
@@ -218,7 +219,36 @@ async fn check_constraints(db: &DatabaseConnection) {
         .await
         .expect("same key in another queue");
 
-    // Deleting a job takes its shards, tasks and submissions with it.
+    // One progress point per task, attempt and step: a repeated heartbeat adds nothing, while
+    // the same step of the next attempt (a retrained task) is a point of its own.
+    let point = |attempt: i32| {
+        format!(
+            "INSERT INTO task_progress (task_id, attempt, step, total_steps, loss, \
+             tokens_per_second, recorded_at) VALUES ({}, {attempt}, 3, 10, 0.7, NULL, \
+             '2030-01-01T00:00:00Z')",
+            id(task)
+        )
+    };
+    exec(db, &point(1)).await.expect("first progress point");
+    assert!(
+        exec(db, &point(1)).await.is_err(),
+        "the same step of the same attempt twice"
+    );
+    exec(db, &point(2))
+        .await
+        .expect("the same step of another attempt");
+    let orphan_point = exec(
+        db,
+        &format!(
+            "INSERT INTO task_progress (task_id, attempt, step, total_steps, recorded_at) \
+             VALUES ({}, 1, 1, 10, '2030-01-01T00:00:00Z')",
+            id("0190c1d2-0000-7000-8000-00000000beef")
+        ),
+    )
+    .await;
+    assert!(orphan_point.is_err(), "progress of no task was accepted");
+
+    // Deleting a job takes its shards, tasks, submissions and progress with it.
     exec(db, &format!("DELETE FROM jobs WHERE id = {}", id(job)))
         .await
         .expect("delete job");
@@ -226,7 +256,7 @@ async fn check_constraints(db: &DatabaseConnection) {
         .query_one_raw(Statement::from_string(
             db.get_database_backend(),
             "SELECT (SELECT COUNT(*) FROM shards) + (SELECT COUNT(*) FROM tasks) \
-             + (SELECT COUNT(*) FROM submissions) AS n",
+             + (SELECT COUNT(*) FROM submissions) + (SELECT COUNT(*) FROM task_progress) AS n",
         ))
         .await
         .expect("count children")

@@ -10,4 +10,5 @@ pub mod shard;
 pub mod siwe_nonce;
 pub mod submission;
 pub mod task;
+pub mod task_progress;
 pub mod worker;

@@ -4,6 +4,7 @@
 //! outside the database go through the outbox (`crate::background::outbox`).
 
 pub mod payout;
+pub mod progress;
 pub mod rounds;
 pub mod tasks;
 pub mod verdicts;

@@ -25,6 +25,13 @@ pub use shardwork_core::protocol::TaskStatus;
 
 /// Checks a heartbeat's progress: a position in the run, finite non-negative figures.
 pub fn validate_progress(progress: &Progress) -> Result<(), DomainError> {
+    // The curve stores counts as SQL bigints; no run comes near, but a heartbeat could say so.
+    if progress.total_steps > i64::MAX as u64 {
+        return Err(DomainError::invalid(
+            "progress.total_steps",
+            format!("{} is above {}", progress.total_steps, i64::MAX),
+        ));
+    }
     if progress.total_steps == 0 || progress.step > progress.total_steps {
         return Err(DomainError::invalid(
             "progress.step",
@@ -272,9 +279,10 @@ fn check_holder(
     Ok(())
 }
 
-/// Extends the lease and records progress; returns the new expiry.
-pub async fn extend<C: ConnectionTrait>(
-    db: &C,
+/// Extends the lease and records progress (the task's last heartbeat, and a point of its
+/// curve); returns the new expiry.
+pub async fn extend(
+    db: &DatabaseConnection,
     task_id: Uuid,
     worker: &worker::Model,
     token: Uuid,
@@ -283,7 +291,10 @@ pub async fn extend<C: ConnectionTrait>(
     now: DateTime<Utc>,
 ) -> Result<DateTime<Utc>, DomainError> {
     validate_progress(progress)?;
-    let task = find_task(db, task_id).await?;
+    // One transaction: a point of the curve exists only for a heartbeat that extended the
+    // lease, and the attempt it is filed under is the one the lease token belongs to.
+    let txn = db.begin().await?;
+    let task = find_task(&txn, task_id).await?;
     check_holder(&task, worker, token)?;
     let expires_at = now + lease;
     let progress_json =
@@ -295,7 +306,7 @@ pub async fn extend<C: ConnectionTrait>(
         .filter(task::Column::Id.eq(task.id))
         .filter(task::Column::Status.eq(TaskStatus::Leased))
         .filter(task::Column::LeaseToken.eq(token))
-        .exec(db)
+        .exec(&txn)
         .await?;
     if updated.rows_affected != 1 {
         return Err(DomainError::Conflict(format!(
@@ -303,6 +314,8 @@ pub async fn extend<C: ConnectionTrait>(
             task.id
         )));
     }
+    super::progress::record(&txn, &task, progress, now).await?;
+    txn.commit().await?;
     Ok(expires_at)
 }
 
