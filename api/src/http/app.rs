@@ -76,7 +76,7 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
 
 /// The routing table: every endpoint the OpenAPI description lists, and the description.
 fn routes(cfg: &mut web::ServiceConfig) {
-    use jobs::{cancel, create, dev_fund, events, heldout, quote, read, result};
+    use jobs::{cancel, create, dev_fund, events, heldout, progress, quote, read, result};
     documentation(cfg);
     cfg.service(resource("/healthz", vec![web::get().to(health::healthz)]))
         .service(resource("/readyz", vec![web::get().to(health::readyz)]))
@@ -107,6 +107,10 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .service(resource(
                     "/jobs/{id}/events/stream",
                     vec![web::get().to(events::stream)],
+                ))
+                .service(resource(
+                    "/jobs/{id}/progress",
+                    vec![web::get().to(progress::progress)],
                 ))
                 .service(resource(
                     "/jobs/{id}/held-out-key",

@@ -98,6 +98,7 @@ pub const BEARER: &str = "bearer";
         jobs::cancel::cancel,
         jobs::events::list,
         jobs::events::stream,
+        jobs::progress::progress,
         jobs::heldout::held_out,
         workers::register,
         workers::heartbeat,

@@ -25,14 +25,14 @@ fn dataset(n: usize) -> Vec<u8> {
         .into_bytes()
 }
 
-fn post_json(token: &str, uri: &str, body: Value) -> TestRequest {
+pub(crate) fn post_json(token: &str, uri: &str, body: Value) -> TestRequest {
     TestRequest::post()
         .uri(uri)
         .insert_header(bearer(token))
         .set_json(body)
 }
 
-fn get(token: &str, uri: &str) -> TestRequest {
+pub(crate) fn get(token: &str, uri: &str) -> TestRequest {
     TestRequest::get().uri(uri).insert_header(bearer(token))
 }
 
@@ -62,7 +62,7 @@ fn post_job(token: &str, spec: &Value, data: &[u8]) -> TestRequest {
 }
 
 /// One pass of each background loop, in the order a running server interleaves them.
-async fn step(app: &TestApp, dispatcher: &mut Dispatcher) {
+pub(crate) async fn step(app: &TestApp, dispatcher: &mut Dispatcher) {
     let chain = app.state.chain.as_ref().expect("chain");
     let attempts = app.state.config.task_max_attempts;
     follow_once(&app.db, chain, attempts).await.expect("follow");
@@ -73,7 +73,7 @@ async fn step(app: &TestApp, dispatcher: &mut Dispatcher) {
     follow_once(&app.db, chain, attempts).await.expect("follow");
 }
 
-async fn take_tasks(app: &TestApp, n: usize) -> Vec<TaskMessage> {
+pub(crate) async fn take_tasks(app: &TestApp, n: usize) -> Vec<TaskMessage> {
     let mut consumer = app.state.queue.consume(TASK_QUEUE).await.unwrap();
     let mut out = Vec::new();
     while out.len() < n {
@@ -97,7 +97,7 @@ async fn take_tasks(app: &TestApp, n: usize) -> Vec<TaskMessage> {
     out
 }
 
-async fn put(app: &TestApp, bytes: &str) -> String {
+pub(crate) async fn put(app: &TestApp, bytes: &str) -> String {
     app.state
         .store
         .put(Bytes::from(bytes.to_owned()))

@@ -7,6 +7,7 @@ mod flow;
 mod health;
 mod jobs;
 mod openapi;
+mod progress;
 mod quote;
 mod schemathesis;
 mod workers;
