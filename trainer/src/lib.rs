@@ -22,6 +22,7 @@ pub mod baseline;
 #[cfg(feature = "experiments")]
 pub mod bench;
 pub mod bert;
+pub mod causal_model;
 pub mod chat_template;
 pub mod data;
 pub mod error;

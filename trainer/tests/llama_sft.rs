@@ -18,53 +18,14 @@ use shardwork_trainer::train::sft_data::read_sft_jsonl;
 
 const SUITE: &str = "worker llama_sft (SmolLM2 GGUF + chatterbot-corpus)";
 
-/// Every chatterbot conversation `[a, b, c, ...]` as alternating user/assistant turns; a
-/// trailing unanswered user line is dropped.
+/// Every chatterbot conversation as a `{"messages"}` line of `out`; returns how many.
 fn chatterbot_to_jsonl(dir: &Path, out: &Path) -> usize {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yml"))
-        .collect();
-    files.sort();
+    let records = shardwork_trainer::data::chatterbot::conversations(dir).unwrap();
     let mut w = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
-    let mut n = 0;
-    for file in files {
-        let doc: serde_yaml::Value =
-            serde_yaml::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-        let Some(conversations) = doc.get("conversations").and_then(|c| c.as_sequence()) else {
-            continue;
-        };
-        for conv in conversations {
-            let Some(lines) = conv.as_sequence() else {
-                continue;
-            };
-            let lines: Vec<String> = lines
-                .iter()
-                .filter_map(|l| match l {
-                    serde_yaml::Value::String(s) => Some(s.clone()),
-                    serde_yaml::Value::Number(x) => Some(x.to_string()),
-                    serde_yaml::Value::Bool(b) => Some(b.to_string()),
-                    _ => None,
-                })
-                .collect();
-            let turns = lines.len() / 2 * 2;
-            if turns == 0 {
-                continue;
-            }
-            let messages: Vec<serde_json::Value> = lines[..turns]
-                .iter()
-                .enumerate()
-                .map(|(i, text)| {
-                    let role = if i % 2 == 0 { "user" } else { "assistant" };
-                    serde_json::json!({"role": role, "content": text})
-                })
-                .collect();
-            writeln!(w, "{}", serde_json::json!({ "messages": messages })).unwrap();
-            n += 1;
-        }
+    for r in &records {
+        writeln!(w, "{r}").unwrap();
     }
-    n
+    records.len()
 }
 
 #[test]

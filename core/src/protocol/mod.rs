@@ -10,6 +10,7 @@ pub mod events;
 pub mod ids;
 pub mod job_spec;
 pub mod manifest;
+pub mod model_files;
 pub mod node;
 pub mod problem;
 pub mod records;

@@ -1,5 +1,7 @@
 //! Datasets: JSONL files with one record per line, and the Rotten Tomatoes fixture.
 
+#[cfg(feature = "experiments")]
+pub mod chatterbot;
 pub mod classify;
 pub mod jsonl;
 #[cfg(feature = "experiments")]
