@@ -10,7 +10,12 @@
 //!
 //! Otherwise it is **accepted** with quality `q`: the share of the possible improvement over
 //! the base model that the adapter achieved ([`Metric::quality`]; for accuracy
-//! `clamp((metric − base) / (1 − base), 0, 1)`).
+//! `clamp((metric − base) / (1 − base), 0, 1)`; for a causal LM's held-out loss per learned
+//! token, lower being better and 0 the best, `clamp((base − loss) / base, 0, 1)`, the share of
+//! the base model's loss the adapter removed).
+//!
+//! `min_gain` is in the metric's own units: 0.01 is one point of accuracy, or a fall of 0.01
+//! nats per learned token in loss.
 
 use crate::work::Metric;
 

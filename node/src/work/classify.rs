@@ -11,7 +11,7 @@ use candle_core::{Device, Tensor};
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
 use shardwork_core::protocol::{JobSpec, TrainingTask};
 
-use shardwork_trainer::bert::{BertClassifier, BertWeights, ClassifierSpec, Pooling};
+use shardwork_trainer::bert::{BertClassifier, BertWeights, ClassifierSpec};
 use shardwork_trainer::data::ClassificationSet;
 use shardwork_trainer::eval::ClassificationMetrics;
 use shardwork_trainer::lora::{LoraConfig, Trainables};
@@ -49,8 +49,7 @@ impl ClassifyJob {
     pub fn load(spec: JobSpec, model_dir: &Path, device: &Device) -> Result<ClassifyJob> {
         if spec.base_model.task != TrainingTask::SequenceClassification {
             return Err(Error::Invalid(format!(
-                "the node runs sequence-classification jobs; this job is {:?} (causal-LM jobs are \
-                 trained with `shardwork train`, not yet by the marketplace's workers)",
+                "a sequence-classification job was asked to run a {:?} spec",
                 spec.base_model.task
             )));
         }
@@ -101,7 +100,6 @@ impl ClassifyJob {
             &ClassifierSpec {
                 num_labels: self.label_names.len(),
                 lora: self.lora.clone(),
-                pooling: Pooling::Mean,
                 encoder_dropout: Some(0.0),
                 seed: self.training.seed,
             },
@@ -122,9 +120,10 @@ impl ClassifyJob {
         ClassificationSet::from_jsonl(path, Some(&self.label_names))
     }
 
-    /// The PEFT configuration this job's adapters are saved with.
+    /// The PEFT configuration this job's adapters are saved with, naming the base model as
+    /// its folder does ([`BertWeights::name`]).
     pub fn adapter_config(&self) -> AdapterConfig {
-        AdapterConfig::from_lora(&self.lora, "SEQ_CLS", None)
+        AdapterConfig::from_lora(&self.lora, "SEQ_CLS", Some(self.weights.name()))
     }
 
     /// Optimiser steps for `records` training records under the spec's epochs and batch.

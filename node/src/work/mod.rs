@@ -8,8 +8,10 @@
 //! a new implementation of [`Work`] and one arm of [`load`]; the loops do not change.
 //!
 //! Implementations: [`classify`] (BERT-family sequence classification, judged by held-out
-//! accuracy).
+//! accuracy) and [`causal_lm`] (Llama-family supervised fine-tuning, judged by held-out loss
+//! per learned token).
 
+pub mod causal_lm;
 pub mod classify;
 
 use std::any::Any;
@@ -130,11 +132,9 @@ pub fn load(spec: JobSpec, model_dir: &Path, device: &Device) -> Result<Arc<dyn 
         TrainingTask::SequenceClassification => Ok(Arc::new(classify::ClassifyJob::load(
             spec, model_dir, device,
         )?)),
-        other => Err(Error::Invalid(format!(
-            "the marketplace's nodes run sequence-classification jobs; this job is {other:?} \
-             (causal-LM jobs are trained with `shardwork train`, not yet by the marketplace's \
-             workers)"
-        ))),
+        TrainingTask::CausalLm => Ok(Arc::new(causal_lm::CausalLmJob::load(
+            spec, model_dir, device,
+        )?)),
     }
 }
 
