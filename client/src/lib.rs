@@ -397,6 +397,22 @@ impl ApiClient {
         Ok(())
     }
 
+    /// Gives a held task back with the reason it could not be trained; returns where it went
+    /// (`queued` for another attempt, or `failed` once its attempts are used up).
+    pub async fn abandon(&self, task_id: Uuid, lease_token: Uuid, reason: &str) -> Result<String> {
+        // The API caps the reason; an error chain longer than that is cut here, not refused.
+        let reason: String = reason.chars().take(2_000).collect();
+        let answer: serde_json::Value = self
+            .call(
+                "POST",
+                &format!("/v1/tasks/{task_id}/abandon"),
+                Some(serde_json::json!({ "lease_token": lease_token, "reason": reason })),
+                None,
+            )
+            .await?;
+        Ok(answer["status"].as_str().unwrap_or_default().to_owned())
+    }
+
     /// Hands in a trained adapter for a leased task (worker role).
     pub async fn submit(&self, submission: &Submission) -> Result<serde_json::Value> {
         self.call(

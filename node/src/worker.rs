@@ -55,6 +55,9 @@ pub struct WorkerNode {
     pub heartbeat: Duration,
     /// Honest, or an adversary for the tests (see [`Behaviour`]).
     pub behaviour: Behaviour,
+    /// Training memory to register at most, MiB; `None` registers all that is measured at
+    /// start ([`crate::capacity::measure`]).
+    pub memory_limit_mb: Option<u64>,
 }
 
 /// What one delivery came to.
@@ -76,14 +79,9 @@ impl WorkerNode {
     /// Registers and consumes tasks until `shutdown` turns true; a task in progress is finished
     /// (and submitted) before the loop returns.
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
-        let memory_mb = 4096;
-        self.api
-            .register(
-                serde_json::json!({ "device": if self.device.is_cuda() { "gpu" } else { "cpu" },
-                "memory_mb": memory_mb,
-                "gpu_memory_mb": if self.device.is_cuda() { Some(16_384) } else { None::<u64> } }),
-            )
-            .await?;
+        let capabilities = crate::capacity::measure(&self.device, self.memory_limit_mb)?;
+        tracing::info!(%capabilities, "registering");
+        self.api.register(capabilities).await?;
         let mut consumer = self.queue.consume(TASK_QUEUE).await?;
         loop {
             if *shutdown.borrow() {
@@ -97,9 +95,7 @@ impl WorkerNode {
             let key = delivery.idempotency_key.clone();
             match self.handle(delivery).await {
                 Ok(outcome) => tracing::info!(%key, ?outcome, "task message handled"),
-                Err(e) => {
-                    tracing::warn!(%key, error = %e, "task failed; its lease will expire and it will be retried")
-                }
+                Err(e) => tracing::warn!(%key, error = %e, "task not trained"),
             }
         }
     }
@@ -150,7 +146,19 @@ impl WorkerNode {
                 })
             }
             Err(e) => {
-                // Leave the lease to expire: the reaper republishes the task for another try.
+                // Give the task back with the reason: it is requeued at once for another worker
+                // (or failed, with this reason, once its attempts are used up). Should the API
+                // not hear it, the lease expires and the reaper does the same, later.
+                match self
+                    .api
+                    .abandon(lease.task_id, lease.lease_token, &e.to_string())
+                    .await
+                {
+                    Ok(status) => tracing::warn!(error = %e, %status, "task abandoned"),
+                    Err(report) => {
+                        tracing::warn!(error = %e, %report, "task failed; its lease will expire")
+                    }
+                }
                 delivery.ack().await?;
                 Err(e)
             }

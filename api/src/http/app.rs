@@ -152,6 +152,10 @@ fn routes(cfg: &mut web::ServiceConfig) {
                     vec![web::post().to(tasks::extend)],
                 ))
                 .service(resource(
+                    "/tasks/{id}/abandon",
+                    vec![web::post().to(tasks::abandon)],
+                ))
+                .service(resource(
                     "/tasks/{id}/submit",
                     vec![web::post().to(tasks::submit)],
                 ))

@@ -110,6 +110,7 @@ pub const BEARER: &str = "bearer";
         routes::content::download,
         routes::tasks::claim,
         routes::tasks::extend,
+        routes::tasks::abandon,
         routes::tasks::submit,
         routes::validator::pending,
         routes::validator::verdict,

@@ -107,6 +107,10 @@ struct QueueArgs {
     /// Messages taken from the queue ahead of the one being worked on.
     #[arg(long, env = "SHARDWORK_QUEUE__PREFETCH", default_value_t = 1)]
     prefetch: u16,
+    /// Register at most this much training memory, MiB (default: all that is available at
+    /// start, as measured): tasks of jobs that need more go to other workers.
+    #[arg(long, env = "SHARDWORK_WORKER_MEMORY_MB")]
+    memory_mb: Option<u64>,
 }
 
 #[tokio::main]
@@ -165,6 +169,7 @@ async fn run(cli: Cli) -> Result<(), NodeError> {
                 work_dir,
                 heartbeat: HEARTBEAT,
                 behaviour: Behaviour::Honest,
+                memory_limit_mb: queue_args.memory_mb,
             }
             .run(shutdown_on_signal())
             .await

@@ -153,6 +153,7 @@ pub async fn claim(
             job.id, worker.address, worker.reputation
         )));
     }
+    crate::domain::capacity::check_worker_fits(&job, worker)?;
     // A worker whose adapter for this task was rejected does not get to try it again: the task
     // goes to someone else (403, so the worker puts the message back rather than dropping it).
     let rejected_before = submission::Entity::find()
@@ -317,6 +318,44 @@ pub async fn extend(
     super::progress::record(&txn, &task, progress, now).await?;
     txn.commit().await?;
     Ok(expires_at)
+}
+
+/// Longest reason a worker may give for abandoning a task (a loader's error names a file and
+/// a tensor; more is noise in the event feed).
+pub const MAX_ABANDON_REASON: usize = 2_000;
+
+/// The lease holder gives the task back because it cannot train it (a model file its loader
+/// refuses, a shard it cannot read): the task goes back to the queue at once instead of after
+/// the lease runs out, the attempt stays counted, and the worker's reason is in the event. A
+/// task nobody can train so fails after its attempts with that reason, not with "lease
+/// expired". A worker gains nothing it could not do by letting the lease expire.
+pub async fn abandon(
+    db: &DatabaseConnection,
+    task_id: Uuid,
+    worker: &worker::Model,
+    token: Uuid,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<TaskStatus, DomainError> {
+    let reason = reason.trim();
+    if reason.is_empty() || reason.chars().count() > MAX_ABANDON_REASON {
+        return Err(DomainError::invalid(
+            "reason",
+            format!("say why in 1..={MAX_ABANDON_REASON} characters"),
+        ));
+    }
+    let txn = db.begin().await?;
+    let task = find_task(&txn, task_id).await?;
+    check_holder(&task, worker, token)?;
+    let status = requeue(
+        &txn,
+        &task,
+        &format!("{} could not train it: {reason}", worker.address),
+        now,
+    )
+    .await?;
+    txn.commit().await?;
+    Ok(status)
 }
 
 /// Records `submission` for the task: idempotent (the same submission again answers with the

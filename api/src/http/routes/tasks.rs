@@ -5,7 +5,7 @@ use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::{HttpResponse, web};
 use chrono::{Duration, Utc};
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{Submission, VerdictStatus};
+use shardwork_core::protocol::{Submission, TaskStatus, VerdictStatus};
 use uuid::Uuid;
 
 use crate::domain::flow::tasks::{self, Lease, Progress};
@@ -110,6 +110,63 @@ pub async fn extend(
     )
     .await?;
     Ok(HttpResponse::Ok().json(ExtendResponse { expires_at }))
+}
+
+/// A worker giving back a task it cannot train.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AbandonRequest {
+    /// The lease token from the claim: proves the caller still holds the task.
+    pub lease_token: Uuid,
+    /// Why (the loader's or trainer's error), recorded in the task's event; 1..=2000 characters.
+    pub reason: String,
+}
+
+/// Where the abandoned task went.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AbandonResponse {
+    /// `queued` for another attempt, or `failed` when its attempts are used up.
+    pub status: TaskStatus,
+}
+
+/// Gives a leased task back with the reason it could not be trained: requeued at once (the
+/// attempt counted), or failed with that reason once its attempts are used up.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/abandon",
+    operation_id = "abandon_task",
+    tag = "tasks",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    params(("id" = Uuid, Path, description = "The task id")),
+    request_body = AbandonRequest,
+    responses(
+        (status = 200, description = "Where the task went", body = AbandonResponse),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The caller does not hold the lease", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The reason is empty or too long", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The task could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn abandon(
+    state: web::Data<AppState>,
+    caller: Authenticated<WorkerRole>,
+    id: web::Path<Uuid>,
+    Json(body): Json<AbandonRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let worker = tasks::registered_worker(&state.db, &caller.claims.sub.to_string()).await?;
+    let status = tasks::abandon(
+        &state.db,
+        id.into_inner(),
+        &worker,
+        body.lease_token,
+        &body.reason,
+        Utc::now(),
+    )
+    .await?;
+    tracing::info!(worker = %worker.address, %status, reason = %body.reason, "task abandoned");
+    Ok(HttpResponse::Ok().json(AbandonResponse { status }))
 }
 
 /// A submission as recorded, with the validator's verdict once there is one.
