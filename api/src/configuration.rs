@@ -86,6 +86,9 @@ pub struct ApiConfig {
     pub lease_secs: u64,
     /// Attempts per task (lease expiries and rejected adapters count) before it fails.
     pub task_max_attempts: i32,
+    /// Largest training memory (MiB) a job may need while no worker has registered; once
+    /// workers have, a job must fit the largest of them instead.
+    pub max_job_memory_mb: u64,
     /// How often the outbox dispatcher and the reaper look for work.
     pub background_interval_ms: u64,
     /// Wake the outbox dispatcher and the chain follower as soon as this process has work for
@@ -116,6 +119,7 @@ impl Default for ApiConfig {
             price_wei_per_param_record: 1_000,
             lease_secs: 300,
             task_max_attempts: 3,
+            max_job_memory_mb: 65_536,
             background_interval_ms: 250,
             background_wakeups: true,
             portal_dir: PathBuf::from("frontend/dist"),
@@ -180,6 +184,11 @@ impl ApiConfig {
             (5..=86_400).contains(&self.lease_secs),
             "lease_secs",
             format!("{} is outside 5..=86400", self.lease_secs),
+        );
+        check(
+            (256..=16 << 20).contains(&self.max_job_memory_mb),
+            "max_job_memory_mb",
+            format!("{} is outside 256..=16777216 MiB", self.max_job_memory_mb),
         );
         check(
             (1..=100).contains(&self.task_max_attempts),

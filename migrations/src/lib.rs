@@ -11,6 +11,7 @@ pub use sea_orm_migration::sea_orm;
 mod m20261122_000001_core_schema;
 mod m20261122_000003_chain_follow;
 mod m20261205_000004_task_progress;
+mod m20261205_000005_job_memory;
 
 /// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(shardwork_core::queue::table::schema::Migration),
             Box::new(m20261122_000003_chain_follow::Migration),
             Box::new(m20261205_000004_task_progress::Migration),
+            Box::new(m20261205_000005_job_memory::Migration),
         ]
     }
 }

@@ -5,10 +5,12 @@
 //! Everything here returns [`DomainError`]; the HTTP layer (`crate::http`) and the background
 //! loops (`crate::background`) call in, never the other way round.
 
+pub mod capacity;
 pub mod error;
 pub mod flow;
 pub mod jobs;
 pub mod lifecycle;
+pub mod models;
 pub mod pipeline;
 pub mod sealing;
 pub mod sizing;

@@ -15,8 +15,14 @@ use crate::domain::sizing::held_out_count;
 pub const MAX_REPORTED_ERRORS: usize = 20;
 
 /// The dataset's records (each a line without its newline), in upload order. Blank lines are
-/// skipped, as the trainer skips them; every other line must be a record of the spec's task.
-pub fn parse_records<'a>(data: &'a [u8], spec: &JobSpec) -> Result<Vec<&'a [u8]>, Vec<FieldError>> {
+/// skipped, as the trainer skips them; every other line must be a record of the spec's task,
+/// and a `messages` record needs a model with a chat template (`has_chat_template`): without
+/// one the trainer could not lay the conversation out.
+pub fn parse_records<'a>(
+    data: &'a [u8],
+    spec: &JobSpec,
+    has_chat_template: bool,
+) -> Result<Vec<&'a [u8]>, Vec<FieldError>> {
     let mut records = Vec::new();
     let mut errors = Vec::new();
     let mut fail = |line: usize, message: String| {
@@ -35,10 +41,19 @@ pub fn parse_records<'a>(data: &'a [u8], spec: &JobSpec) -> Result<Vec<&'a [u8]>
         }
         let checked =
             DatasetRecord::parse_for(raw, spec.base_model.task, spec.base_model.num_labels)
-                .map(|_| ())
                 .map_err(|e| match e.field {
                     Some(field) if !e.message.contains(&field) => format!("{field}: {}", e.message),
                     _ => e.message,
+                })
+                .and_then(|record| match record {
+                    DatasetRecord::Messages(_) if !has_chat_template => Err(
+                        "field \"messages\": the base model has no chat template to lay a \
+                         conversation out with; use {\"prompt\",\"completion\"} or \
+                         {\"instruction\",\"output\"} records, or a model whose tokenizer has \
+                         one"
+                        .to_owned(),
+                    ),
+                    _ => Ok(()),
                 });
         match checked {
             Ok(()) => records.push(raw),
@@ -141,7 +156,7 @@ mod tests {
     #[test]
     fn bad_lines_are_named_by_number_and_blank_lines_skipped() {
         let data = b"{\"text\":\"a\",\"label\":0}\n\n{\"text\":\"b\"}\n{\"text\":\"c\",\"label\":7}\nnot json\n";
-        let errors = parse_records(data, &spec("sequence_classification", 1)).unwrap_err();
+        let errors = parse_records(data, &spec("sequence_classification", 1), false).unwrap_err();
         let paths: Vec<_> = errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["dataset:3", "dataset:4", "dataset:5"]);
         assert!(
@@ -154,22 +169,44 @@ mod tests {
     #[test]
     fn causal_formats_are_all_accepted() {
         let data = b"{\"text\":\"t\"}\r\n{\"prompt\":\"p\",\"completion\":\"c\"}\n{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n{\"instruction\":\"i\",\"input\":\"x\",\"output\":\"o\"}";
-        assert_eq!(parse_records(data, &spec("causal_lm", 1)).unwrap().len(), 4);
-        let errors = parse_records(b"{\"messages\":[]}\n{\"txt\":\"x\"}", &spec("causal_lm", 1))
-            .unwrap_err();
+        assert_eq!(
+            parse_records(data, &spec("causal_lm", 1), true)
+                .unwrap()
+                .len(),
+            4
+        );
+        let errors = parse_records(
+            b"{\"messages\":[]}\n{\"txt\":\"x\"}",
+            &spec("causal_lm", 1),
+            true,
+        )
+        .unwrap_err();
         assert_eq!(errors.len(), 2);
+    }
+
+    #[test]
+    fn chats_need_a_chat_template() {
+        let data = b"{\"text\":\"t\"}\n{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":\"hello\"}]}\n";
+        let errors = parse_records(data, &spec("causal_lm", 1), false).unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].path, "dataset:2");
+        assert!(
+            errors[0].message.contains("no chat template"),
+            "{}",
+            errors[0].message
+        );
     }
 
     #[test]
     fn error_report_is_capped() {
         let data = "x\n".repeat(100);
-        let errors = parse_records(data.as_bytes(), &spec("causal_lm", 1)).unwrap_err();
+        let errors = parse_records(data.as_bytes(), &spec("causal_lm", 1), true).unwrap_err();
         assert_eq!(errors.len(), MAX_REPORTED_ERRORS);
     }
 
     #[test]
     fn empty_dataset_is_refused() {
-        let errors = parse_records(b"\n\n", &spec("causal_lm", 1)).unwrap_err();
+        let errors = parse_records(b"\n\n", &spec("causal_lm", 1), true).unwrap_err();
         assert_eq!(errors[0].path, "dataset");
     }
 
@@ -177,7 +214,7 @@ mod tests {
     fn split_covers_every_record_once_and_is_reproducible() {
         let data = dataset(23);
         let spec = spec("sequence_classification", 3);
-        let records = parse_records(&data, &spec).unwrap();
+        let records = parse_records(&data, &spec, false).unwrap();
         let split_a = split(&records, &spec).unwrap();
         assert_eq!(split_a, split(&records, &spec).unwrap());
         assert_eq!(split_a.held_out_records, 5);
@@ -201,7 +238,7 @@ mod tests {
     fn too_few_records_for_the_shards_is_a_dataset_error() {
         let data = dataset(4);
         let spec = spec("sequence_classification", 4);
-        let records = parse_records(&data, &spec).unwrap();
+        let records = parse_records(&data, &spec, false).unwrap();
         let err = split(&records, &spec).unwrap_err();
         assert!(
             err.message.contains("cannot fill 4 shards"),

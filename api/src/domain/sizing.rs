@@ -173,6 +173,30 @@ pub fn adapter_params(spec: &JobSpec, shape: &ModelShape) -> Result<u128, (Strin
     Ok(total)
 }
 
+/// Memory a node needs to train the job `spec` on a model of `shape` with `vocab` tokens and
+/// `parameters` weights, in MiB: the weights in f32 (GGUF weights are dequantized), the
+/// adapter with its gradient and both AdamW moments, the activations kept for the backward pass
+/// of one micro-batch, a causal LM's logits with their log-softmax and gradient, and a fixed
+/// allowance for the runtime. Deliberately generous: a worker refused a task it could have run
+/// costs a little latency; one that runs out of memory costs a whole attempt.
+pub fn training_memory_mb(spec: &JobSpec, shape: &ModelShape, vocab: u64, parameters: u128) -> u64 {
+    const F32: u128 = 4;
+    const RUNTIME: u128 = 512 << 20;
+    let adapter = adapter_params(spec, shape).unwrap_or(0);
+    let tokens = u128::from(spec.training.batch_size) * u128::from(spec.training.max_seq_len);
+    let h = u128::from(shape.hidden_size);
+    let i = u128::from(shape.intermediate_size);
+    // Per token and layer: attention inputs/outputs, norms and residuals (~16 widths of h) and
+    // the MLP's gate, up and product (~4 widths of i), kept for backward.
+    let activations = tokens * u128::from(shape.num_hidden_layers) * (16 * h + 4 * i) * F32;
+    let logits = match spec.base_model.architecture {
+        Architecture::Llama => 3 * tokens * u128::from(vocab) * F32,
+        Architecture::Bert => 0,
+    };
+    let bytes = parameters * F32 + adapter * 4 * F32 + activations + logits + RUNTIME;
+    u64::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u64::MAX)
+}
+
 /// How `records` split into held-out and training: the held-out set gets `ceil(f·n)` records
 /// (at least one, so the validator always has data), training the rest.
 pub fn held_out_count(records: u64, fraction: f64) -> u64 {

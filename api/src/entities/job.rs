@@ -44,6 +44,9 @@ pub struct Model {
     pub deadline: DateTimeUtc,
     /// Funded from the server's development account rather than the requester's wallet.
     pub dev_funded: bool,
+    /// Training memory a node needs for this job, MiB, estimated from the model at posting;
+    /// tasks are leased only to workers that have it. Null for jobs posted before the estimate.
+    pub memory_mb: Option<i64>,
     /// Bumped by every state transition (optimistic concurrency).
     pub version: i32,
     /// When the job was posted.

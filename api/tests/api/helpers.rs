@@ -204,6 +204,16 @@ impl TestApp {
                 None
             },
         };
+        // The model bundles the tests' specs name, as a requester would have put them first.
+        for (architecture, chat) in [("bert", false), ("llama", true), ("llama", false)] {
+            for blob in model_bundle(architecture, chat).1 {
+                ports
+                    .store
+                    .put(blob.into())
+                    .await
+                    .expect("store a model file");
+            }
+        }
         let state = AppState::new(config, ports).expect("valid config");
         Some(TestApp {
             state,
@@ -368,4 +378,102 @@ where
 
 pub fn bearer(token: &str) -> (&'static str, String) {
     ("Authorization", format!("Bearer {token}"))
+}
+
+/// A small, well-formed model bundle of the family `architecture` names, as the API checks it
+/// at posting: for `bert` a Hugging Face folder (config.json, tokenizer.json, a safetensors file
+/// whose tensors end where the file does); for `llama` one GGUF file whose header carries the
+/// dimensions, a byte-level BPE tokenizer and, with `chat_template`, a chat template. Returns
+/// the bundle's CID and every blob to store (the files, then the bundle document).
+pub fn model_bundle(architecture: &str, chat_template: bool) -> (String, Vec<Vec<u8>>) {
+    let files: Vec<(&str, Vec<u8>)> = match architecture {
+        "bert" => {
+            let header = br#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+            let mut weights = (header.len() as u64).to_le_bytes().to_vec();
+            weights.extend_from_slice(header);
+            weights.extend_from_slice(&1f32.to_le_bytes());
+            vec![
+                (
+                    "config.json",
+                    serde_json::to_vec(&serde_json::json!({
+                        "model_type": "bert", "hidden_size": 32, "intermediate_size": 64,
+                        "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100
+                    }))
+                    .unwrap(),
+                ),
+                ("model.safetensors", weights),
+                (
+                    "tokenizer.json",
+                    br#"{"model":{"type":"WordPiece","vocab":{}}}"#.to_vec(),
+                ),
+            ]
+        }
+        _ => vec![("model.gguf", gguf_header(chat_template))],
+    };
+    bundle_of(files)
+}
+
+/// A model bundle of `files`: its CID and every blob to store (the files, then the bundle).
+pub fn bundle_of(files: Vec<(&str, Vec<u8>)>) -> (String, Vec<Vec<u8>>) {
+    use shardwork_core::protocol::{Bundle, ContentId};
+    use shardwork_core::store::unixfs::hash_reader;
+    let mut bundle = Bundle::new("model");
+    let mut blobs = Vec::new();
+    for (name, bytes) in files {
+        let cid = hash_reader(bytes.as_slice()).unwrap().root;
+        bundle.files.insert(name.to_owned(), ContentId(cid));
+        blobs.push(bytes);
+    }
+    let doc = serde_json::to_vec_pretty(&bundle).unwrap();
+    let cid = hash_reader(doc.as_slice()).unwrap().root.to_string();
+    blobs.push(doc);
+    (cid, blobs)
+}
+
+/// The header of a SmolLM-shaped GGUF file (no tensors): what the API reads of a GGUF model.
+pub fn gguf_header(chat_template: bool) -> Vec<u8> {
+    fn string(out: &mut Vec<u8>, s: &str) {
+        out.extend((s.len() as u64).to_le_bytes());
+        out.extend(s.as_bytes());
+    }
+    let mut entries: Vec<(&str, u32, Vec<u8>)> = Vec::new();
+    let text = |s: &str| {
+        let mut v = Vec::new();
+        string(&mut v, s);
+        v
+    };
+    entries.push(("general.architecture", 8, text("llama")));
+    entries.push(("tokenizer.ggml.model", 8, text("gpt2")));
+    if chat_template {
+        entries.push((
+            "tokenizer.chat_template",
+            8,
+            text("{% for m in messages %}{{ m['content'] }}{% endfor %}"),
+        ));
+    }
+    for (key, value) in [
+        ("llama.embedding_length", 576u32),
+        ("llama.feed_forward_length", 1536),
+        ("llama.block_count", 30),
+        ("llama.attention.head_count", 9),
+        ("llama.attention.head_count_kv", 3),
+    ] {
+        entries.push((key, 4, value.to_le_bytes().to_vec()));
+    }
+    let mut tokens = 8u32.to_le_bytes().to_vec();
+    tokens.extend(3u64.to_le_bytes());
+    for t in ["a", "b", "c"] {
+        string(&mut tokens, t);
+    }
+    entries.push(("tokenizer.ggml.tokens", 9, tokens));
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend(0u64.to_le_bytes());
+    out.extend((entries.len() as u64).to_le_bytes());
+    for (key, ty, value) in entries {
+        string(&mut out, key);
+        out.extend(ty.to_le_bytes());
+        out.extend(value);
+    }
+    out
 }

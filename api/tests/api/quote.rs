@@ -9,7 +9,7 @@ pub fn spec() -> Value {
         "version": 1,
         "kind": "federated",
         "base_model": {
-            "cid": "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku",
+            "cid": crate::helpers::model_bundle("bert", false).0,
             "format": "safetensors", "architecture": "bert",
             "task": "sequence_classification", "num_labels": 2
         },

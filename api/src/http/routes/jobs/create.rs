@@ -23,10 +23,13 @@ use shardwork_core::store::{StoreError, parse_cid, seal};
 use uuid::Uuid;
 
 use super::view::JobView;
+use crate::domain::capacity;
 use crate::domain::jobs::find_job;
 use crate::domain::lifecycle::{JobStatus, record_event};
+use crate::domain::models;
 use crate::domain::pipeline;
 use crate::domain::sealing;
+use crate::domain::sizing;
 use crate::entities::{job, shard};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::RequesterRole;
@@ -211,15 +214,22 @@ pub async fn create(
             (bytes, Some(cid))
         }
     };
-    let records = pipeline::parse_records(&data, &spec).map_err(|errors| ApiError {
-        kind: ProblemKind::Validation,
-        detail: format!(
-            "the dataset has {} bad line(s); the first: {}",
-            errors.len(),
-            errors[0].message
-        ),
-        errors,
-    })?;
+    let model = models::inspect(state.store.as_ref(), &spec).await?;
+    let memory_mb =
+        sizing::training_memory_mb(&spec, &model.shape, model.vocab_size, model.parameters);
+    capacity::check_fits(&state.db, memory_mb, state.config.max_job_memory_mb).await?;
+    let records =
+        pipeline::parse_records(&data, &spec, model.has_chat_template).map_err(|errors| {
+            ApiError {
+                kind: ProblemKind::Validation,
+                detail: format!(
+                    "the dataset has {} bad line(s); the first: {}",
+                    errors.len(),
+                    errors[0].message
+                ),
+                errors,
+            }
+        })?;
     let split =
         pipeline::split(&records, &spec).map_err(|e| ApiError::invalid(e.path, e.message))?;
 
@@ -295,6 +305,7 @@ pub async fn create(
         current_round: Set(0),
         deadline: Set(spec.deadline),
         dev_funded: Set(false),
+        memory_mb: Set(Some(i64::try_from(memory_mb).unwrap_or(i64::MAX))),
         version: Set(0),
         created_at: Set(now),
         updated_at: Set(now),
