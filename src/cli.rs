@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
 
@@ -49,7 +49,7 @@ pub enum Command {
     #[command(subcommand)]
     Model(crate::model_cmd::ModelCommand),
     /// Run one worker against a served API (its key in SHARDWORK_NODE_KEY or --key-file).
-    Worker(NodeArgs),
+    Worker(WorkerArgs),
     /// Run the validator against a served API (its key in SHARDWORK_NODE_KEY or --key-file).
     Validator(NodeArgs),
     /// Run the API server on the configured adapters (secrets must be configured).
@@ -95,6 +95,16 @@ pub struct NodeArgs {
     pub work_dir: PathBuf,
 }
 
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    pub node: NodeArgs,
+    /// Register at most this much training memory, MiB (default: all that is available at
+    /// start, as measured): tasks of jobs that need more go to other workers.
+    #[arg(long, env = "SHARDWORK_WORKER_MEMORY_MB")]
+    pub memory_mb: Option<u64>,
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
@@ -105,7 +115,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => crate::train_cmd::eval(args).await,
         Command::Merge(args) => crate::train_cmd::merge(args).await,
         Command::Model(command) => crate::model_cmd::run(config, command).await,
-        Command::Worker(a) => crate::nodes::run_worker(config, a.api, a.key_file, a.work_dir).await,
+        Command::Worker(a) => {
+            crate::nodes::run_worker(
+                config,
+                a.node.api,
+                a.node.key_file,
+                a.node.work_dir,
+                a.memory_mb,
+            )
+            .await
+        }
         Command::Validator(a) => {
             crate::nodes::run_validator(config, a.api, a.key_file, a.work_dir).await
         }

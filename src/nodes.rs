@@ -110,6 +110,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             work_dir: WorkDir::new(setup.work_dir.join(format!("worker-{i}"))),
             heartbeat: HEARTBEAT,
             behaviour,
+            memory_limit_mb: None,
         };
         let rx = receiver.clone();
         handles.push(tokio::spawn(async move {
@@ -151,6 +152,7 @@ pub async fn run_worker(
     api_url: String,
     key_file: Option<PathBuf>,
     work_dir: PathBuf,
+    memory_limit_mb: Option<u64>,
 ) -> anyhow::Result<()> {
     let api = Arc::new(ApiClient::new(
         &api_url,
@@ -178,6 +180,7 @@ pub async fn run_worker(
         work_dir: WorkDir::new(work_dir),
         heartbeat: HEARTBEAT,
         behaviour: Behaviour::Honest,
+        memory_limit_mb,
     };
     println!(
         "worker {} serving {api_url}",

@@ -3,8 +3,9 @@
 //! adapter_model.safetensors), so they load in PEFT unchanged.
 //!
 //! Two model kinds: a BERT-family folder (config.json, model.safetensors, tokenizer.json) trains
-//! sequence classification on `{"text","label"}` lines; a Llama-family GGUF file trains SFT on
-//! `{"text"}`, `{"instruction","input","output"}` or `{"messages":[…]}` lines.
+//! sequence classification on `{"text","label"}` lines; a Llama-family model (a GGUF file, or a
+//! Hugging Face folder of Llama, Qwen2 or SmolLM) trains SFT on `{"text"}`,
+//! `{"prompt","completion"}`, `{"instruction","input","output"}` or `{"messages":[…]}` lines.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -14,9 +15,9 @@ use candle_core::Device;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
+use shardwork_core::protocol::model_files::{BERT_MODEL_TYPES, LLAMA_MODEL_TYPES};
 use shardwork_node::work::classify::ClassifyJob;
-use shardwork_trainer::gguf::GgufFile;
-use shardwork_trainer::llama::Llama;
+use shardwork_trainer::causal_model::{CausalModel, CausalModelFiles};
 use shardwork_trainer::lora::{LoraConfig, Trainables};
 use shardwork_trainer::merge::{MergeMode, MergeOptions, MergeReport};
 use shardwork_trainer::optim::OptimConfig;
@@ -33,7 +34,8 @@ const EVAL_BATCH: usize = 16;
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// A BERT-family model folder (classification) or a Llama-family .gguf file (SFT).
+    /// A BERT-family model folder (classification), or a Llama-family .gguf file or Hugging Face
+    /// folder (SFT).
     #[arg(long)]
     pub model: PathBuf,
     /// Training data (JSONL).
@@ -82,7 +84,7 @@ pub struct TrainArgs {
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// A BERT-family model folder or a Llama-family .gguf file.
+    /// A BERT-family model folder, or a Llama-family .gguf file or Hugging Face folder.
     #[arg(long)]
     pub model: PathBuf,
     /// Held-out JSONL.
@@ -137,13 +139,16 @@ pub struct MergeArgs {
 
 /// What `model` points at.
 enum ModelKind {
+    /// A BERT-family folder: sequence classification.
     Bert(PathBuf),
-    LlamaGguf(PathBuf),
+    /// A Llama-family GGUF file or Hugging Face folder (Llama, Qwen2, SmolLM): SFT.
+    Causal(PathBuf),
 }
 
 fn model_kind(path: &Path) -> anyhow::Result<ModelKind> {
-    if path.is_file() && path.extension().is_some_and(|e| e == "gguf") {
-        return Ok(ModelKind::LlamaGguf(path.to_owned()));
+    if path.is_file() {
+        CausalModelFiles::locate(path)?;
+        return Ok(ModelKind::Causal(path.to_owned()));
     }
     if !path.is_dir() {
         bail!(
@@ -153,16 +158,24 @@ fn model_kind(path: &Path) -> anyhow::Result<ModelKind> {
         );
     }
     let config_path = path.join("config.json");
+    if !config_path.exists() {
+        // A folder holding one .gguf file (a fetched model bundle).
+        CausalModelFiles::locate(path)?;
+        return Ok(ModelKind::Causal(path.to_owned()));
+    }
     let text = std::fs::read_to_string(&config_path)
         .with_context(|| format!("reading {}", config_path.display()))?;
     let config: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{}: not JSON", config_path.display()))?;
     match config["model_type"].as_str() {
-        Some("bert") => Ok(ModelKind::Bert(path.to_owned())),
+        Some(t) if BERT_MODEL_TYPES.contains(&t) => Ok(ModelKind::Bert(path.to_owned())),
+        Some(t) if LLAMA_MODEL_TYPES.contains(&t) => Ok(ModelKind::Causal(path.to_owned())),
         Some(other) => bail!(
-            "{}: model_type {other:?}: `shardwork train` takes BERT-family folders and \
-             Llama-family GGUF files (convert a Llama safetensors folder to GGUF)",
-            config_path.display()
+            "{}: model_type {other:?} is not supported: `shardwork train` takes BERT-family \
+             folders ({}) and Llama-family folders or GGUF files ({})",
+            config_path.display(),
+            BERT_MODEL_TYPES.join(", "),
+            LLAMA_MODEL_TYPES.join(", ")
         ),
         None => bail!("{}: no model_type", config_path.display()),
     }
@@ -174,7 +187,7 @@ fn default_targets(given: &[String], kind: &ModelKind) -> Vec<String> {
     }
     match kind {
         ModelKind::Bert(_) => vec!["query".into(), "value".into()],
-        ModelKind::LlamaGguf(_) => vec!["q_proj".into(), "v_proj".into()],
+        ModelKind::Causal(_) => vec!["q_proj".into(), "v_proj".into()],
     }
 }
 
@@ -284,8 +297,12 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
                 held_out_after: after.map(|m| serde_json::to_value(m).unwrap_or_default()),
             }
         }
-        ModelKind::LlamaGguf(path) => {
-            let (mut model, tokenizer) = load_gguf(path, &device)?;
+        ModelKind::Causal(path) => {
+            let CausalModel {
+                mut model,
+                tokenizer,
+                files,
+            } = CausalModel::load(path, &device)?;
             let train = encode_sft(&tokenizer, &args.data, args.max_seq_len)?;
             let held_out = args
                 .held_out
@@ -328,9 +345,8 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
                 &mut on_progress(&mut bar),
             )?;
             bar.finish();
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
             let adapter = Adapter::from_trainables(
-                AdapterConfig::from_lora(&cfg.lora, "CAUSAL_LM", name.as_deref()),
+                AdapterConfig::from_lora(&cfg.lora, "CAUSAL_LM", Some(&files.name())),
                 &trainables,
             )?;
             adapter.save(&args.out)?;
@@ -362,14 +378,6 @@ fn lora_config(args: &TrainArgs, targets: &[String], save: &[&str]) -> anyhow::R
         &targets,
         save,
     )?)
-}
-
-fn load_gguf(path: &Path, device: &Device) -> anyhow::Result<(Llama, LmTokenizer)> {
-    let file = GgufFile::open(path)?;
-    let tokenizer = LmTokenizer::from_gguf(&file)
-        .with_context(|| format!("{}: tokenizer metadata", path.display()))?;
-    let model = file.load_model(device)?;
-    Ok((model, tokenizer))
 }
 
 fn encode_sft(
@@ -441,8 +449,12 @@ fn eval_blocking(args: &EvalArgs) -> anyhow::Result<serde_json::Value> {
             let data = job.dataset(&args.data)?;
             serde_json::to_value(job.evaluate(adapter.as_ref(), &data, &device)?)?
         }
-        ModelKind::LlamaGguf(path) => {
-            let (mut model, tokenizer) = load_gguf(&path, &device)?;
+        ModelKind::Causal(path) => {
+            let CausalModel {
+                mut model,
+                tokenizer,
+                ..
+            } = CausalModel::load(&path, &device)?;
             if let Some(adapter) = &adapter {
                 let trainables: Trainables =
                     sft::attach_lora(&mut model, &adapter.config.lora_config()?, 0)?;

@@ -80,11 +80,14 @@ async fn measure(
     bench: &ApiBenchConfig,
 ) -> anyhow::Result<ApiBenchReport> {
     let shape = crate::demo::SampleShape {
+        classification: true,
         sample_model: true,
+        conversations: 0,
         shards: 1,
         rounds: 1,
     };
-    let (_, spec, dataset) = crate::demo::sample_job(deployment, &shape).await?;
+    let crate::demo::SampleJob { spec, dataset, .. } =
+        crate::demo::sample_job(deployment, &shape).await?;
     let requester = ApiClient::new(
         &deployment.api_url,
         crate::nodes::dev_key(crate::nodes::REQUESTER_DEV_KEY),
