@@ -159,3 +159,21 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A new, empty PostgreSQL database beside the one `admin_url` names; returns its URL.
+pub async fn fresh_database(admin_url: &str) -> String {
+    use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
+    let admin = Database::connect(admin_url)
+        .await
+        .expect("connect to PostgreSQL");
+    let name = format!("shardwork_e2e_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .execute_raw(Statement::from_string(
+            admin.get_database_backend(),
+            format!("CREATE DATABASE {name}"),
+        ))
+        .await
+        .expect("create database");
+    let slash = admin_url.rfind('/').expect("URL names a database");
+    format!("{}/{name}", &admin_url[..slash])
+}

@@ -116,3 +116,73 @@ async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() 
     }
     assert!(honest_paid > U256::ZERO, "{report}");
 }
+
+/// The README's first command's job, CI-sized: `shardwork demo` (chat SFT of SmolLM2-135M-Instruct
+/// on chatterbot-corpus, 3 shards x 2 rounds) completes, the final adapter's held-out loss per
+/// learned token is below the base model's, every contributor is paid, and the report carries a
+/// held-out question answered before and after.
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_sft_demo_lowers_held_out_loss_and_pays_its_contributors() {
+    if shardwork_trainer::fixtures::smollm2_gguf().is_none()
+        || shardwork_trainer::fixtures::chatterbot_data().is_none()
+    {
+        let why = "SmolLM2 or chatterbot-corpus not found (run scripts/install/python-fixtures)";
+        assert!(
+            !shardwork_core::testkit::services::services_required(),
+            "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
+        );
+        shardwork_core::testkit::services::record_skip("tests embedded chat demo", why);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(shardwork_tests::binary())
+        .args([
+            "demo",
+            "--json",
+            "--conversations",
+            "90",
+            "--shards",
+            "3",
+            "--rounds",
+            "2",
+            "--timeout-secs",
+            "900",
+        ])
+        .env("SHARDWORK_DATA_DIR", dir.path())
+        .env(
+            "SHARDWORK_API__BIND",
+            format!("127.0.0.1:{}", shardwork_tests::free_port()),
+        )
+        .env("SHARDWORK_LOG", "warn")
+        .output()
+        .expect("run shardwork demo");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    let report = report(&stdout);
+    assert_eq!(report["status"], "completed", "{report}");
+    assert_eq!(report["metric_name"], "loss", "{report}");
+    let (loss, base) = (
+        report["final_metric"].as_f64().unwrap(),
+        report["base_metric"].as_f64().unwrap(),
+    );
+    assert!(
+        loss < base - 0.05,
+        "final loss {loss} vs base {base}: {report}"
+    );
+    let answer = &report["sample_answer"];
+    assert!(
+        !answer["question"].as_str().unwrap().is_empty()
+            && answer["before"].is_string()
+            && answer["after"].is_string(),
+        "{report}"
+    );
+    let contributors = report["contributors"].as_array().unwrap();
+    assert!(!contributors.is_empty(), "{report}");
+    assert!(
+        contributors
+            .iter()
+            .all(|c| c["accepted"].as_u64().unwrap() >= 1 && c["paid_wei"] != "0"),
+        "every contributor had an adapter accepted and was paid: {report}"
+    );
+}

@@ -26,26 +26,11 @@ use shardwork_core::protocol::{EventView, JobEvent};
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
 use shardwork_node::content::{ApiBlobs, put_bundle};
+use shardwork_tests::fresh_database;
 use shardwork_tests::{Process, eventually, free_port, wait_healthy};
 
 fn key_hex(index: usize) -> String {
     shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[index].to_owned()
-}
-
-async fn fresh_database(admin_url: &str) -> String {
-    let admin = Database::connect(admin_url)
-        .await
-        .expect("connect to PostgreSQL");
-    let name = format!("shardwork_e2e_{}", uuid::Uuid::new_v4().simple());
-    admin
-        .execute_raw(Statement::from_string(
-            admin.get_database_backend(),
-            format!("CREATE DATABASE {name}"),
-        ))
-        .await
-        .expect("create database");
-    let slash = admin_url.rfind('/').expect("URL names a database");
-    format!("{}/{name}", &admin_url[..slash])
 }
 
 #[tokio::test(flavor = "multi_thread")]
