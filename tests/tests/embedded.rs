@@ -140,7 +140,7 @@ async fn chat_sft_demo_lowers_held_out_loss_and_pays_its_contributors() {
             "demo",
             "--json",
             "--conversations",
-            "90",
+            "60",
             "--shards",
             "3",
             "--rounds",

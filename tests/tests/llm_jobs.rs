@@ -214,11 +214,11 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
     let plain_cid = put_bundle(&blobs, "model", &plain, &files).await.unwrap();
 
     let conversations = shardwork_trainer::data::chatterbot::conversations(&corpus).unwrap();
-    let stride = conversations.len() / 90;
+    let stride = conversations.len() / 60;
     let dataset: String = conversations
         .iter()
         .step_by(stride.max(1))
-        .take(90)
+        .take(60)
         .map(|c| format!("{c}\n"))
         .collect();
 
