@@ -1,9 +1,18 @@
-//! BERT-family encoder (BERT, MiniLM) with a sequence-classification head, laid out as
-//! Hugging Face's `BertForSequenceClassification` so LoRA and `modules_to_save` names are the
-//! ones PEFT uses: `bert.encoder.layer.N.attention.self.query`, `classifier`.
+//! BERT-family encoder (BERT, MiniLM) with a sequence-classification head, laid out and
+//! computed as Hugging Face's `BertForSequenceClassification` so LoRA and `modules_to_save`
+//! names are the ones PEFT uses (`bert.encoder.layer.N.attention.self.query`, `classifier`)
+//! and an adapter scores the same when a requester loads it with
+//! `AutoModelForSequenceClassification` + `PeftModel.from_pretrained`.
+//!
+//! The head is transformers' own: the [CLS] token's final hidden state through the
+//! checkpoint's frozen `pooler.dense` and tanh, dropout, then `classifier`. Sentence-transformers
+//! models such as all-MiniLM-L6-v2 were trained to be mean-pooled instead, but a head that
+//! pooled differently from transformers' gives a requester a different, near-random classifier
+//! in the tool they load it with (issue 14).
 //!
 //! Weights come from a `model.safetensors` written for `BertModel` (keys `encoder.…`, as in
-//! all-MiniLM-L6-v2) or for `BertForSequenceClassification` (keys `bert.encoder.…`).
+//! all-MiniLM-L6-v2) or for `BertForSequenceClassification` (keys `bert.encoder.…`); either
+//! must carry the pooler (`pooler.dense.weight`, `pooler.dense.bias`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -49,6 +58,17 @@ pub struct BertConfig {
     /// Token id used for padding; 0 when absent.
     #[serde(default)]
     pub pad_token_id: u32,
+    /// Standard deviation of a fresh head's weights (transformers' `_init_weights`); 0.02 when
+    /// absent.
+    #[serde(default = "init_range")]
+    pub initializer_range: f64,
+    /// Dropout before the classifier during training; `hidden_dropout_prob` when absent, as in
+    /// `BertForSequenceClassification`.
+    #[serde(default)]
+    pub classifier_dropout: Option<f32>,
+    /// What transformers saved the model from (a Hub id or a path), if it wrote one.
+    #[serde(default, rename = "_name_or_path")]
+    pub name_or_path: Option<String>,
 }
 
 fn gelu() -> String {
@@ -59,6 +79,9 @@ fn two() -> usize {
 }
 fn ln_eps() -> f64 {
     1e-12
+}
+fn init_range() -> f64 {
+    0.02
 }
 
 impl BertConfig {
@@ -95,18 +118,6 @@ impl BertConfig {
     }
 }
 
-/// How the sequence becomes one vector for the head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Pooling {
-    /// `tanh(pooler.dense(h[CLS]))`, as `BertForSequenceClassification` does; an adapter trained
-    /// with it gives the same logits in transformers + PEFT.
-    Pooler,
-    /// Mean over non-padding tokens, as sentence-transformers trained all-MiniLM-L6-v2. Its
-    /// adapter loads in PEFT, but transformers' head pools with the pooler instead.
-    Mean,
-}
-
 /// The base weights, read once and shared by every model built from them (the federated
 /// experiment builds several adapters over one base).
 pub struct BertWeights {
@@ -116,6 +127,7 @@ pub struct BertWeights {
     path: PathBuf,
     /// `"bert."` when the checkpoint was saved from a model with a head, `""` for `BertModel`.
     key_prefix: &'static str,
+    name: String,
 }
 
 impl BertWeights {
@@ -129,12 +141,36 @@ impl BertWeights {
         } else {
             ""
         };
+        // PEFT's `base_model_name_or_path`: what transformers would record for this folder.
+        let name = match config.name_or_path.as_deref().map(str::trim) {
+            Some(n) if !n.is_empty() => n.to_owned(),
+            _ => dir
+                .canonicalize()
+                .unwrap_or_else(|_| dir.to_path_buf())
+                .file_name()
+                .map_or_else(
+                    || dir.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                ),
+        };
         Ok(Self {
             config,
             tensors,
             path,
             key_prefix,
+            name,
         })
+    }
+
+    /// The model's name for an adapter's `base_model_name_or_path`: config.json's
+    /// `_name_or_path` when it has one, else the folder's name.
+    ///
+    /// transformers writes `_name_or_path` as the model the weights were loaded from before
+    /// saving, so a fine-tuned export can name its parent: all-MiniLM-L6-v2's says
+    /// `nreimers/MiniLM-L6-H384-uncased`. It is a label; loading an adapter needs the base
+    /// model itself.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The checkpoint tensor for module path `bert.<rest>` (or `<rest>`), as F32, checked
@@ -155,6 +191,27 @@ impl BertWeights {
             });
         }
         Ok(t.to_dtype(DType::F32)?)
+    }
+
+    /// The pooler's tensors, which the classification head reads as transformers' does. Some
+    /// exports drop them (`BertModel(add_pooling_layer=False)`); say so rather than report a
+    /// bare missing tensor.
+    fn require_pooler(&self) -> Result<()> {
+        for part in ["weight", "bias"] {
+            let key = format!("{}pooler.dense.{part}", self.key_prefix);
+            if !self.tensors.contains_key(&key) {
+                return Err(Error::Safetensors {
+                    path: self.path.clone(),
+                    detail: format!(
+                        "tensor {key} is missing: the classification head is transformers' \
+                         BertForSequenceClassification ([CLS] -> pooler.dense -> tanh -> \
+                         classifier), which needs the checkpoint's pooler; this one was saved \
+                         without it"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Every base tensor by checkpoint name, for checking that training left them untouched.
@@ -259,10 +316,10 @@ pub struct ClassifierSpec {
     pub num_labels: usize,
     /// LoRA rank, alpha, dropout, target modules and modules to save.
     pub lora: LoraConfig,
-    /// How the sequence is pooled into one vector for the head.
-    pub pooling: Pooling,
     /// Dropout inside the frozen encoder during training (HF's `hidden_dropout_prob` /
-    /// `attention_probs_dropout_prob`); `None` uses the values in config.json.
+    /// `attention_probs_dropout_prob`); `None` uses the values in config.json. Like
+    /// `hidden_dropout_prob` it also sets the dropout before the classifier, unless
+    /// config.json names a `classifier_dropout`.
     pub encoder_dropout: Option<f32>,
     /// Seeds `A`, the head initialisation and every dropout mask.
     pub seed: u64,
@@ -276,11 +333,14 @@ pub struct BertClassifier {
     token_type: Tensor,
     emb_norm: LayerNorm,
     layers: Vec<Layer>,
-    pooler: Option<LoraLinear>,
+    /// `bert.pooler.dense`: frozen, or LoRA-adapted when a target names it (`dense`), as PEFT
+    /// would wrap it.
+    pooler: LoraLinear,
     classifier: LoraLinear,
-    pooling: Pooling,
     hidden_dropout: f32,
     attn_dropout: f32,
+    /// Dropout on the pooled vector before the classifier.
+    head_dropout: f32,
     rng: DropoutRng,
     num_labels: usize,
 }
@@ -288,7 +348,7 @@ pub struct BertClassifier {
 impl BertClassifier {
     /// Builds the classifier; returns it with the registry of its trainable tensors (LoRA
     /// factors and the head). `classifier` is always a module to save, as PEFT makes it for
-    /// `SEQ_CLS`.
+    /// `SEQ_CLS`. A checkpoint without the pooler is an error naming the tensor and the file.
     pub fn new(w: &BertWeights, spec: &ClassifierSpec) -> Result<(Self, Trainables)> {
         if spec.num_labels < 2 {
             return Err(Error::Invalid(format!(
@@ -340,15 +400,20 @@ impl BertClassifier {
                 out_norm: LayerNorm::load(w, &format!("{p}.output.LayerNorm"))?,
             });
         }
-        let pooler = match spec.pooling {
-            Pooling::Pooler => Some(linear(w, &mut lb, "pooler.dense", h, h)?),
-            Pooling::Mean => None,
-        };
-        let classifier = lb.new_head("classifier", spec.num_labels, h, word.device())?;
+        w.require_pooler()?;
+        let pooler = linear(w, &mut lb, "pooler.dense", h, h)?;
+        let classifier = lb.new_head(
+            "classifier",
+            spec.num_labels,
+            h,
+            c.initializer_range,
+            word.device(),
+        )?;
         let (hidden_dropout, attn_dropout) = match spec.encoder_dropout {
             Some(p) => (p, p),
             None => (c.hidden_dropout_prob, c.attention_probs_dropout_prob),
         };
+        let head_dropout = c.classifier_dropout.unwrap_or(hidden_dropout);
         let rng = DropoutRng::new(spec.seed.wrapping_add(0x5eed));
         let model = Self {
             cfg: c.clone(),
@@ -359,9 +424,9 @@ impl BertClassifier {
             layers,
             pooler,
             classifier,
-            pooling: spec.pooling,
             hidden_dropout,
             attn_dropout,
+            head_dropout,
             rng,
             num_labels: spec.num_labels,
         };
@@ -422,9 +487,7 @@ impl BertClassifier {
                 push_linear(lin);
             }
         }
-        if let Some(p) = &self.pooler {
-            push_linear(p);
-        }
+        push_linear(&self.pooler);
         for (i, l) in self.layers.iter().enumerate() {
             for (part, norm) in [
                 ("attention.output.LayerNorm", &l.attn_norm),
@@ -524,11 +587,11 @@ impl BertClassifier {
             token_type: self.token_type.clone(),
             emb_norm: self.emb_norm.clone(),
             layers,
-            pooler: self.pooler.as_ref().map(|p| p.folded(kernel)).transpose()?,
+            pooler: self.pooler.folded(kernel)?,
             classifier: self.classifier.folded(kernel)?,
-            pooling: self.pooling,
             hidden_dropout: 0.0,
             attn_dropout: 0.0,
+            head_dropout: 0.0,
             rng: self.rng.clone(),
             num_labels: self.num_labels,
         })
@@ -577,22 +640,10 @@ impl BertClassifier {
                 x = self.layer_forward(layer, &x, &mask, pass)?;
             }
         }
-        let pooled = match self.pooling {
-            Pooling::Pooler => {
-                let cls = x.narrow(1, 0, 1)?.squeeze(1)?;
-                let pooler = self.pooler.as_ref().ok_or_else(|| {
-                    Error::Invalid("pooler pooling without pooler weights".into())
-                })?;
-                pooler.forward(&cls, train)?.tanh()?
-            }
-            Pooling::Mean => {
-                let m = attention_mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-                let summed = x.broadcast_mul(&m)?.sum(1)?;
-                let counts = m.sum(1)?.clamp(1e-9, f64::MAX)?;
-                summed.broadcast_div(&counts)?
-            }
-        };
-        let pooled = self.dropout(&pooled, self.hidden_dropout, train)?;
+        // BertPooler, then BertForSequenceClassification's dropout and classifier.
+        let cls = x.narrow(1, 0, 1)?.squeeze(1)?;
+        let pooled = self.pooler.forward(&cls, train)?.tanh()?;
+        let pooled = self.dropout(&pooled, self.head_dropout, train)?;
         self.classifier.forward(&pooled, train)
     }
 
@@ -679,5 +730,116 @@ impl BertClassifier {
         let i = c.intermediate_size as f64;
         let per_layer = 4.0 * h * h + 2.0 * h * i + 2.0 * t as f64 * h;
         2.0 * c.num_hidden_layers as f64 * per_layer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> ClassifierSpec {
+        ClassifierSpec {
+            num_labels: 2,
+            lora: LoraConfig::new(2, 4.0, 0.0, &["query", "value"], &[]).unwrap(),
+            encoder_dropout: Some(0.0),
+            seed: 3,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_without_the_pooler_is_refused_naming_the_tensor_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::sample::write_model(dir.path(), 1).unwrap();
+        let path = dir.path().join("model.safetensors");
+        let mut tensors = crate::safetensors_file::load(&path, &Device::Cpu).unwrap();
+        tensors.retain(|k, _| !k.starts_with("pooler."));
+        candle_core::safetensors::save(&tensors, &path).unwrap();
+        let weights = BertWeights::load(dir.path(), &Device::Cpu).unwrap();
+        let msg = BertClassifier::new(&weights, &spec())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.contains("model.safetensors")
+                && msg.contains("tensor pooler.dense.weight is missing"),
+            "{msg}"
+        );
+    }
+
+    /// The head is [CLS] -> pooler -> tanh -> classifier: with the pooler's output made
+    /// constant, every text gets the same logits whatever the encoder computes.
+    #[test]
+    fn the_head_reads_the_pooler_and_only_the_pooler() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::sample::write_model(dir.path(), 1).unwrap();
+        let weights = BertWeights::load(dir.path(), &Device::Cpu).unwrap();
+        let tok =
+            crate::text::TextTokenizer::from_file(&dir.path().join("tokenizer.json"), 16).unwrap();
+        let texts = ["good great film", "dull boring plot and cast", "the movie"];
+        let logits = |weights: &BertWeights| {
+            let (model, trainables) = BertClassifier::new(weights, &spec()).unwrap();
+            for (name, var) in trainables.iter() {
+                if name.contains("lora_B") {
+                    var.set(&Tensor::ones(var.shape(), DType::F32, &Device::Cpu).unwrap())
+                        .unwrap();
+                }
+            }
+            let seqs: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode(t).unwrap()).collect();
+            let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+            let batch = crate::text::pad(&refs, tok.pad_id(), &Device::Cpu).unwrap();
+            let train = model.forward(&batch.ids, &batch.mask, false).unwrap();
+            let infer = model
+                .folded()
+                .unwrap()
+                .infer(&batch.ids, &batch.mask)
+                .unwrap();
+            (
+                train.to_vec2::<f32>().unwrap(),
+                infer.to_vec2::<f32>().unwrap(),
+            )
+        };
+        let (varied, _) = logits(&weights);
+        assert!(varied[0] != varied[1], "texts should differ: {varied:?}");
+
+        // pooler.dense = 0·x + b, so tanh(pooler) = tanh(b) for every text.
+        let mut constant = weights;
+        let h = constant.config.hidden_size;
+        constant.tensors.insert(
+            "pooler.dense.weight".into(),
+            Tensor::zeros((h, h), DType::F32, &Device::Cpu).unwrap(),
+        );
+        constant.tensors.insert(
+            "pooler.dense.bias".into(),
+            Tensor::full(0.5f32, h, &Device::Cpu).unwrap(),
+        );
+        let (train, infer) = logits(&constant);
+        for rows in [train, infer] {
+            let same = rows
+                .iter()
+                .flatten()
+                .zip(rows[0].iter().cycle())
+                .all(|(a, b)| (a - b).abs() < 1e-6);
+            assert!(same, "{rows:?}");
+        }
+    }
+
+    #[test]
+    fn the_adapter_names_the_base_as_config_json_does_or_by_its_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("my-bert");
+        crate::sample::write_model(&dir, 1).unwrap();
+        assert_eq!(
+            BertWeights::load(&dir, &Device::Cpu).unwrap().name(),
+            "my-bert"
+        );
+        let cfg = dir.join("config.json");
+        let mut json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap()).unwrap();
+        json["_name_or_path"] = "org/some-bert".into();
+        std::fs::write(&cfg, json.to_string()).unwrap();
+        assert_eq!(
+            BertWeights::load(&dir, &Device::Cpu).unwrap().name(),
+            "org/some-bert"
+        );
     }
 }

@@ -8,7 +8,7 @@ use candle_core::Device;
 use serde::Serialize;
 
 use crate::baseline::NaiveBayes;
-use crate::bert::{BertClassifier, BertWeights, ClassifierSpec, Pooling};
+use crate::bert::{BertClassifier, BertWeights, ClassifierSpec};
 use crate::data::{ClassificationSet, rotten, split};
 use crate::error::Result;
 use crate::eval::{self, ClassificationMetrics};
@@ -36,8 +36,6 @@ pub fn rotten_tomatoes_split(path: &Path) -> Result<(ClassificationSet, Classifi
 pub struct ClassifyRun {
     /// LoRA rank, alpha, dropout, target modules and modules to save.
     pub lora: LoraConfig,
-    /// How the encoder output is pooled for the head.
-    pub pooling: Pooling,
     /// Maximum tokens per text; longer texts are truncated.
     pub max_seq_len: usize,
     /// Dropout inside the frozen encoder during training.
@@ -56,13 +54,15 @@ impl ClassifyRun {
         Self {
             lora: LoraConfig::new(8, 16.0, 0.1, &["query", "value"], &["classifier"])
                 .expect("valid constant config"),
-            pooling: Pooling::Mean,
             max_seq_len: 32,
             encoder_dropout: 0.0,
             train: ClassifyConfig {
                 batch_size: 16,
                 // Measured on the seeded split (release, 1,000 held-out reviews; Naive Bayes
                 // 0.763): 160 steps at 1e-3 reached 0.755, at 5e-3 0.740; 320 at 2e-3 0.779.
+                // Those runs mean-pooled; with transformers' head ([CLS] -> pooler ->
+                // classifier) this run scores 0.794 where mean pooling scored 0.806
+                // (rotten_tomatoes test, 1,000 reviews, Naive Bayes 0.772).
                 optim: OptimConfig {
                     lr: 2e-3,
                     weight_decay: 0.01,
@@ -89,7 +89,6 @@ impl ClassifyRun {
         ClassifierSpec {
             num_labels,
             lora: self.lora.clone(),
-            pooling: self.pooling,
             encoder_dropout: Some(self.encoder_dropout),
             seed: self.model_seed,
         }

@@ -483,24 +483,27 @@ impl LoraBuilder {
     }
 
     /// A new fully trainable layer with no checkpoint weight (a fresh classification head),
-    /// registered like a module to save.
+    /// registered like a module to save. Initialised as transformers' `_init_weights` does a
+    /// head the checkpoint lacks: weight ~ N(0, `std`²) (`std` is config.json's
+    /// `initializer_range`), bias zero.
     pub fn new_head(
         &mut self,
         module_path: &str,
         out_dim: usize,
         in_dim: usize,
+        std: f64,
         device: &Device,
     ) -> Result<LoraLinear> {
-        // Same init as torch.nn.Linear: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
-        let bound = 1.0 / (in_dim as f64).sqrt();
+        // Box–Muller on the seeded generator: the same seed gives the same head everywhere.
         let w: Vec<f32> = (0..out_dim * in_dim)
-            .map(|_| self.init.random_range(-bound..bound) as f32)
-            .collect();
-        let b: Vec<f32> = (0..out_dim)
-            .map(|_| self.init.random_range(-bound..bound) as f32)
+            .map(|_| {
+                let u1: f64 = self.init.random::<f64>().max(f64::MIN_POSITIVE);
+                let u2: f64 = self.init.random();
+                (std * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+            })
             .collect();
         let w = Tensor::from_vec(w, (out_dim, in_dim), device)?;
-        let b = Tensor::from_vec(b, out_dim, device)?;
+        let b = Tensor::zeros(out_dim, candle_core::DType::F32, device)?;
         self.full(module_path, &w, Some(&b))
     }
 

@@ -145,6 +145,13 @@ pub fn write_model(dir: &Path, seed: u64) -> Result<()> {
             tensors.insert(format!("{p}.{norm}.bias"), zeros(HIDDEN)?);
         }
     }
+    // The classification head reads [CLS] through the pooler, as transformers'
+    // BertForSequenceClassification does; drawn last so the encoder's bytes stay as they were.
+    tensors.insert(
+        "pooler.dense.weight".into(),
+        (normal(&[HIDDEN, HIDDEN])? * 5.0)?,
+    );
+    tensors.insert("pooler.dense.bias".into(), zeros(HIDDEN)?);
     let path = dir.join("model.safetensors");
     candle_core::safetensors::save(&tensors, &path).map_err(|e| io(&path, e))?;
 

@@ -143,7 +143,6 @@ fn bert_config_and_missing_tensor_errors_name_file_and_tensor() {
     let spec = shardwork_trainer::bert::ClassifierSpec {
         num_labels: 2,
         lora: LoraConfig::new(2, 4.0, 0.0, &["query"], &[]).unwrap(),
-        pooling: shardwork_trainer::bert::Pooling::Mean,
         encoder_dropout: None,
         seed: 0,
     };
