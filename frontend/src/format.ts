@@ -50,3 +50,8 @@ export function statusLabel(status: string): string {
 export function fixed(value: number | null | undefined, digits: number): string {
   return value === null || value === undefined || !Number.isFinite(value) ? '—' : value.toFixed(digits);
 }
+
+/** The text with its first letter in capitals ("held-out loss" → "Held-out loss"). */
+export function capitalise(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}

@@ -392,6 +392,31 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{id}/progress": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A job's training curves: the loss its workers reported per task, and the held-out metric of
+         *     each round's merge.
+         * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
+         *
+         *     Each task's points are its workers' heartbeats (a few seconds apart while training), kept
+         *     per attempt and step; a task keeps at most 1,000, thinned evenly as a long run grows. Read
+         *     it again while the job runs: points arrive with every heartbeat.
+         */
+        get: operations["get_job_progress"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{id}/result": {
         parameters: {
             query?: never;
@@ -447,6 +472,27 @@ export type paths = {
          * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
          */
         post: operations["quote_job"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tasks/{id}/abandon": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Gives a leased task back with the reason it could not be trained: requeued at once (the
+         *     attempt counted), or failed with that reason once its attempts are used up.
+         * @description **Role:** `worker`.
+         */
+        post: operations["abandon_task"];
         delete?: never;
         options?: never;
         head?: never;
@@ -640,6 +686,21 @@ export type paths = {
 export type webhooks = Record<string, never>;
 export type components = {
     schemas: {
+        /** @description A worker giving back a task it cannot train. */
+        AbandonRequest: {
+            /**
+             * Format: uuid
+             * @description The lease token from the claim: proves the caller still holds the task.
+             */
+            lease_token: string;
+            /** @description Why (the loader's or trainer's error), recorded in the task's event; 1..=2000 characters. */
+            reason: string;
+        };
+        /** @description Where the abandoned task went. */
+        AbandonResponse: {
+            /** @description `queued` for another attempt, or `failed` when its attempts are used up. */
+            status: components["schemas"]["TaskStatus"];
+        };
         /** @description One accepted adapter of a ready round, with what the merge weighs it by. */
         AcceptedAdapter: {
             /** @description The adapter's bundle. */
@@ -1126,6 +1187,18 @@ export type components = {
              */
             next_cursor?: string | null;
         };
+        /** @description A job's training progress. */
+        JobProgress: {
+            /**
+             * Format: uuid
+             * @description The job.
+             */
+            job_id: string;
+            /** @description Every merged round (or the one asked for), by round. */
+            rounds: components["schemas"]["RoundMetric"][];
+            /** @description Every task (of the round asked for), by round and shard. */
+            tasks: components["schemas"]["TaskProgress"][];
+        };
         /** @description A completed job's final adapter. */
         JobResult: {
             /** @description The final merged adapter (its bundle) in the content store. */
@@ -1486,6 +1559,40 @@ export type components = {
              */
             total_steps: number;
         };
+        /** @description One heartbeat's progress. */
+        ProgressPoint: {
+            /**
+             * Format: int32
+             * @description The task's attempt it came under (1 for its first lease): a task trained again after
+             *     a lost lease or a rejected adapter starts a new curve at step 0.
+             */
+            attempt: number;
+            /**
+             * Format: double
+             * @description The step's training loss, when the worker reported one.
+             */
+            loss?: number | null;
+            /**
+             * Format: date-time
+             * @description When the API received the heartbeat.
+             */
+            recorded_at: string;
+            /**
+             * Format: int64
+             * @description Optimizer steps done.
+             */
+            step: number;
+            /**
+             * Format: double
+             * @description Training throughput so far, in tokens per second, when the worker reported it.
+             */
+            tokens_per_second?: number | null;
+            /**
+             * Format: int64
+             * @description Optimizer steps in the whole run.
+             */
+            total_steps: number;
+        };
         /** @description A job to quote: its spec and the size of its dataset. */
         QuoteRequest: {
             /**
@@ -1615,6 +1722,31 @@ export type components = {
          * @enum {string}
          */
         Role: "requester" | "worker" | "validator" | "admin";
+        /** @description A round's merge, scored on the held-out set. */
+        RoundMetric: {
+            /**
+             * Format: double
+             * @description The base model's held-out metric.
+             */
+            base_metric: number;
+            /**
+             * Format: double
+             * @description The merged adapter's held-out metric.
+             */
+            metric: number;
+            /** @description What the metric is: `loss` (lower is better), `accuracy` (higher is better), … */
+            metric_name: string;
+            /**
+             * Format: date-time
+             * @description When the merge was recorded.
+             */
+            recorded_at: string;
+            /**
+             * Format: int32
+             * @description The round, from 1.
+             */
+            round: number;
+        };
         /** @description Payload of `round_opened`. */
         RoundOpened: {
             /** @description The adapter the round trains from: the previous round's merge; null in round 1. */
@@ -1839,6 +1971,38 @@ export type components = {
              */
             version: number;
         };
+        /** @description One task's training curve. */
+        TaskProgress: {
+            /**
+             * Format: int32
+             * @description Leases taken so far.
+             */
+            attempts: number;
+            /** @description Its progress, oldest attempt first and by step within an attempt. */
+            points: components["schemas"]["ProgressPoint"][];
+            /**
+             * Format: int32
+             * @description Its round, from 1.
+             */
+            round: number;
+            /**
+             * Format: int32
+             * @description The shard it trains on, from 0.
+             */
+            shard: number;
+            /** @description Where the task stands. */
+            status: components["schemas"]["TaskStatus"];
+            /**
+             * Format: uuid
+             * @description The task.
+             */
+            task_id: string;
+        };
+        /**
+         * @description Where one shard's task of one round stands.
+         * @enum {string}
+         */
+        TaskStatus: "queued" | "leased" | "submitted" | "accepted" | "failed";
         /** @description A new access and refresh token pair, and what it grants. */
         TokenResponse: {
             /** @description Send as `Authorization: Bearer <access_token>`. */
@@ -3004,6 +3168,75 @@ export interface operations {
             };
         };
     };
+    get_job_progress: {
+        parameters: {
+            query?: {
+                /**
+                 * @description At most this many points per task, spread evenly over its curve; its first and last
+                 *     point are always among them.
+                 */
+                points?: number;
+                /** @description Only this round: its tasks and its merge. */
+                round?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The job id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The training curve of each task and the held-out metric of each merged round */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["JobProgress"];
+                };
+            };
+            /** @description `id` or a query parameter is malformed or unknown */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            /** @description No job has this id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `round` or `points` is out of range */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["RateLimited"];
+            /** @description The progress could not be read */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     get_job_result: {
         parameters: {
             query?: never;
@@ -3202,6 +3435,90 @@ export interface operations {
                 };
             };
             429: components["responses"]["RateLimited"];
+        };
+    };
+    abandon_task: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The task id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AbandonRequest"];
+            };
+        };
+        responses: {
+            /** @description Where the task went */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AbandonResponse"];
+                };
+            };
+            /** @description The body is not JSON or a field has the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description No task has this id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller does not hold the lease */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body exceeds the JSON limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The reason is empty or too long */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["RateLimited"];
+            /** @description The task could not be written */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     claim_task: {

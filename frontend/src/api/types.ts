@@ -16,6 +16,8 @@ export type NonceResponse = Schemas['NonceResponse'];
 export type TokenResponse = Schemas['TokenResponse'];
 export type ChainInfo = Schemas['ChainInfo'];
 export type JobResult = Schemas['JobResult'];
+/** A job's training curves per task and held-out metric per round (`GET /v1/jobs/{id}/progress`). */
+export type TrainingProgress = Schemas['JobProgress'];
 
 /**
  * What funding an `awaiting_funding` job takes: its terms, sent to the escrow of the chain the

@@ -69,15 +69,13 @@ export function MetricChart({ points, label }: { points: MetricPoint[]; label: s
         </text>
         {base !== null && (
           <line x1={PAD.left} x2={W - PAD.right} y1={y(base)} y2={y(base)} className="chart-base">
-            <title>base model: {base}</title>
+            <title>{`base model: ${base}`}</title>
           </line>
         )}
         <path d={line} className="chart-line" fill="none" />
         {points.map((p) => (
           <circle key={p.round} cx={x(p.round)} cy={y(p.metric)} r={4} className="chart-point">
-            <title>
-              round {p.round}: {p.metric}
-            </title>
+            <title>{`round ${p.round}: ${p.metric}`}</title>
           </circle>
         ))}
       </svg>

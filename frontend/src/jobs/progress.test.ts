@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { EventView, JobEvent } from '../api/types';
-import { applyEvents, EMPTY_PROGRESS, metricSeries, roundDone } from './progress';
+import { applyEvents, EMPTY_PROGRESS, metricName, metricSeries, roundDone } from './progress';
 
 let id = 0;
 /** An event of `kind` as the feed serves it, with the next id. */
@@ -66,7 +66,8 @@ describe('applyEvents', () => {
     expect(r.submissions.map((s) => s.verdict?.accepted)).toEqual([true, false]);
     expect(r.submissions[0]!.verdict).toEqual({ accepted: true, quality: 0.8, reason: null, metric: 0.7, base_metric: 0.5 });
     expect(r.submissions[1]!.verdict?.reason).toBe('no improvement');
-    expect(r.aggregated).toEqual({ adapter_cid: 'bafyA', metric: 0.72, base_metric: 0.5 });
+    expect(r.aggregated).toEqual({ adapter_cid: 'bafyA', metric: 0.72, base_metric: 0.5, metric_name: 'accuracy' });
+    expect(metricName(p)).toBe('accuracy');
     expect(roundDone(r)).toEqual({ done: 1, total: 2 });
     expect(metricSeries(p)).toEqual([{ round: 1, metric: 0.72, base: 0.5 }]);
     expect(p.completed?.payouts).toEqual([{ address: '0xa', amount_wei: '900', reputation: 120 }]);

@@ -32,7 +32,7 @@ export interface RoundView {
   tasks: number | null;
   claims: Claim[];
   submissions: SubmissionView[];
-  aggregated: { adapter_cid: string; metric: number; base_metric: number } | null;
+  aggregated: { adapter_cid: string; metric: number; base_metric: number; metric_name: string } | null;
 }
 
 export interface Payout {
@@ -145,7 +145,12 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
       }
       case 'aggregated': {
         const d = event.payload;
-        round(p, d.round).aggregated = { adapter_cid: d.adapter_cid, metric: d.metric, base_metric: d.base_metric };
+        round(p, d.round).aggregated = {
+          adapter_cid: d.adapter_cid,
+          metric: d.metric,
+          base_metric: d.base_metric,
+          metric_name: d.metric_name,
+        };
         break;
       }
       case 'completed': {
@@ -184,6 +189,12 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
 export function roundDone(r: RoundView): { done: number; total: number | null } {
   const accepted = new Set(r.submissions.filter((s) => s.verdict?.accepted).map((s) => s.shard));
   return { done: accepted.size, total: r.tasks };
+}
+
+/** The name of the held-out metric the validator scores merges by (`accuracy`, `loss`), once a round is merged. */
+export function metricName(progress: JobProgress): string | null {
+  const merged = progress.rounds.filter((r) => r.aggregated);
+  return merged.at(-1)?.aggregated?.metric_name ?? null;
 }
 
 /** The points of the held-out metric chart: one per aggregated round, with the base model's. */

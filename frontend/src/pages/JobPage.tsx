@@ -1,18 +1,24 @@
 // One job: its status and progress live over SSE, funding from the wallet while it awaits it,
-// the held-out metric per round, submissions with verdicts, payouts and the final adapter.
-import { useCallback, useEffect, useRef, useState } from 'react';
+// each task's training loss beside the held-out metric per round, submissions with verdicts,
+// payouts and the final adapter.
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import type { Hash, TransactionReceipt } from 'viem';
 import { unwrap } from '../api/client';
 import { followStream } from '../api/sse';
-import { fundingOf, isTerminal, type EventView, type JobResult, type JobView } from '../api/types';
+import { fundingOf, isTerminal, type EventView, type JobResult, type JobView, type TrainingProgress } from '../api/types';
 import { Alert } from '../components/Alert';
 import { SignInFirst } from '../components/Layout';
 import { MetricChart } from '../components/MetricChart';
-import { eth, fixed, shortAddress, statusLabel, when } from '../format';
-import { applyEvents, EMPTY_PROGRESS, metricSeries, roundDone, type JobProgress } from '../jobs/progress';
+import { Training } from '../components/Training';
+import { capitalise, eth, fixed, shortAddress, statusLabel, when } from '../format';
+import { heldOutLabel, trainingByRound } from '../jobs/curves';
+import { applyEvents, EMPTY_PROGRESS, metricName, metricSeries, roundDone, type JobProgress } from '../jobs/progress';
 import { errorMessage, usePortal } from '../state';
 import { escrowJobId, sendCreateJob, waitForReceipt, type Funding } from '../wallet/escrow';
 import { chainName, txUrl, walletErrorMessage, wrongChain } from '../wallet/wallet';
+
+/** How often the training curves are read again while the job is open: a worker heartbeats every 5 s. */
+const TRAINING_REFRESH_MS = 5000;
 
 /** Events after which the job row itself (status, round, result) has changed. */
 const REFETCH_ON = new Set<EventView['kind']>(['funded', 'round_opened', 'aggregated', 'completed', 'cancelled', 'refunded']);
@@ -80,11 +86,19 @@ export function JobPage({ id }: { id: string }) {
     return () => controller.abort();
   }, [id, signedIn, p.keeper, refetch]);
 
+  // Once funded: read again on every merge (the held-out metric), on every status change, and
+  // every few seconds while the job is open.
+  const merges = metricSeries(progress).length;
+  const funded = Boolean(job) && job?.status !== 'awaiting_funding';
+  const training = useTraining(id, signedIn && funded, job?.status === 'open', `${job?.status}/${merges}`);
+
   if (!p.session) return <SignInFirst what="follow this job" />;
   if (!job) return error ? <Alert kind="error">{error}</Alert> : <p role="status">Loading the job…</p>;
 
   const mine = job.requester.toLowerCase() === p.session.address.toLowerCase();
   const series = metricSeries(progress);
+  const name = metricName(progress);
+  const metricTitle = name ? heldOutLabel(name) : 'held-out metric';
   const current = progress.rounds.find((r) => r.round === job.current_round) ?? progress.rounds.at(-1);
 
   return (
@@ -162,9 +176,17 @@ export function JobPage({ id }: { id: string }) {
         </Alert>
       )}
 
+      {job.status !== 'awaiting_funding' && (
+        <section className="card" aria-labelledby="training-title" data-testid="training">
+          <h2 id="training-title">Training loss per task</h2>
+          {training.error && <Alert kind="error">{training.error}</Alert>}
+          {training.data ? <Training rounds={training.data} /> : !training.error && <p role="status">Loading the training curves…</p>}
+        </section>
+      )}
+
       <section className="card" aria-labelledby="metric-title">
-        <h2 id="metric-title">Held-out metric per round</h2>
-        <MetricChart points={series} label="Held-out metric of the merged adapter per round, against the base model" />
+        <h2 id="metric-title">{capitalise(metricTitle)} per round</h2>
+        <MetricChart points={series} label={`${capitalise(metricTitle)} of the merged adapter per round, against the base model`} />
       </section>
 
       <section className="card" aria-labelledby="subs-title">
@@ -292,6 +314,45 @@ export function JobPage({ id }: { id: string }) {
       </section>
     </div>
   );
+}
+
+/**
+ * The job's training curves by round, read once `enabled`, whenever `reload` changes, and
+ * every TRAINING_REFRESH_MS while `running`.
+ */
+function useTraining(id: string, enabled: boolean, running: boolean, reload: string) {
+  const p = usePortal();
+  const [data, setData] = useState<TrainingProgress | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  useEffect(() => {
+    if (!enabled) return;
+    let live = true;
+    // One read at a time: a slow answer is not overtaken by the next tick's.
+    let inFlight = false;
+    const load = async () => {
+      if (inFlight) return;
+      inFlight = true;
+      try {
+        const next = await unwrap(p.api.GET('/v1/jobs/{id}/progress', { params: { path: { id } } }));
+        if (live) {
+          setData(next);
+          setError(null);
+        }
+      } catch (err) {
+        if (live) setError(errorMessage(err));
+      } finally {
+        inFlight = false;
+      }
+    };
+    void load();
+    const timer = running ? window.setInterval(() => void load(), TRAINING_REFRESH_MS) : null;
+    return () => {
+      live = false;
+      if (timer !== null) window.clearInterval(timer);
+    };
+  }, [p.api, id, enabled, running, reload]);
+  const rounds = useMemo(() => (data ? trainingByRound(data) : null), [data]);
+  return { data: rounds, error };
 }
 
 function TxLink({ chainId, hash }: { chainId: number | null; hash: string }) {

@@ -9,7 +9,7 @@ import { Alert } from '../components/Alert';
 import { Field, fieldDomId } from '../components/Field';
 import { SignInFirst } from '../components/Layout';
 import { bytes, eth } from '../format';
-import { scanDataset, type DatasetScan } from '../jobs/dataset';
+import { describeShapes, scanDataset, type DatasetScan } from '../jobs/dataset';
 import {
   ARCHITECTURE_DEFAULTS,
   checkSpecForm,
@@ -59,6 +59,11 @@ export function PostJob() {
           next['lora.modules_to_save'] = d.save;
           next['base_model.num_labels'] = d.task === 'sequence_classification' ? f['base_model.num_labels'] || '2' : '';
         }
+      }
+      // num_labels belongs to classification only; a hidden input must not carry a stale value
+      // the checks would then refuse.
+      if (path === 'base_model.task') {
+        next['base_model.num_labels'] = value === 'sequence_classification' ? f['base_model.num_labels'] || '2' : '';
       }
       if (path === 'kind' && value === 'lora') {
         next.shards = '1';
@@ -287,9 +292,15 @@ export function PostJob() {
           id="dataset"
           label="Dataset (JSONL)"
           hint={
-            form['base_model.task'] === 'sequence_classification'
-              ? 'One {"text", "label"} record per line.'
-              : 'One {"text"}, {"prompt", "completion"} or {"messages"} record per line.'
+            form['base_model.task'] === 'sequence_classification' ? (
+              'One {"text", "label"} record per line.'
+            ) : (
+              <>
+                One record per line: a chat <code>{'{"messages": [{"role": "user", "content": …}, {"role": "assistant", …}]}'}</code>,
+                an instruction <code>{'{"instruction", "input", "output"}'}</code>, or <code>{'{"prompt", "completion"}'}</code> or{' '}
+                <code>{'{"text"}'}</code>. Only the answers (assistant turns, output, completion) are learned.
+              </>
+            )
           }
           errors={errors.dataset}
         >
@@ -307,6 +318,7 @@ export function PostJob() {
         {file && scan && (
           <p className="muted" data-testid="dataset-scan">
             {file.name}: {scan.records} records, {bytes(scan.bytes)}
+            {describeShapes(scan) && `; ${describeShapes(scan)}`}
           </p>
         )}
       </fieldset>
