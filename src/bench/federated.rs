@@ -1,0 +1,514 @@
+//! Federated SFT against one LoRA trained centrally, on the chat demo's task: SmolLM2-135M-Instruct
+//! on chatterbot-corpus conversations, cut by the API's own dataset pipeline, trained by the
+//! workers' own `CausalLmJob`, merged by the validator's merge with the validator's options.
+//!
+//! The question it answers (issue 14): does N shards × R rounds of federated training, merged
+//! exactly, reach the held-out loss of one adapter trained on the union of the shards with the
+//! same number of optimiser steps (goal: within 2%)? Naive factor averaging runs beside it on
+//! the same shards, so the figure also says what the exact merge buys.
+//!
+//! Round 1 trains every shard from the fresh adapter in both federated variants, so its adapters
+//! are trained once and merged both ways; the variants part at the first merge.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use candle_core::Device;
+use serde::Serialize;
+use serde_json::json;
+use shardwork_api::domain::pipeline;
+use shardwork_core::protocol::JobSpec;
+use shardwork_node::validator::Rules;
+use shardwork_node::validator::norms;
+use shardwork_node::work::Work;
+use shardwork_node::work::causal_lm::CausalLmJob;
+use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
+use shardwork_trainer::peft::Adapter;
+use shardwork_trainer::train::sft_data::SftExample;
+
+use crate::progress::ProgressLine;
+
+/// The chat demo's seed and held-out share (`src/demo.rs`), so the bench cuts the same split.
+const SEED: u64 = 42;
+const HELD_OUT_FRACTION: f64 = 0.1;
+/// The issue's goal: federated held-out loss at most this much above central, in percent.
+const GOAL_PERCENT: f64 = 2.0;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct FederatedBenchConfig {
+    pub gguf: PathBuf,
+    /// chatterbot-corpus' `data` folder (its `english/` is read).
+    pub corpus: PathBuf,
+    pub shards: u32,
+    pub rounds: u32,
+    /// Conversations taken from the corpus, spread over it by stride as the demo does.
+    pub conversations: usize,
+}
+
+/// One way of training, measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunFigures {
+    /// Held-out loss per learned token of the final adapter.
+    pub loss: f64,
+    /// Optimiser steps over all its training runs.
+    pub steps: usize,
+    /// Seconds inside the training loops (round 1 counted in both federated variants).
+    pub train_seconds: f64,
+    /// Seconds merging (0 for central).
+    pub merge_seconds: f64,
+    /// Held-out loss of each round's merged adapter (empty for central).
+    pub round_losses: Vec<f64>,
+    /// Per round, the largest relative error of the merged update against the exact weighted
+    /// sum of the round's updates (the rank-r truncation for exact, the cross terms for naive).
+    pub merge_max_relative_error: Vec<f64>,
+}
+
+/// The whole comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct FederatedReport {
+    pub model: String,
+    pub device: String,
+    pub conversations: usize,
+    pub held_out_examples: usize,
+    /// Training examples of each shard (records with something to learn within max_seq_len).
+    pub shard_examples: Vec<usize>,
+    pub rounds: u32,
+    pub base_loss: f64,
+    pub central: RunFigures,
+    pub federated_exact: RunFigures,
+    pub federated_naive: RunFigures,
+    pub goal_percent: f64,
+}
+
+impl FederatedReport {
+    /// `federated / central − 1`, in percent.
+    pub fn gap_percent(&self, federated: &RunFigures) -> f64 {
+        (federated.loss / self.central.loss - 1.0) * 100.0
+    }
+
+    /// The share of central training's fall from the base loss that `run` achieved.
+    pub fn share_of_central_gain(&self, run: &RunFigures) -> f64 {
+        (self.base_loss - run.loss) / (self.base_loss - self.central.loss)
+    }
+
+    pub fn goal_met(&self) -> bool {
+        self.gap_percent(&self.federated_exact) <= self.goal_percent
+    }
+}
+
+/// The report with its derived figures, for `--json`.
+#[derive(Serialize)]
+pub struct JsonReport<'a> {
+    #[serde(flatten)]
+    report: &'a FederatedReport,
+    federated_exact_gap_percent: f64,
+    federated_naive_gap_percent: f64,
+    goal_met: bool,
+}
+
+impl FederatedReport {
+    pub fn to_json(&self) -> JsonReport<'_> {
+        JsonReport {
+            report: self,
+            federated_exact_gap_percent: self.gap_percent(&self.federated_exact),
+            federated_naive_gap_percent: self.gap_percent(&self.federated_naive),
+            goal_met: self.goal_met(),
+        }
+    }
+}
+
+impl fmt::Display for FederatedReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shards = self.shard_examples.len();
+        writeln!(
+            f,
+            "Federated SFT, {shards} shards x {} rounds, against central on the union: {} on {}",
+            self.rounds, self.model, self.device
+        )?;
+        writeln!(
+            f,
+            "  data: {} conversations; held out {}, shards {:?} examples",
+            self.conversations, self.held_out_examples, self.shard_examples
+        )?;
+        writeln!(
+            f,
+            "  {:<18} {:>9} {:>11} {:>9} {:>6} {:>10} {:>9}",
+            "run", "held-out", "vs central", "of gain", "steps", "train s", "merge s"
+        )?;
+        writeln!(f, "  {:<18} {:>9.4}", "base", self.base_loss)?;
+        let row = |f: &mut fmt::Formatter<'_>, name: &str, run: &RunFigures, federated: bool| {
+            let gap = if federated {
+                format!("{:+.2}%", self.gap_percent(run))
+            } else {
+                "-".to_owned()
+            };
+            writeln!(
+                f,
+                "  {:<18} {:>9.4} {:>11} {:>8.1}% {:>6} {:>10.1} {:>9.1}",
+                name,
+                run.loss,
+                gap,
+                self.share_of_central_gain(run) * 100.0,
+                run.steps,
+                run.train_seconds,
+                run.merge_seconds
+            )
+        };
+        row(f, "central", &self.central, false)?;
+        row(f, "federated exact", &self.federated_exact, true)?;
+        row(f, "federated naive", &self.federated_naive, true)?;
+        for (name, run) in [
+            ("exact", &self.federated_exact),
+            ("naive", &self.federated_naive),
+        ] {
+            let rounds: Vec<String> = run
+                .round_losses
+                .iter()
+                .zip(&run.merge_max_relative_error)
+                .map(|(loss, err)| format!("{loss:.4} (merge error {:.1}%)", err * 100.0))
+                .collect();
+            writeln!(f, "  {name} by round: {}", rounds.join(", "))?;
+        }
+        let gap = self.gap_percent(&self.federated_exact);
+        write!(
+            f,
+            "  goal (federated exact within {}% of central): {} ({gap:+.2}%)",
+            self.goal_percent,
+            if self.goal_met() { "met" } else { "NOT met" },
+        )
+    }
+}
+
+/// The demo's job spec with `shards` and `rounds` (a placeholder model CID: nothing is stored).
+fn spec(shards: u32, rounds: u32) -> anyhow::Result<JobSpec> {
+    let now = chrono::Utc::now();
+    let json = json!({
+        "version": 1,
+        "kind": "federated",
+        "base_model": { "cid": "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku",
+                        "format": "gguf", "architecture": "llama", "task": "causal_lm" },
+        "lora": { "r": 8, "alpha": 16, "dropout": 0.05,
+                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"] },
+        "training": { "epochs": 1, "learning_rate": 2e-3, "batch_size": 8,
+                      "max_seq_len": 96, "seed": SEED },
+        "shards": shards,
+        "rounds": rounds,
+        "held_out_fraction": HELD_OUT_FRACTION,
+        "deadline": (now + chrono::Duration::hours(2)).to_rfc3339(),
+        "stake": { "amount": "1" }
+    });
+    JobSpec::parse(json.to_string().as_bytes(), now).map_err(|e| anyhow::anyhow!("job spec: {e}"))
+}
+
+/// The demo's dataset: `conversations` records spread by stride over the corpus, as JSONL.
+fn dataset(corpus: &Path, conversations: usize, shards: u32) -> anyhow::Result<(String, usize)> {
+    let all = shardwork_trainer::data::chatterbot::conversations(&corpus.join("english"))?;
+    anyhow::ensure!(
+        conversations >= 10 * shards as usize,
+        "--conversations {conversations} is too few for {shards} shards and a held-out set"
+    );
+    let stride = (all.len() / conversations).max(1);
+    let mut jsonl = String::new();
+    let mut taken = 0;
+    for record in all.iter().step_by(stride).take(conversations) {
+        jsonl.push_str(&record.to_string());
+        jsonl.push('\n');
+        taken += 1;
+    }
+    Ok((jsonl, taken))
+}
+
+/// Writes `bytes` to `dir/name` and reads it back as the workers do.
+fn examples_of(
+    job: &CausalLmJob,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> anyhow::Result<Vec<SftExample>> {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    Ok(job.examples(&path)?)
+}
+
+/// Steps and seconds summed over the training runs of one way of training.
+#[derive(Default)]
+struct Tally {
+    steps: usize,
+    seconds: f64,
+}
+
+/// The job's training runs under one progress bar over every run of the bench.
+struct Trainer<'a> {
+    job: &'a CausalLmJob,
+    bar: ProgressLine,
+    done: usize,
+    all_steps: usize,
+}
+
+impl Trainer<'_> {
+    fn train(
+        &mut self,
+        start: Option<&Adapter>,
+        examples: &[SftExample],
+        label: &str,
+        tally: &mut Tally,
+    ) -> anyhow::Result<Adapter> {
+        let (bar, done, all_steps) = (&mut self.bar, self.done, self.all_steps);
+        let (adapter, report) = self.job.train_examples(start, examples, &mut |p| {
+            bar.draw(
+                (done + p.step) as u64,
+                all_steps as u64,
+                &format!("{label} loss {:.3}", p.loss),
+            );
+        })?;
+        self.done += report.steps;
+        tally.steps += report.steps;
+        tally.seconds += report.seconds;
+        Ok(adapter)
+    }
+}
+
+/// Merges one round's adapters as the validator's `merge_round` does: clipped at its factor
+/// times the round's median update norm, seeded by the job. Weights are the shards' example
+/// counts (the validator also multiplies by each adapter's quality, which asks for a scoring of
+/// every adapter; on equal-sized shards of one distribution it moves the weights little).
+fn merge_round(
+    job: &CausalLmJob,
+    adapters: &[Adapter],
+    weights: &[f64],
+    mode: MergeMode,
+) -> anyhow::Result<(Adapter, f64)> {
+    let mut sorted = adapters
+        .iter()
+        .map(norms::update_norm)
+        .collect::<Result<Vec<_>, _>>()?;
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let (merged, report) = merge::merge(
+        adapters,
+        weights,
+        &MergeOptions {
+            mode,
+            rank: None,
+            clip_norm: (median > 0.0).then_some(median * Rules::default().clip_factor),
+            seed: job.seed(),
+        },
+    )?;
+    Ok((merged, report.max_relative_error))
+}
+
+/// Runs base, federated (exact and naive merges) and central, in that order, on CPU.
+pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
+    anyhow::ensure!(
+        cfg.shards >= 1 && cfg.rounds >= 1,
+        "bench: --shards and --rounds must be at least 1"
+    );
+    let device = Device::Cpu;
+    let spec = spec(cfg.shards, cfg.rounds)?;
+    let (jsonl, conversations) = dataset(&cfg.corpus, cfg.conversations, cfg.shards)?;
+    // The API's own parse and cut, so held-out set and shards are the ones a posted job gets.
+    let records = pipeline::parse_records(jsonl.as_bytes(), &spec, true).map_err(|errors| {
+        let lines: Vec<String> = errors.into_iter().map(|e| e.message).collect();
+        anyhow::anyhow!("dataset: {}", lines.join("; "))
+    })?;
+    let split = pipeline::split(&records, &spec)
+        .map_err(|e| anyhow::anyhow!("dataset split: {}", e.message))?;
+
+    let load_started = Instant::now();
+    let job = CausalLmJob::from_args(&spec.lora, spec.training.clone(), &cfg.gguf, &device)?;
+    eprintln!(
+        "model loaded in {:.1} s",
+        load_started.elapsed().as_secs_f64()
+    );
+    let dir = tempfile::tempdir()?;
+    let held_out = examples_of(&job, dir.path(), "held-out.jsonl", &split.held_out)?;
+    let shards = split
+        .shards
+        .iter()
+        .enumerate()
+        .map(|(i, (bytes, _))| examples_of(&job, dir.path(), &format!("shard-{i}.jsonl"), bytes))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let weights: Vec<f64> = shards.iter().map(|s| s.len() as f64).collect();
+
+    // Central trains as many optimiser steps as all federated tasks together. The job's
+    // schedule is fixed at one epoch over what it is given, so central is given the union
+    // `rounds` times, topped up from the union until its step count reaches the federated one
+    // (shards rounding their last batch up can add a step each).
+    let round_steps: usize = shards.iter().map(|s| job.total_steps(s.len())).sum();
+    let federated_steps = round_steps * cfg.rounds as usize;
+    let union: Vec<SftExample> = shards.iter().flatten().cloned().collect();
+    let mut central_pool: Vec<SftExample> = Vec::with_capacity(union.len() * cfg.rounds as usize);
+    for _ in 0..cfg.rounds {
+        central_pool.extend(union.iter().cloned());
+    }
+    let mut top_up = union.iter().cycle();
+    while job.total_steps(central_pool.len()) < federated_steps {
+        central_pool.extend(top_up.next().cloned());
+    }
+    anyhow::ensure!(
+        job.total_steps(central_pool.len()) == federated_steps,
+        "central cannot match the federated step count {federated_steps} with batches of {}",
+        spec.training.batch_size
+    );
+
+    // Round 1 is shared, so the naive variant trains (rounds - 1) rounds of its own.
+    let mut trainer = Trainer {
+        job: &job,
+        bar: ProgressLine::new(),
+        done: 0,
+        all_steps: federated_steps * 2 - round_steps + federated_steps,
+    };
+
+    let base_loss = job.evaluate(None, &held_out)?.loss;
+    eprintln!("base held-out loss {base_loss:.4}");
+
+    let modes = [MergeMode::Exact, MergeMode::Naive];
+    let mut tallies = [Tally::default(), Tally::default()];
+    let mut starts: [Option<Adapter>; 2] = [None, None];
+    let mut round_losses = [Vec::new(), Vec::new()];
+    let mut merge_errors = [Vec::new(), Vec::new()];
+    let mut merge_seconds = [0.0, 0.0];
+    let mut shared_round: Option<(Vec<Adapter>, Tally)> = None;
+    for round in 1..=cfg.rounds {
+        for (v, mode) in modes.iter().enumerate() {
+            let name = if *mode == MergeMode::Exact {
+                "exact"
+            } else {
+                "naive"
+            };
+            let adapters = if let Some((adapters, tally)) = &shared_round
+                && round == 1
+            {
+                tallies[v].steps += tally.steps;
+                tallies[v].seconds += tally.seconds;
+                adapters.clone()
+            } else {
+                let mut tally = Tally::default();
+                let adapters = shards
+                    .iter()
+                    .enumerate()
+                    .map(|(k, shard)| {
+                        let label = if round == 1 {
+                            format!("round 1 shard {}", k + 1)
+                        } else {
+                            format!("{name} round {round} shard {}", k + 1)
+                        };
+                        trainer.train(starts[v].as_ref(), shard, &label, &mut tally)
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                tallies[v].steps += tally.steps;
+                tallies[v].seconds += tally.seconds;
+                if round == 1 {
+                    shared_round = Some((adapters.clone(), tally));
+                }
+                adapters
+            };
+            let merge_started = Instant::now();
+            let (merged, error) = merge_round(&job, &adapters, &weights, *mode)?;
+            merge_seconds[v] += merge_started.elapsed().as_secs_f64();
+            let loss = job.evaluate(Some(&merged), &held_out)?.loss;
+            trainer.bar.println(&format!(
+                "federated {name} round {round}: held-out loss {loss:.4}"
+            ));
+            round_losses[v].push(loss);
+            merge_errors[v].push(error);
+            starts[v] = Some(merged);
+        }
+    }
+
+    let mut central_tally = Tally::default();
+    let central = trainer.train(None, &central_pool, "central", &mut central_tally)?;
+    trainer.bar.finish();
+    let central_loss = job.evaluate(Some(&central), &held_out)?.loss;
+
+    let [exact_tally, naive_tally] = tallies;
+    let [exact_losses, naive_losses] = round_losses;
+    let [exact_errors, naive_errors] = merge_errors;
+    let federated =
+        |tally: Tally, losses: Vec<f64>, errors: Vec<f64>, merge_seconds: f64| RunFigures {
+            loss: *losses.last().expect("at least one round"),
+            steps: tally.steps,
+            train_seconds: tally.seconds,
+            merge_seconds,
+            round_losses: losses,
+            merge_max_relative_error: errors,
+        };
+    Ok(FederatedReport {
+        model: cfg
+            .gguf
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        device: format!("CPU ({} threads)", candle_core::utils::get_num_threads()),
+        conversations,
+        held_out_examples: held_out.len(),
+        shard_examples: shards.iter().map(Vec::len).collect(),
+        rounds: cfg.rounds,
+        base_loss,
+        central: RunFigures {
+            loss: central_loss,
+            steps: central_tally.steps,
+            train_seconds: central_tally.seconds,
+            merge_seconds: 0.0,
+            round_losses: Vec::new(),
+            merge_max_relative_error: Vec::new(),
+        },
+        federated_exact: federated(exact_tally, exact_losses, exact_errors, merge_seconds[0]),
+        federated_naive: federated(naive_tally, naive_losses, naive_errors, merge_seconds[1]),
+        goal_percent: GOAL_PERCENT,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(loss: f64) -> RunFigures {
+        RunFigures {
+            loss,
+            steps: 1,
+            train_seconds: 1.0,
+            merge_seconds: 0.0,
+            round_losses: vec![loss],
+            merge_max_relative_error: vec![0.0],
+        }
+    }
+
+    fn report(central: f64, exact: f64) -> FederatedReport {
+        FederatedReport {
+            model: "m".into(),
+            device: "CPU".into(),
+            conversations: 30,
+            held_out_examples: 3,
+            shard_examples: vec![9, 9, 9],
+            rounds: 1,
+            base_loss: 3.0,
+            central: figures(central),
+            federated_exact: figures(exact),
+            federated_naive: figures(exact * 1.1),
+            goal_percent: GOAL_PERCENT,
+        }
+    }
+
+    #[test]
+    fn the_goal_is_federated_loss_at_most_two_percent_above_central() {
+        assert!(report(2.0, 2.039).goal_met());
+        assert!(report(2.0, 1.9).goal_met(), "beating central meets it too");
+        assert!(!report(2.0, 2.041).goal_met());
+        let r = report(2.0, 2.5);
+        assert!((r.gap_percent(&r.federated_exact) - 25.0).abs() < 1e-9);
+        assert!((r.share_of_central_gain(&r.federated_exact) - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_json_report_carries_the_gaps_and_the_verdict() {
+        let r = report(2.0, 2.5);
+        let v = serde_json::to_value(r.to_json()).unwrap();
+        assert_eq!(v["goal_met"], false);
+        assert!((v["federated_exact_gap_percent"].as_f64().unwrap() - 25.0).abs() < 1e-9);
+        assert_eq!(v["central"]["loss"], 2.0);
+    }
+}
