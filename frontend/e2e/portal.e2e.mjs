@@ -1,9 +1,9 @@
 // The portal as a requester uses it, end to end: Debian's Chromium (driven by playwright-core)
 // against a real `shardwork up` on anvil, with a wallet injected into the page that forwards to
 // anvil's unlocked dev accounts. Sign in, post a job with a dataset (including a rejected one,
-// to see the server's errors land on the right input), fund the escrow from the wallet, post a
-// causal-LM job with a chat dataset while the first one trains, and follow the first job live
-// to its adapter: each task's training-loss curve from the workers' heartbeats, the held-out
+// to see the server's errors land on the right input), fund the escrow from the wallet, watch a
+// task's training-loss curve appear from a worker's heartbeats while the job runs, post a
+// causal-LM job with a chat dataset, and follow the first job live to its adapter: the held-out
 // metric per round, payouts. Screenshots of each page go to frontend/e2e-artifacts/.
 //
 //   scripts/frontend e2e      (builds the portal and the binary, installs Chromium and anvil)
@@ -20,6 +20,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
+import { createSiweMessage } from 'viem/siwe';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const frontend = resolve(here, '..');
@@ -41,6 +43,8 @@ const completeTimeoutMs = Number(process.env.SHARDWORK_E2E_COMPLETE_TIMEOUT_S ??
 // Dev account 3: 0-2 deploy, operate and fund for the server, 4 is the in-process validator
 // and 5.. the workers of `shardwork up` (src/nodes.rs).
 const REQUESTER_INDEX = 3;
+/** The API's task lease in this run, seconds. */
+const LEASE_SECS = 15;
 
 const children = [];
 const results = [];
@@ -142,6 +146,41 @@ function walletScript({ account, chainIdHex }) {
   window.ethereum = provider;
 }
 
+/** A JSON call to the API from Node; a failure throws with the status and the problem. */
+async function api(origin, method, path, { token, body } = {}) {
+  const headers = {};
+  if (token) headers.authorization = `Bearer ${token}`;
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const response = await fetch(`${origin}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${path} answered ${response.status}: ${text.slice(0, 300)}`);
+  return text ? JSON.parse(text) : null;
+}
+
+/**
+ * A worker node as the API sees one: a fresh address signed in with the worker role (EIP-4361,
+ * as the nodes sign in) and registered. Its access token.
+ */
+async function signInWorker(origin) {
+  const account = privateKeyToAccount(generatePrivateKey());
+  const nonce = await api(origin, 'POST', '/v1/auth/nonce');
+  const message = createSiweMessage({
+    domain: nonce.domain,
+    address: account.address,
+    statement: 'Sign in to Shardwork',
+    uri: origin,
+    version: '1',
+    chainId: Number(nonce.chain_id),
+    nonce: nonce.nonce,
+    issuedAt: new Date(),
+    expirationTime: new Date(nonce.expires_at),
+  });
+  const signature = await account.signMessage({ message });
+  const { access_token: token } = await api(origin, 'POST', '/v1/auth/verify', { body: { message, signature, roles: ['worker'] } });
+  await api(origin, 'POST', '/v1/workers/register', { token, body: { capabilities: { device: 'cpu', memory_mb: 65536 } } });
+  return token;
+}
+
 /**
  * Runs one step. A failed step stops the walk-through (later steps build on it) unless `soft`:
  * a soft step checks something the later steps do not need.
@@ -201,6 +240,9 @@ async function main() {
         // Short-lived access tokens, so the walk-through renews its session through the real
         // /v1/auth/refresh several times (the portal renews 30 s before expiry).
         SHARDWORK_API__ACCESS_TOKEN_TTL_SECS: '40',
+        // The walk-through's own worker lets its lease lapse after its heartbeats; a short lease
+        // gives the task back soon. The nodes heartbeat every 5 s, well inside it.
+        SHARDWORK_API__LEASE_SECS: String(LEASE_SECS),
         // Follow anvil (not the embedded EVM), so the page's wallet and the server share a chain;
         // funding comes from the wallet, not the server's development account.
         SHARDWORK_CHAIN__KIND: 'rpc',
@@ -224,7 +266,9 @@ async function main() {
         log(`        (no ${llmGguf}: the causal-LM job names the sample model)`);
         llmCid = modelCid;
       }
-      const server = start('shardwork', shardworkBin, ['up'], { cwd: work, env });
+      // One in-process worker: it trains one shard at a time, so while it trains the first the
+      // walk-through's own worker can claim the second.
+      const server = start('shardwork', shardworkBin, ['up', '--workers', '1'], { cwd: work, env });
       await waitFor('the API', async () => (await fetch(`${origin}/healthz`)).ok, 120_000, server);
       const page = await fetch(`${origin}/jobs`);
       const html = await page.text();
@@ -396,6 +440,53 @@ async function main() {
       await page.setViewportSize({ width: 1280, height: 900 });
     });
 
+    await step("a worker's heartbeats draw its task's loss curve on the open job's page", async () => {
+      const id = jobUrl.split('/').pop();
+      const token = await signInWorker(origin);
+      // A shard the in-process worker has not claimed: it trains one at a time. Any signed-in
+      // address reads a job's progress, which lists its tasks.
+      let lease;
+      await waitFor(
+        'a queued task to claim',
+        async () => {
+          const progress = await api(origin, 'GET', `/v1/jobs/${id}/progress`, { token });
+          for (const task of progress.tasks.filter((t) => t.status === 'queued').reverse()) {
+            const claim = await fetch(`${origin}/v1/tasks/${task.task_id}/claim`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${token}` },
+            });
+            if (claim.ok) {
+              lease = { ...(await claim.json()), shard: task.shard };
+              return true;
+            }
+          }
+          return false;
+        },
+        30_000,
+      );
+      for (const [step, loss] of [
+        [8, 0.69],
+        [16, 0.58],
+        [24, 0.5],
+        [32, 0.46],
+      ]) {
+        await api(origin, 'POST', `/v1/tasks/${lease.task_id}/extend`, {
+          token,
+          body: { lease_token: lease.lease_token, progress: { step, total_steps: 64, loss, tokens_per_second: 900 } },
+        });
+      }
+      // Then it goes quiet: its lease lapses after LEASE_SECS and the in-process worker trains
+      // the shard. Until then the job stays open, and the page, reading the curves again every
+      // 5 s without a reload, must draw this one.
+      const chart = page.getByTestId('training').getByTestId('loss-chart').first();
+      await chart.getByRole('img', { name: /Training loss per task in round 1/ }).waitFor({ timeout: 15_000 });
+      await chart.locator('figcaption').getByText(`shard ${lease.shard}`).waitFor();
+      const status = await page.getByTestId('job-status').textContent();
+      if (status !== 'Open') throw new Error(`the curve appeared only once the job was ${status}`);
+      if ((await chart.locator('.loss-line').count()) < 1) throw new Error('the loss chart has no line');
+      await shot('07-job-loss-curve-while-open');
+    });
+
     await step('post a causal-LM job: Llama defaults, a chat dataset, the server\'s field errors', async () => {
       await page.getByRole('link', { name: 'Post a job' }).first().click();
       await page.getByLabel('Architecture').selectOption('llama');
@@ -416,14 +507,14 @@ async function main() {
       if ((await page.getByLabel('Target modules').getAttribute('aria-invalid')) !== 'true') {
         throw new Error('the target modules input is not marked aria-invalid');
       }
-      await shot('10-llm-quote-error');
+      await shot('08-llm-quote-error');
       await page.getByLabel('Target modules').fill('q_proj, v_proj');
       await page.getByRole('button', { name: 'Get a quote' }).click();
       await page.getByTestId('quote').waitFor({ timeout: 15_000 });
       // The bad role is line 2 of the file: the server names the line and the turn.
       await page.getByRole('button', { name: 'Post job' }).click();
       await page.locator('[data-field="dataset"]').filter({ hasText: /line 2:.*messages\[1\]\.role/ }).waitFor({ timeout: 15_000 });
-      await shot('11-llm-dataset-error');
+      await shot('09-llm-dataset-error');
       await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'chat.jsonl'));
       await page.getByTestId('dataset-scan').filter({ hasText: 'chat ({"messages"}) records' }).waitFor();
       await page.getByRole('button', { name: 'Get a quote' }).click();
@@ -432,38 +523,27 @@ async function main() {
       await page.waitForURL((url) => /\/jobs\/[0-9a-f-]{36}$/.test(url.pathname) && url.href !== jobUrl, { timeout: 60_000 });
       await page.getByTestId('job-status').filter({ hasText: 'Awaiting funding' }).waitFor();
       await page.getByTestId('event-log').filter({ hasText: 'created' }).waitFor({ timeout: 15_000 });
-      await shot('12-llm-job-awaiting-funding');
+      await shot('10-llm-job-awaiting-funding');
     });
 
     await step('my jobs lists the job', async () => {
       await page.getByRole('link', { name: 'My jobs' }).first().click();
       const id = jobUrl.split('/').pop();
       await page.getByRole('link', { name: id.slice(0, 8) }).waitFor({ timeout: 15_000 });
-      await shot('07-my-jobs');
+      await shot('11-my-jobs');
       await page.getByRole('link', { name: id.slice(0, 8) }).click();
       await page.waitForURL(jobUrl);
-    });
-
-    await step('a training-loss curve per task appears once the workers heartbeat', async () => {
-      // No reload: the page reads the curves again every 5 s while the job is open.
-      const training = page.getByTestId('training');
-      await training.waitFor({ timeout: 15_000 });
-      const chart = training.getByTestId('loss-chart').first();
-      await chart.waitFor({ timeout: completeTimeoutMs });
-      const status = await page.getByTestId('job-status').textContent();
-      await chart.getByRole('img', { name: /Training loss per task in round 1/ }).waitFor();
-      const lines = await chart.locator('.loss-line').count();
-      if (lines < 1) throw new Error('the loss chart has no line');
-      log(`        (first curve seen while the job was ${status}; ${lines} line(s))`);
-      await shot('13-job-loss-curves');
     });
 
     await step('the job runs to completed: verdicts, metric chart, payouts, adapter download', async () => {
       await page.getByTestId('job-status').filter({ hasText: 'Completed' }).waitFor({ timeout: completeTimeoutMs });
       // Named by the validator's metric: classification jobs are scored by accuracy.
       await page.getByRole('img', { name: /Held-out accuracy \(higher is better\) of the merged adapter/ }).waitFor();
-      const heldOut = page.getByTestId('training').getByTestId('held-out').first();
-      await heldOut.filter({ hasText: 'Held-out accuracy (higher is better)' }).waitFor({ timeout: 15_000 });
+      // The training section keeps the curves beside the round's held-out metric; the
+      // walk-through's worker's attempt is drawn as an earlier attempt of its shard.
+      const training = page.getByTestId('training');
+      await training.getByTestId('held-out').filter({ hasText: 'Held-out accuracy (higher is better)' }).waitFor({ timeout: 15_000 });
+      await training.getByTestId('loss-chart').getByText('earlier attempt').waitFor();
       await page.getByRole('heading', { name: 'Payouts' }).waitFor();
       const result = page.getByTestId('result');
       await result.getByRole('button', { name: /^Download / }).first().waitFor({ timeout: 15_000 });
@@ -471,9 +551,9 @@ async function main() {
       await result.getByRole('button', { name: /^Download / }).first().click();
       const file = await download;
       await file.saveAs(join(artifacts, file.suggestedFilename()));
-      await shot('08-job-completed');
+      await shot('12-job-completed');
       await page.setViewportSize({ width: 390, height: 844 });
-      await shot('09-job-completed-mobile');
+      await shot('13-job-completed-mobile');
     });
 
     await step('no console errors', async () => {
