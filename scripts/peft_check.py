@@ -6,9 +6,10 @@ gguf into `.tools/peft-check` first. Not part of CI: the install is several GB.
 
 Classification (adapter task_type SEQ_CLS, base = a BERT-family folder): held-out accuracy and
 macro-F1 of `AutoModelForSequenceClassification` + `PeftModel.from_pretrained`.
-Causal LM (CAUSAL_LM, base = a .gguf file): mean held-out cross-entropy per learned token of
-`AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)` + the adapter, learning the tokens
-`shardwork` learns (completions, responses, assistant turns; every token of a plain text).
+Causal LM (CAUSAL_LM, base = a Llama-family folder or .gguf file): mean held-out cross-entropy
+per learned token of `AutoModelForCausalLM.from_pretrained` (`gguf_file=` for GGUF) + the
+adapter, on the tokens `shardwork` learns (completions, responses, assistant turns; every
+token of a plain text).
 
 Before scoring it checks that PEFT loaded the adapter whole: `get_peft_model_state_dict` of the
 loaded model must give back every tensor of adapter_model.safetensors, under the same name,
@@ -26,21 +27,26 @@ import sys
 import warnings
 from pathlib import Path
 
-import torch
-from peft import PeftModel, get_peft_model_state_dict
-from safetensors.torch import load_file
-from transformers import (
+# Before the imports that read them: no progress bars (the GGUF loader draws its own), and no
+# tokenizer thread pool forked into the `shardwork` subprocess.
+os.environ.setdefault("TQDM_DISABLE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+from peft import PeftModel, get_peft_model_state_dict  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
 )
-from transformers.utils import logging as hf_logging
+from transformers.utils import logging as hf_logging  # noqa: E402
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, type=Path,
-                   help="the base: a BERT-family folder or a Llama-family .gguf file")
+                   help="the base: a BERT-family folder, or a Llama-family folder or .gguf file")
     p.add_argument("--adapter", required=True, type=Path, help="the PEFT adapter folder")
     p.add_argument("--data", required=True, type=Path, help="held-out JSONL")
     p.add_argument("--shardwork", required=True, help="the shardwork binary")
@@ -56,7 +62,7 @@ def parse_args():
 def shardwork_eval(args):
     cmd = [args.shardwork, "eval", "--model", str(args.model), "--data", str(args.data),
            "--adapter", str(args.adapter), "--max-seq-len", str(args.max_seq_len), "--json"]
-    if args.model.is_dir():
+    if args.task == "SEQ_CLS":
         cmd += ["--labels", str(args.labels)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -77,6 +83,15 @@ def read_jsonl(path):
             if line.strip():
                 records.append(json.loads(line))
     return records
+
+
+def load_adapter(base, adapter_dir):
+    try:
+        return PeftModel.from_pretrained(base, adapter_dir).eval()
+    # PEFT raises KeyError for a tensor it looks for and does not find, RuntimeError for a
+    # shape, ValueError for a config: each means the adapter does not load as it is.
+    except Exception as e:
+        fail(f"{adapter_dir}: PeftModel.from_pretrained failed: {type(e).__name__}: {e}")
 
 
 def check_loaded(model, adapter_dir):
@@ -127,7 +142,7 @@ def peft_classification(args):
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     base = AutoModelForSequenceClassification.from_pretrained(
         args.model, num_labels=args.labels, dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, args.adapter).eval()
+    model = load_adapter(base, args.adapter)
     tensors = check_loaded(model, args.adapter)
     head = type(base).__name__
     records = read_jsonl(args.data)
@@ -193,10 +208,14 @@ def render(tokenizer, record, eos_text):
 
 
 def peft_causal_lm(args):
-    folder, name = str(args.model.parent), args.model.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    base = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model = PeftModel.from_pretrained(base, args.adapter).eval()
+    # A Hugging Face folder loads as it is; a GGUF file by its folder and name (dequantised).
+    if args.model.is_dir():
+        source, extra = str(args.model), {}
+    else:
+        source, extra = str(args.model.parent), {"gguf_file": args.model.name}
+    tokenizer = AutoTokenizer.from_pretrained(source, **extra)
+    base = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **extra)
+    model = load_adapter(base, args.adapter)
     tensors = check_loaded(model, args.adapter)
     eos_text = tokenizer.convert_ids_to_tokens(tokenizer.eos_token_id)
     examples = []
@@ -237,7 +256,7 @@ def main():
     warnings.filterwarnings("ignore")
     torch.manual_seed(0)
     config = json.loads((args.adapter / "adapter_config.json").read_text())
-    task = config.get("task_type")
+    task = args.task = config.get("task_type")
     if task == "SEQ_CLS":
         headline, lower_is_better = "accuracy", False
         head, tensors, peft = peft_classification(args)
@@ -272,5 +291,4 @@ def main():
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sys.exit(main())
