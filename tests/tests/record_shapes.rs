@@ -214,14 +214,17 @@ async fn every_record_shape_is_posted_through_the_api_and_trained_by_the_trainer
     )
     .unwrap();
 
-    // A misspelt field is refused at posting, naming the line and the field.
-    let mut bad = records("prompt_completion");
-    bad.push_str("{\"prompt\": \"p\", \"complection\": \"c\"}\n");
-    let err = post(d, &env, "bad", &spec(&bert_cid, true), &bad).unwrap_err();
-    assert!(
-        err.contains("line 11:") && err.contains("complection"),
-        "{err}"
-    );
+    // A misspelt field is refused at posting, naming the line and the field. (Posting reads
+    // the bundle first, so this needs the real causal-LM model.)
+    if let Some(llama_cid) = &llama_cid {
+        let mut bad = records("prompt_completion");
+        bad.push_str("{\"prompt\": \"p\", \"complection\": \"c\"}\n");
+        let err = post(d, &env, "bad", &spec(llama_cid, true), &bad).unwrap_err();
+        assert!(
+            err.contains("line 11:") && err.contains("complection"),
+            "{err}"
+        );
+    }
     // ... and a causal-LM record in a classification job, naming its line.
     let err = post(d, &env, "mixed", &spec(&bert_cid, false), &records("text")).unwrap_err();
     assert!(err.contains("line 1:") && err.contains("label"), "{err}");

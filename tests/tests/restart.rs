@@ -15,6 +15,7 @@ use shardwork_core::protocol::TASK_QUEUE;
 use shardwork_core::queue::TaskQueue;
 use shardwork_core::queue::table::TableQueue;
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
+use shardwork_node::content::{ApiBlobs, put_bundle};
 use shardwork_tests::{Process, eventually, free_port, wait_healthy};
 
 fn env(data_dir: &std::path::Path, port: u16) -> Vec<(String, String)> {
@@ -88,10 +89,17 @@ async fn killed_between_transition_and_publish_publishes_exactly_once_after_rest
         )
         .unwrap(),
     );
-    let model_cid = requester
-        .upload(Bytes::from_static(b"a model"))
-        .await
-        .unwrap();
+    // Posting inspects the bundle, so the model is the real sample BERT, not a placeholder.
+    let model_dir = dir.path().join("model");
+    shardwork_trainer::sample::write_model(&model_dir, 3).unwrap();
+    let model_cid = put_bundle(
+        &ApiBlobs(requester.clone()),
+        "model",
+        &model_dir,
+        &["config.json", "model.safetensors", "tokenizer.json"],
+    )
+    .await
+    .unwrap();
     let dataset: String = (0..30)
         .map(|i| format!("{{\"text\":\"review {i}\",\"label\":{}}}\n", i % 2))
         .collect();
