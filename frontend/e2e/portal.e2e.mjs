@@ -217,6 +217,8 @@ async function main() {
     /status of 422 .*\/v1\/jobs\/quote\)$/,
   ];
   let failureShot = null;
+  /** The environment `shardwork up` runs with; the worker started later shares it. */
+  let serverEnv;
 
   try {
     let account;
@@ -230,7 +232,7 @@ async function main() {
 
     await step('shardwork up serves the API and the portal', async () => {
       // The portal must be opened on the host the server signs users in for.
-      const env = {
+      const env = (serverEnv = {
         ...process.env,
         SHARDWORK_DATA_DIR: join(work, 'data'),
         SHARDWORK_API__BIND: `127.0.0.1:${apiPort}`,
@@ -249,7 +251,7 @@ async function main() {
         SHARDWORK_CHAIN__RPC_URL: anvilUrl,
         SHARDWORK_CHAIN__DEV_FUNDING: 'false',
         RUST_LOG: process.env.RUST_LOG ?? 'info',
-      };
+      });
       if (!modelCid) {
         const modelDir = join(work, 'model');
         execFileSync(shardworkBin, ['model', 'sample', modelDir], { cwd: work, env, stdio: 'ignore' });
@@ -266,9 +268,10 @@ async function main() {
         log(`        (no ${llmGguf}: the causal-LM job names the sample model)`);
         llmCid = modelCid;
       }
-      // One in-process worker: it trains one shard at a time, so while it trains the first the
-      // walk-through's own worker can claim the second.
-      const server = start('shardwork', shardworkBin, ['up', '--workers', '1'], { cwd: work, env });
+      // No in-process worker: a sample-model shard trains in a second or two, so a worker
+      // running from the start could take every shard before the walk-through claims one. The
+      // job's worker is a separate `shardwork worker`, started once the curve has been seen.
+      const server = start('shardwork', shardworkBin, ['up', '--workers', '0'], { cwd: work, env });
       await waitFor('the API', async () => (await fetch(`${origin}/healthz`)).ok, 120_000, server);
       const page = await fetch(`${origin}/jobs`);
       const html = await page.text();
@@ -443,8 +446,8 @@ async function main() {
     await step("a worker's heartbeats draw its task's loss curve on the open job's page", async () => {
       const id = jobUrl.split('/').pop();
       const token = await signInWorker(origin);
-      // A shard the in-process worker has not claimed: it trains one at a time. Any signed-in
-      // address reads a job's progress, which lists its tasks.
+      // No worker runs yet, so every shard is queued. Any signed-in address reads a job's
+      // progress, which lists its tasks.
       let lease;
       await waitFor(
         'a queued task to claim',
@@ -475,9 +478,9 @@ async function main() {
           body: { lease_token: lease.lease_token, progress: { step, total_steps: 64, loss, tokens_per_second: 900 } },
         });
       }
-      // Then it goes quiet: its lease lapses after LEASE_SECS and the in-process worker trains
-      // the shard. Until then the job stays open, and the page, reading the curves again every
-      // 5 s without a reload, must draw this one.
+      // Then it goes quiet: its lease lapses after LEASE_SECS. Until a worker runs the job stays
+      // open, and the page, reading the curves again every 5 s without a reload, must draw
+      // this one.
       const chart = page.getByTestId('training').getByTestId('loss-chart').first();
       await chart.getByRole('img', { name: /Training loss per task in round 1/ }).waitFor({ timeout: 15_000 });
       await chart.locator('figcaption').getByText(`shard ${lease.shard}`).waitFor();
@@ -485,6 +488,12 @@ async function main() {
       if (status !== 'Open') throw new Error(`the curve appeared only once the job was ${status}`);
       if ((await chart.locator('.loss-line').count()) < 1) throw new Error('the loss chart has no line');
       await shot('07-job-loss-curve-while-open');
+      // Now a worker of its own process (a new key, the server's embedded queue and store)
+      // trains every shard, the lapsed one included, once its lease is given back.
+      start('worker', shardworkBin, ['worker', '--api', origin, '--work-dir', join(work, 'worker')], {
+        cwd: work,
+        env: { ...serverEnv, SHARDWORK_NODE_KEY: generatePrivateKey() },
+      });
     });
 
     await step('post a causal-LM job: Llama defaults, a chat dataset, the server\'s field errors', async () => {
@@ -529,9 +538,12 @@ async function main() {
     await step('my jobs lists the job', async () => {
       await page.getByRole('link', { name: 'My jobs' }).first().click();
       const id = jobUrl.split('/').pop();
-      await page.getByRole('link', { name: id.slice(0, 8) }).waitFor({ timeout: 15_000 });
+      // The portal's short id (src/format.ts shortJobId): UUIDv7 ids of jobs posted in the same
+      // minute share their first 8 digits, as this walk-through's two jobs do.
+      const short = `${id.slice(0, 8)}…${id.slice(-4)}`;
+      await page.getByRole('link', { name: short, exact: true }).waitFor({ timeout: 15_000 });
       await shot('11-my-jobs');
-      await page.getByRole('link', { name: id.slice(0, 8) }).click();
+      await page.getByRole('link', { name: short, exact: true }).click();
       await page.waitForURL(jobUrl);
     });
 

@@ -1,4 +1,5 @@
 import { Layout } from './components/Layout';
+import { shortJobId } from './format';
 import { Home } from './pages/Home';
 import { JobPage } from './pages/JobPage';
 import { MyJobs } from './pages/MyJobs';
@@ -29,7 +30,7 @@ export function App() {
       );
     case 'job':
       return (
-        <Layout title={`Job ${route.id.slice(0, 8)}`} path={path}>
+        <Layout title={`Job ${shortJobId(route.id)}`} path={path}>
           <JobPage key={route.id} id={route.id} />
         </Layout>
       );

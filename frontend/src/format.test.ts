@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { bytes, eth, fixed, shortAddress } from './format';
+import { bytes, eth, fixed, shortAddress, shortJobId } from './format';
 
 describe('format', () => {
   it('shows wei as ETH with few decimals', () => {
@@ -13,6 +13,12 @@ describe('format', () => {
   it('shortens addresses and sizes', () => {
     expect(shortAddress('0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266')).toBe('0xf39F…2266');
     expect(bytes(2048)).toBe('2.0 KiB');
+  });
+  it('keeps apart the short ids of jobs posted in the same minute', () => {
+    const a = shortJobId('01a216ba-1d9c-7158-b507-e961aab4eeba');
+    const b = shortJobId('01a216ba-01bb-703c-8ebf-f0f15bd9bd46');
+    expect(a).toBe('01a216ba…eeba');
+    expect(a).not.toBe(b);
   });
 });
 

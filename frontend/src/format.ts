@@ -1,5 +1,14 @@
 import { formatEther, formatGwei } from 'viem';
 
+/**
+ * A job id short enough for a table cell yet unique among a requester's jobs. Job ids are
+ * UUIDv7: their first 8 hex digits are the top of a millisecond timestamp, shared by every job
+ * posted within about a minute, so the short form keeps the random tail too.
+ */
+export function shortJobId(id: string): string {
+  return id.length > 13 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id;
+}
+
 export function shortAddress(address: string): string {
   return address.length > 12 ? `${address.slice(0, 6)}…${address.slice(-4)}` : address;
 }

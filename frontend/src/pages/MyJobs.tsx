@@ -4,7 +4,7 @@ import { unwrap } from '../api/client';
 import { JOB_STATUSES, type JobStatus, type JobView } from '../api/types';
 import { Alert } from '../components/Alert';
 import { SignInFirst } from '../components/Layout';
-import { eth, statusLabel, when } from '../format';
+import { eth, shortJobId, statusLabel, when } from '../format';
 import { Link, navigate } from '../router';
 import { errorMessage, usePortal } from '../state';
 
@@ -87,7 +87,7 @@ export function MyJobs({ path }: { path: string }) {
               {jobs.map((job) => (
                 <tr key={job.id}>
                   <td>
-                    <Link href={`/jobs/${job.id}`}>{job.id.slice(0, 8)}</Link>
+                    <Link href={`/jobs/${job.id}`}>{shortJobId(job.id)}</Link>
                   </td>
                   <td>
                     <span className={`badge badge--${job.status}`}>{statusLabel(job.status)}</span>
