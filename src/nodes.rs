@@ -92,6 +92,16 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             tracing::error!(error = %e, "validator stopped");
         }
     }));
+    // In-process workers share this machine with each other and the validator: each registers
+    // its share of the memory available now, not all of it (three workers that each claimed the
+    // whole machine were leased three jobs' worth of training and ran it out of memory).
+    let share_mb = match shardwork_node::capacity::host_memory_mb() {
+        Ok(mb) => Some(mb / (setup.workers as u64 + 1)),
+        Err(e) => {
+            tracing::warn!(error = %e, "host memory unknown: in-process workers register what they measure");
+            None
+        }
+    };
     for i in 0..setup.workers {
         let behaviour = if i < setup.adversaries {
             Behaviour::RandomNoise
@@ -110,7 +120,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             work_dir: WorkDir::new(setup.work_dir.join(format!("worker-{i}"))),
             heartbeat: HEARTBEAT,
             behaviour,
-            memory_limit_mb: None,
+            memory_limit_mb: share_mb,
         };
         let rx = receiver.clone();
         handles.push(tokio::spawn(async move {

@@ -16,6 +16,7 @@ use shardwork_core::protocol::{
 };
 use shardwork_core::queue::{Delivery, TaskQueue};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::NodeError;
 use crate::content::{Blobs, fetch_bundle, put_bundle};
@@ -137,8 +138,10 @@ impl WorkerNode {
         };
         let span = tracing::info_span!("task", task = %lease.task_id, job = %lease.task.job_id,
             round = lease.task.round, shard = lease.task.shard_index);
-        let _enter = span.enter();
-        match self.run_task(&lease).await {
+        // Instrumented, not entered: a span guard held across an await leaks into whatever
+        // else runs on the thread (other workers' and the validator's lines came out nested
+        // in this task's span).
+        async { match self.run_task(&lease).await {
             Ok(()) => {
                 delivery.ack().await?;
                 Ok(Handled::Submitted {
@@ -162,7 +165,9 @@ impl WorkerNode {
                 delivery.ack().await?;
                 Err(e)
             }
-        }
+        } }
+        .instrument(span)
+        .await
     }
 
     async fn run_task(&self, lease: &Lease) -> Result<(), NodeError> {

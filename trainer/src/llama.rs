@@ -253,10 +253,32 @@ impl Proj {
 
     fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, LlamaError> {
         match self {
-            Proj::Base(l) => Ok(l.forward(xs)?),
+            Proj::Base(l) => frozen_linear(xs, l.weight(), l.bias()),
             Proj::Lora(l) => l.forward(xs, train).map_err(LlamaError::Lora),
         }
     }
+}
+
+/// `xs (..., in) · wᵀ + bias` for frozen weights, through [`crate::nn::frozen_matmul_t`] on the
+/// rows of `xs`. candle-nn's `Linear` broadcasts `w` over the batch, so its backward computed
+/// a (batch, in, out) weight gradient per projection (then summed it) that nothing reads: in
+/// SmolLM2 SFT with LoRA on the attention only, that was the MLP's share of a step's time and
+/// most of its peak memory.
+fn frozen_linear(xs: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, LlamaError> {
+    let dims = xs.dims();
+    let Some((&in_dim, lead)) = dims.split_last() else {
+        return Ok(xs.broadcast_matmul(&w.t()?)?);
+    };
+    let rows: usize = lead.iter().product();
+    let y =
+        crate::nn::frozen_matmul_t(&xs.reshape((rows, in_dim))?, w).map_err(LlamaError::Lora)?;
+    let y = match bias {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    let mut out_dims = lead.to_vec();
+    out_dims.push(w.dim(0)?);
+    Ok(y.reshape(out_dims)?)
 }
 
 /// RMSNorm from differentiable ops (see the module comment for why not candle's kernel).
@@ -636,17 +658,11 @@ impl Llama {
 
     /// Vocabulary logits for hidden states of any leading shape.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor, LlamaError> {
-        let logits = match &self.lm_head {
-            Some(head) => head.forward(hidden)?,
-            None => {
-                let w = self.embed_tokens.embeddings();
-                match hidden.rank() {
-                    2 => hidden.matmul(&w.t()?)?,
-                    _ => hidden.broadcast_matmul(&w.t()?)?,
-                }
-            }
-        };
-        Ok(logits)
+        // The head (or the input embeddings it is tied to) is frozen: no weight gradient.
+        match &self.lm_head {
+            Some(head) => frozen_linear(hidden, head.weight(), head.bias()),
+            None => frozen_linear(hidden, self.embed_tokens.embeddings(), None),
+        }
     }
 
     /// Logits (batch, seq, vocab) for every position of `input_ids` (batch, seq).
@@ -886,8 +902,10 @@ pub(crate) mod tests {
             }
         }
         let input = Tensor::new(&[[1u32, 2, 3, 4, 5]], &Device::Cpu).unwrap();
+        // The training path: scoring (`forward`) reads the factors detached.
+        let hidden = model.forward_hidden(&input, true).unwrap();
         let loss = model
-            .forward(&input)
+            .logits(&hidden)
             .unwrap()
             .sqr()
             .unwrap()

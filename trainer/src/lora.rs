@@ -333,11 +333,19 @@ impl LoraLinear {
             rng,
         } = &self.kind
         {
-            let xd = if train { rng.apply(&x2, *dropout)? } else { x2 };
-            let delta = xd
-                .matmul(&a.as_tensor().t()?)?
-                .matmul(&b.as_tensor().t()?)?
-                .affine(*scale, 0.0)?;
+            // Scoring reads the factors detached: through a variable, candle would keep every
+            // activation of the forward pass alive in the result's graph, for a backward that
+            // never comes (a held-out batch then held as much memory as a training step).
+            let (xd, a, b) = if train {
+                (
+                    rng.apply(&x2, *dropout)?,
+                    a.as_tensor().clone(),
+                    b.as_tensor().clone(),
+                )
+            } else {
+                (x2, a.as_tensor().detach(), b.as_tensor().detach())
+            };
+            let delta = xd.matmul(&a.t()?)?.matmul(&b.t()?)?.affine(*scale, 0.0)?;
             y = (y + delta)?;
         }
         let mut out_dims = lead.to_vec();

@@ -164,6 +164,19 @@ impl AdamW {
     /// Adds one micro-batch's gradients. Every `grad_accum`-th call averages what was
     /// accumulated and takes an optimiser step, returning what it did.
     pub fn accumulate(&mut self, grads: &GradStore) -> Result<Option<StepInfo>> {
+        self.add(grads)?;
+        self.micro += 1;
+        if self.micro < self.cfg.grad_accum {
+            return Ok(None);
+        }
+        self.micro = 0;
+        self.apply().map(Some)
+    }
+
+    /// Adds `grads` to the micro-batch in progress without ending it: the gradients of the
+    /// passes one micro-batch is split into, each of whose losses is already weighted by its
+    /// share of the micro-batch's tokens.
+    pub fn add(&mut self, grads: &GradStore) -> Result<()> {
         for slot in &mut self.slots {
             // A trainable the loss does not reach (e.g. a frozen branch) gets a zero gradient.
             let Some(g) = grads.get(slot.var.as_tensor()) else {
@@ -174,12 +187,7 @@ impl AdamW {
                 None => g.copy()?,
             });
         }
-        self.micro += 1;
-        if self.micro < self.cfg.grad_accum {
-            return Ok(None);
-        }
-        self.micro = 0;
-        self.apply().map(Some)
+        Ok(())
     }
 
     fn apply(&mut self) -> Result<StepInfo> {

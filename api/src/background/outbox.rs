@@ -32,6 +32,7 @@ use shardwork_contracts::ledger::{
 use shardwork_core::protocol::events::Finalize;
 use shardwork_core::protocol::{JobEvent, JobKind, TASK_QUEUE};
 use shardwork_core::queue::{OutgoingMessage, TaskQueue};
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::background::error::BackgroundError;
@@ -76,8 +77,13 @@ impl Dispatcher {
                 continue;
             }
             let span = tracing::info_span!("dispatch", event = row.id, kind = %row.kind, job = %row.job_id);
-            let _guard = span.enter();
-            match self.effect(db, queue, chain, &row).await {
+            // Instrumented, not entered: a guard held across an await would leak the span
+            // into other tasks on this thread.
+            match self
+                .effect(db, queue, chain, &row)
+                .instrument(span.clone())
+                .await
+            {
                 Ok(()) => {
                     job_event::Entity::update_many()
                         .col_expr(job_event::Column::DispatchedAt, Expr::value(Utc::now()))
@@ -94,7 +100,9 @@ impl Dispatcher {
                 }
                 Err(err) => {
                     let attempts = row.dispatch_attempts + 1;
-                    tracing::warn!(error = %err, attempts, "dispatch failed; will retry");
+                    span.in_scope(
+                        || tracing::warn!(error = %err, attempts, "dispatch failed; will retry"),
+                    );
                     job_event::Entity::update_many()
                         .col_expr(job_event::Column::DispatchAttempts, Expr::value(attempts))
                         .col_expr(

@@ -6,6 +6,7 @@
 //! (named in the answer), since the spec names the architecture but not the size.
 
 use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::job_spec::SFT_TOKENS_PER_PASS;
 use shardwork_core::protocol::{Architecture, JobSpec};
 
 /// A linear layer's `(in_features, out_features)`.
@@ -176,19 +177,28 @@ pub fn adapter_params(spec: &JobSpec, shape: &ModelShape) -> Result<u128, (Strin
 /// Memory a node needs to train the job `spec` on a model of `shape` with `vocab` tokens and
 /// `parameters` weights, in MiB: the weights in f32 (GGUF weights are dequantized), the
 /// adapter with its gradient and both AdamW moments, the activations kept for the backward pass
-/// of one micro-batch, a causal LM's logits with their log-softmax and gradient, and a fixed
+/// of one training pass, a causal LM's logits with their log-softmax and gradient, and a fixed
 /// allowance for the runtime. Deliberately generous: a worker refused a task it could have run
 /// costs a little latency; one that runs out of memory costs a whole attempt.
+///
+/// A causal LM trains a micro-batch in passes of at most [`SFT_TOKENS_PER_PASS`] padded tokens
+/// (at least one record each); a classifier in one pass. The activation figure per token and
+/// layer is calibrated on SmolLM2-135M SFT (peak RSS 2.2 GB for 256-token passes), which keeps
+/// about 40 hidden-widths and 12 MLP-widths per token and layer alive (candle has no fused
+/// kernels).
 pub fn training_memory_mb(spec: &JobSpec, shape: &ModelShape, vocab: u64, parameters: u128) -> u64 {
     const F32: u128 = 4;
     const RUNTIME: u128 = 512 << 20;
     let adapter = adapter_params(spec, shape).unwrap_or(0);
-    let tokens = u128::from(spec.training.batch_size) * u128::from(spec.training.max_seq_len);
+    let batch_tokens = u128::from(spec.training.batch_size) * u128::from(spec.training.max_seq_len);
+    let tokens = match spec.base_model.architecture {
+        Architecture::Llama => batch_tokens
+            .min(u128::from(SFT_TOKENS_PER_PASS).max(u128::from(spec.training.max_seq_len))),
+        Architecture::Bert => batch_tokens,
+    };
     let h = u128::from(shape.hidden_size);
     let i = u128::from(shape.intermediate_size);
-    // Per token and layer: attention inputs/outputs, norms and residuals (~16 widths of h) and
-    // the MLP's gate, up and product (~4 widths of i), kept for backward.
-    let activations = tokens * u128::from(shape.num_hidden_layers) * (16 * h + 4 * i) * F32;
+    let activations = tokens * u128::from(shape.num_hidden_layers) * (40 * h + 12 * i) * F32;
     let logits = match spec.base_model.architecture {
         Architecture::Llama => 3 * tokens * u128::from(vocab) * F32,
         Architecture::Bert => 0,

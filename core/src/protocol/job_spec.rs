@@ -166,6 +166,13 @@ pub struct LoraSpec {
     pub modules_to_save: Vec<String>,
 }
 
+/// Padded tokens one forward/backward pass of causal-LM training holds at most: a micro-batch
+/// (`batch_size` records) above it is run as several passes whose gradients add up to the
+/// micro-batch's. The update is the same; the memory a node needs is bounded by this instead
+/// of `batch_size × max_seq_len`. Part of the protocol because it fixes the passes (and so the
+/// dropout masks) every honest worker computes, whatever its memory, and the API sizes jobs by it.
+pub const SFT_TOKENS_PER_PASS: u32 = 256;
+
 /// How each task trains on its shard.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

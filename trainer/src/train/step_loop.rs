@@ -23,6 +23,8 @@ pub(crate) struct StepLoop {
     step_losses: Vec<f32>,
     /// Losses of the micro-batches accumulated into the step in progress.
     pending: Vec<f32>,
+    /// Loss of the passes of the micro-batch in progress so far (see [`StepLoop::backward_part`]).
+    partial: f32,
 }
 
 /// What a finished loop measured.
@@ -52,6 +54,7 @@ impl StepLoop {
             tokens: 0,
             step_losses: Vec::with_capacity(total),
             pending: Vec::new(),
+            partial: 0.0,
         }
     }
 
@@ -80,6 +83,19 @@ impl StepLoop {
         batch_tokens: usize,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<()> {
+        self.backward_part(loss, batch_tokens, true, progress)
+    }
+
+    /// Back-propagates one pass of a micro-batch split to bound memory: `loss` is the pass's
+    /// share of the micro-batch's loss (weighted by its share of the learned tokens), so the
+    /// passes' gradients sum to the micro-batch's. The micro-batch ends with its `last` pass.
+    pub fn backward_part(
+        &mut self,
+        loss: &Tensor,
+        tokens: usize,
+        last: bool,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<()> {
         let loss_value: f32 = loss.to_scalar()?;
         if !loss_value.is_finite() {
             return Err(Error::NonFiniteLoss {
@@ -87,9 +103,14 @@ impl StepLoop {
                 loss: loss_value,
             });
         }
-        self.pending.push(loss_value);
-        self.tokens += batch_tokens;
+        self.tokens += tokens;
         let grads = loss.backward()?;
+        if !last {
+            self.partial += loss_value;
+            return self.opt.add(&grads);
+        }
+        self.pending.push(self.partial + loss_value);
+        self.partial = 0.0;
         if let Some(info) = self.opt.accumulate(&grads)? {
             let mean = self.pending.iter().sum::<f32>() / self.pending.len() as f32;
             self.pending.clear();
