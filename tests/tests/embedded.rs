@@ -122,7 +122,6 @@ async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() 
 /// learned token is below the base model's, every contributor is paid, and the report carries a
 /// held-out question answered before and after.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "on the 2-core CI machine round 1 took 9 min and round 2 had not opened 20 min after round 1's round_ready: see the session note (issue 14, open)"]
 async fn chat_sft_demo_lowers_held_out_loss_and_pays_its_contributors() {
     if shardwork_trainer::fixtures::smollm2_gguf().is_none()
         || shardwork_trainer::fixtures::chatterbot_data().is_none()
