@@ -154,7 +154,8 @@ pub(crate) struct ChatProbe {
 }
 
 /// Conversations of the chat demo: enough for every shard to learn the corpus' style, few
-/// enough that a round takes about a minute on a laptop CPU.
+/// enough that the job takes minutes on a CPU (2 cores: 266 s for 3 shards x 2 rounds, held-out
+/// loss 2.83 -> 1.45 nats per learned token).
 const CHAT_CONVERSATIONS: usize = 240;
 /// Held-out share of the chat demo's conversations.
 const CHAT_HELD_OUT: f64 = 0.1;
