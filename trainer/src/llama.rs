@@ -837,7 +837,7 @@ pub(crate) mod tests {
         Llama::load(VarBuilder::from_tensors(t, DType::F32, &dev), cfg).unwrap()
     }
 
-    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    pub(crate) fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
         (a - b)
             .unwrap()
             .abs()

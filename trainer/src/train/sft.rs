@@ -274,7 +274,7 @@ pub fn train(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llama::tests::{tiny_config, tiny_model};
+    use crate::llama::tests::{max_abs_diff, tiny_config, tiny_model};
 
     fn examples() -> Vec<SftExample> {
         // A fixed "prompt" (not learned) followed by a response to memorise.
@@ -428,15 +428,8 @@ mod tests {
         }
         for (slot, (name, var)) in summed.iter().zip(trainables.iter()) {
             let want = whole.get(var.as_tensor()).unwrap();
-            let diff: f32 = (slot.as_ref().unwrap() - want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar()
-                .unwrap();
-            let scale: f32 = want.abs().unwrap().max_all().unwrap().to_scalar().unwrap();
+            let diff = max_abs_diff(slot.as_ref().unwrap(), want);
+            let scale = max_abs_diff(want, &want.zeros_like().unwrap());
             assert!(scale > 0.0, "{name}: no gradient");
             assert!(diff <= 1e-5 * scale.max(1.0), "{name}: differs by {diff}");
         }
