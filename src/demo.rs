@@ -158,9 +158,64 @@ pub(crate) struct ChatProbe {
 /// loss 2.83 -> 1.45 nats per learned token).
 const CHAT_CONVERSATIONS: usize = 240;
 /// Held-out share of the chat demo's conversations.
-const CHAT_HELD_OUT: f64 = 0.1;
+pub(crate) const CHAT_HELD_OUT: f64 = 0.1;
 /// Seed of the chat demo's split and training.
-const CHAT_SEED: u64 = 42;
+pub(crate) const CHAT_SEED: u64 = 42;
+
+/// `conversations` chatterbot-corpus conversations (`corpus` is its `data` folder), spread by
+/// stride over the whole corpus rather than taken from its first files.
+pub(crate) fn chat_records(
+    corpus: &std::path::Path,
+    conversations: usize,
+    shards: u32,
+) -> anyhow::Result<Vec<Value>> {
+    let all = shardwork_trainer::data::chatterbot::conversations(&corpus.join("english"))?;
+    anyhow::ensure!(
+        conversations >= 10 * shards as usize,
+        "--conversations {conversations} is too few for {shards} shards and a held-out set"
+    );
+    let stride = (all.len() / conversations).max(1);
+    Ok(all
+        .into_iter()
+        .step_by(stride)
+        .take(conversations)
+        .collect())
+}
+
+/// Stores the GGUF file `gguf` as a one-file model bundle; returns the bundle's CID.
+pub(crate) async fn put_gguf(
+    blobs: &dyn shardwork_node::content::Blobs,
+    gguf: &std::path::Path,
+) -> anyhow::Result<String> {
+    let name = gguf
+        .file_name()
+        .with_context(|| format!("{} has no file name", gguf.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let dir = gguf
+        .parent()
+        .with_context(|| format!("{} has no folder", gguf.display()))?;
+    Ok(put_bundle(blobs, "model", dir, &[name.as_str()]).await?)
+}
+
+/// The chat demo's job spec (chat SFT of the GGUF model bundle `model_cid`).
+pub(crate) fn chat_spec(model_cid: &str, shards: u32, rounds: u32) -> Value {
+    json!({
+        "version": 1,
+        "kind": "federated",
+        "base_model": { "cid": model_cid, "format": "gguf", "architecture": "llama",
+                        "task": "causal_lm" },
+        "lora": { "r": 8, "alpha": 16, "dropout": 0.05,
+                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"] },
+        "training": { "epochs": 1, "learning_rate": 2e-3, "batch_size": 8,
+                      "max_seq_len": 96, "seed": CHAT_SEED },
+        "shards": shards,
+        "rounds": rounds,
+        "held_out_fraction": CHAT_HELD_OUT,
+        "deadline": (Utc::now() + chrono::Duration::hours(2)).to_rfc3339(),
+        "stake": { "amount": "1000000000000000000" }
+    })
+}
 
 /// The sample job's model bundle (stored in the deployment's content store), spec and dataset.
 pub(crate) async fn sample_job(
@@ -180,21 +235,7 @@ pub(crate) async fn sample_job(
              --classification --sample-model for a demo that needs no fixtures"
         );
     };
-    let conversations =
-        shardwork_trainer::data::chatterbot::conversations(&corpus.join("english"))?;
-    // Evenly spread over the corpus' topics rather than its first files.
-    anyhow::ensure!(
-        args.conversations >= 10 * args.shards as usize,
-        "--conversations {} is too few for {} shards and a held-out set",
-        args.conversations,
-        args.shards
-    );
-    let stride = (conversations.len() / args.conversations).max(1);
-    let records: Vec<&Value> = conversations
-        .iter()
-        .step_by(stride)
-        .take(args.conversations)
-        .collect();
+    let records = chat_records(&corpus, args.conversations, args.shards)?;
     let mut dataset = String::new();
     for r in &records {
         dataset.push_str(&r.to_string());
@@ -207,29 +248,8 @@ pub(crate) async fn sample_job(
     let question = held[0]["content"].as_str().unwrap_or_default().to_owned();
     let reference = held[1]["content"].as_str().unwrap_or_default().to_owned();
 
-    let name = gguf
-        .file_name()
-        .context("the SmolLM2 fixture has no file name")?
-        .to_string_lossy()
-        .into_owned();
-    let dir = gguf.parent().context("the SmolLM2 fixture has no folder")?;
-    let blobs = StoreBlobs(deployment.store.clone());
-    let model_cid = put_bundle(&blobs, "model", dir, &[name.as_str()]).await?;
-    let spec = json!({
-        "version": 1,
-        "kind": "federated",
-        "base_model": { "cid": model_cid, "format": "gguf", "architecture": "llama",
-                        "task": "causal_lm" },
-        "lora": { "r": 8, "alpha": 16, "dropout": 0.05,
-                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"] },
-        "training": { "epochs": 1, "learning_rate": 2e-3, "batch_size": 8,
-                      "max_seq_len": 96, "seed": CHAT_SEED },
-        "shards": args.shards,
-        "rounds": args.rounds,
-        "held_out_fraction": CHAT_HELD_OUT,
-        "deadline": (Utc::now() + chrono::Duration::hours(2)).to_rfc3339(),
-        "stake": { "amount": "1000000000000000000" }
-    });
+    let model_cid = put_gguf(&StoreBlobs(deployment.store.clone()), &gguf).await?;
+    let spec = chat_spec(&model_cid, args.shards, args.rounds);
     Ok(SampleJob {
         label: format!(
             "SmolLM2-135M-Instruct (GGUF) chat SFT on chatterbot-corpus ({} conversations)",

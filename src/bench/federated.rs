@@ -17,22 +17,17 @@ use std::time::Instant;
 use anyhow::Context;
 use candle_core::Device;
 use serde::Serialize;
-use serde_json::json;
 use shardwork_api::domain::pipeline;
 use shardwork_core::protocol::JobSpec;
-use shardwork_node::validator::Rules;
-use shardwork_node::validator::norms;
+use shardwork_node::validator::{Rules, merge_adapters};
 use shardwork_node::work::Work;
 use shardwork_node::work::causal_lm::CausalLmJob;
-use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
+use shardwork_trainer::merge::MergeMode;
 use shardwork_trainer::peft::Adapter;
 use shardwork_trainer::train::sft_data::SftExample;
 
 use crate::progress::ProgressLine;
 
-/// The chat demo's seed and held-out share (`src/demo.rs`), so the bench cuts the same split.
-const SEED: u64 = 42;
-const HELD_OUT_FRACTION: f64 = 0.1;
 /// The issue's goal: federated held-out loss at most this much above central, in percent.
 const GOAL_PERCENT: f64 = 2.0;
 
@@ -40,6 +35,8 @@ const GOAL_PERCENT: f64 = 2.0;
 #[derive(Debug, Clone)]
 pub struct FederatedBenchConfig {
     pub gguf: PathBuf,
+    /// The CID of `gguf` stored as a model bundle, as the demo's job names it.
+    pub model_cid: String,
     /// chatterbot-corpus' `data` folder (its `english/` is read).
     pub corpus: PathBuf,
     pub shards: u32,
@@ -182,45 +179,6 @@ impl fmt::Display for FederatedReport {
     }
 }
 
-/// The demo's job spec with `shards` and `rounds` (a placeholder model CID: nothing is stored).
-fn spec(shards: u32, rounds: u32) -> anyhow::Result<JobSpec> {
-    let now = chrono::Utc::now();
-    let json = json!({
-        "version": 1,
-        "kind": "federated",
-        "base_model": { "cid": "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku",
-                        "format": "gguf", "architecture": "llama", "task": "causal_lm" },
-        "lora": { "r": 8, "alpha": 16, "dropout": 0.05,
-                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"] },
-        "training": { "epochs": 1, "learning_rate": 2e-3, "batch_size": 8,
-                      "max_seq_len": 96, "seed": SEED },
-        "shards": shards,
-        "rounds": rounds,
-        "held_out_fraction": HELD_OUT_FRACTION,
-        "deadline": (now + chrono::Duration::hours(2)).to_rfc3339(),
-        "stake": { "amount": "1" }
-    });
-    JobSpec::parse(json.to_string().as_bytes(), now).map_err(|e| anyhow::anyhow!("job spec: {e}"))
-}
-
-/// The demo's dataset: `conversations` records spread by stride over the corpus, as JSONL.
-fn dataset(corpus: &Path, conversations: usize, shards: u32) -> anyhow::Result<(String, usize)> {
-    let all = shardwork_trainer::data::chatterbot::conversations(&corpus.join("english"))?;
-    anyhow::ensure!(
-        conversations >= 10 * shards as usize,
-        "--conversations {conversations} is too few for {shards} shards and a held-out set"
-    );
-    let stride = (all.len() / conversations).max(1);
-    let mut jsonl = String::new();
-    let mut taken = 0;
-    for record in all.iter().step_by(stride).take(conversations) {
-        jsonl.push_str(&record.to_string());
-        jsonl.push('\n');
-        taken += 1;
-    }
-    Ok((jsonl, taken))
-}
-
 /// Writes `bytes` to `dir/name` and reads it back as the workers do.
 fn examples_of(
     job: &CausalLmJob,
@@ -271,35 +229,6 @@ impl Trainer<'_> {
     }
 }
 
-/// Merges one round's adapters as the validator's `merge_round` does: clipped at its factor
-/// times the round's median update norm, seeded by the job. Weights are the shards' example
-/// counts (the validator also multiplies by each adapter's quality, which asks for a scoring of
-/// every adapter; on equal-sized shards of one distribution it moves the weights little).
-fn merge_round(
-    job: &CausalLmJob,
-    adapters: &[Adapter],
-    weights: &[f64],
-    mode: MergeMode,
-) -> anyhow::Result<(Adapter, f64)> {
-    let mut sorted = adapters
-        .iter()
-        .map(norms::update_norm)
-        .collect::<Result<Vec<_>, _>>()?;
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
-    let (merged, report) = merge::merge(
-        adapters,
-        weights,
-        &MergeOptions {
-            mode,
-            rank: None,
-            clip_norm: (median > 0.0).then_some(median * Rules::default().clip_factor),
-            seed: job.seed(),
-        },
-    )?;
-    Ok((merged, report.max_relative_error))
-}
-
 /// Runs base, federated (exact and naive merges) and central, in that order, on CPU.
 pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     anyhow::ensure!(
@@ -307,8 +236,14 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         "bench: --shards and --rounds must be at least 1"
     );
     let device = Device::Cpu;
-    let spec = spec(cfg.shards, cfg.rounds)?;
-    let (jsonl, conversations) = dataset(&cfg.corpus, cfg.conversations, cfg.shards)?;
+    // The demo's own spec and records, so the bench cuts the split a posted demo job gets.
+    let now = chrono::Utc::now();
+    let spec = crate::demo::chat_spec(&cfg.model_cid, cfg.shards, cfg.rounds);
+    let spec = JobSpec::parse(spec.to_string().as_bytes(), now)
+        .map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
+    let records = crate::demo::chat_records(&cfg.corpus, cfg.conversations, cfg.shards)?;
+    let conversations = records.len();
+    let jsonl: String = records.iter().map(|r| format!("{r}\n")).collect();
     // The API's own parse and cut, so held-out set and shards are the ones a posted job gets.
     let records = pipeline::parse_records(jsonl.as_bytes(), &spec, true).map_err(|errors| {
         let lines: Vec<String> = errors.into_iter().map(|e| e.message).collect();
@@ -407,7 +342,17 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                 adapters
             };
             let merge_started = Instant::now();
-            let (merged, error) = merge_round(&job, &adapters, &weights, *mode)?;
+            // As the validator merges (weights here are the shards' example counts; the
+            // validator also multiplies by each adapter's quality, which moves them little on
+            // equal-sized shards of one distribution).
+            let (merged, report) = merge_adapters(
+                &adapters,
+                &weights,
+                *mode,
+                Rules::default().clip_factor,
+                job.seed(),
+            )?;
+            let error = report.max_relative_error;
             merge_seconds[v] += merge_started.elapsed().as_secs_f64();
             let loss = job.evaluate(Some(&merged), &held_out)?.loss;
             trainer.bar.println(&format!(

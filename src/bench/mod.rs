@@ -15,6 +15,7 @@ use clap::{Subcommand, ValueEnum};
 use shardwork_core::queue::TaskQueue;
 use shardwork_core::queue::rabbitmq::{RabbitQueue, RabbitSettings};
 use shardwork_core::queue::table::TableQueue;
+use shardwork_core::store::embedded::{EmbeddedConfig, EmbeddedStore};
 
 use crate::infra;
 
@@ -139,8 +140,21 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 )?;
             let corpus = shardwork_trainer::fixtures::chatterbot_data()
                 .context("chatterbot-corpus not found: run scripts/install/python-fixtures")?;
+            // The spec names the model as the demo stores it: a bundle in a scratch store.
+            let scratch = tempfile::tempdir()?;
+            let store_config = EmbeddedConfig {
+                sync_writes: false,
+                ..EmbeddedConfig::new(scratch.path().join("blocks"))
+            };
+            let store = EmbeddedStore::open(store_config)
+                .await
+                .context("opening a scratch blockstore")?;
+            let model_cid =
+                crate::demo::put_gguf(&shardwork_node::content::StoreBlobs(Arc::new(store)), &gguf)
+                    .await?;
             let bench = federated::FederatedBenchConfig {
                 gguf,
+                model_cid,
                 corpus,
                 shards,
                 rounds,

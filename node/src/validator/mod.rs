@@ -33,6 +33,34 @@ use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verd
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
 use shardwork_trainer::peft::Adapter;
 
+/// Merges one round's `adapters` with `weights` as the validator does: each update clipped at
+/// `clip_factor` times the round's median update norm, then merged by `mode` (the validator's
+/// is [`MergeMode::Exact`]), seeded by the job.
+pub fn merge_adapters(
+    adapters: &[Adapter],
+    weights: &[f64],
+    mode: MergeMode,
+    clip_factor: f64,
+    seed: u64,
+) -> Result<(Adapter, merge::MergeReport), NodeError> {
+    let mut norms = adapters
+        .iter()
+        .map(norms::update_norm)
+        .collect::<Result<Vec<_>, _>>()?;
+    norms.sort_by(f64::total_cmp);
+    let median = norms.get(norms.len() / 2).copied().unwrap_or(0.0);
+    Ok(merge::merge(
+        adapters,
+        weights,
+        &MergeOptions {
+            mode,
+            rank: None,
+            clip_norm: (median > 0.0).then_some(median * clip_factor),
+            seed,
+        },
+    )?)
+}
+
 /// The validator service: judges submitted adapters and merges ready rounds, polling the API
 /// for both.
 pub struct ValidatorNode {
@@ -232,22 +260,12 @@ impl ValidatorNode {
                 .iter()
                 .map(|d| Adapter::load(d, &device))
                 .collect::<Result<Vec<_>, _>>()?;
-            let norms = adapters
-                .iter()
-                .map(norms::update_norm)
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut sorted = norms.clone();
-            sorted.sort_by(f64::total_cmp);
-            let median = sorted[sorted.len() / 2];
-            let (merged, report) = merge::merge(
+            let (merged, report) = merge_adapters(
                 &adapters,
                 &weights,
-                &MergeOptions {
-                    mode: MergeMode::Exact,
-                    rank: None,
-                    clip_norm: (median > 0.0).then_some(median * clip_factor),
-                    seed: context.work.seed(),
-                },
+                MergeMode::Exact,
+                clip_factor,
+                context.work.seed(),
             )?;
             let metric = context
                 .work
