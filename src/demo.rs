@@ -31,9 +31,13 @@ pub struct DemoArgs {
     /// Workers to run (1..=5).
     #[arg(long, default_value_t = 3)]
     pub workers: usize,
-    /// Of them, how many submit random noise (the validator must reject them).
+    /// Of them, how many are dishonest (the validator must reject them and pay them nothing).
     #[arg(long, default_value_t = 0)]
     pub adversaries: usize,
+    /// What the dishonest workers do: submit random noise, replay the round's starting adapter,
+    /// or copy another worker's adapter.
+    #[arg(long, value_enum, default_value = "noise")]
+    pub adversary: shardwork_node::worker::Behaviour,
     #[arg(long, default_value_t = 3)]
     pub shards: u32,
     #[arg(long, default_value_t = 2)]
@@ -99,7 +103,8 @@ pub struct ContributorReport {
 }
 
 pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
-    let deployment = crate::up::start(config, args.workers, args.adversaries).await?;
+    let deployment =
+        crate::up::start(config, args.workers, (args.adversaries, args.adversary)).await?;
     let outcome = drive(&deployment, &args).await;
     let crate::up::Deployment { running, nodes, .. } = deployment;
     nodes.stop().await;

@@ -60,8 +60,10 @@ pub struct InProcess<'a> {
     pub queue: Arc<dyn TaskQueue>,
     pub work_dir: &'a Path,
     pub workers: usize,
-    /// Of the workers, how many submit random noise instead of training (demo, tests).
+    /// Of the workers, how many are dishonest (demo, tests).
     pub adversaries: usize,
+    /// What the dishonest ones do.
+    pub adversary: Behaviour,
 }
 
 pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
@@ -104,7 +106,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
     };
     for i in 0..setup.workers {
         let behaviour = if i < setup.adversaries {
-            Behaviour::RandomNoise
+            setup.adversary
         } else {
             Behaviour::Honest
         };

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use shardwork_core::queue::OutgoingMessage;
+use shardwork_node::worker::Behaviour;
 
 use crate::config::{Config, redact_url};
 use crate::infra;
@@ -26,7 +27,7 @@ pub struct Deployment {
 
 /// `shardwork up`: starts everything and serves until Ctrl-C.
 pub async fn run(config: Config, workers: usize) -> anyhow::Result<()> {
-    let deployment = start(config, workers, 0).await?;
+    let deployment = start(config, workers, (0, Behaviour::Honest)).await?;
     println!(
         "marketplace serving on {} with the validator and {workers} worker(s) (Ctrl-C stops)",
         deployment.api_url
@@ -40,7 +41,7 @@ pub async fn run(config: Config, workers: usize) -> anyhow::Result<()> {
 pub async fn start(
     mut config: Config,
     workers: usize,
-    adversaries: usize,
+    (adversaries, adversary): (usize, Behaviour),
 ) -> anyhow::Result<Deployment> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data folder {}", config.data_dir.display()))?;
@@ -150,11 +151,12 @@ pub async fn start(
         work_dir: &config.data_dir.join("nodes"),
         workers,
         adversaries,
+        adversary,
     })?;
     println!(
         "nodes       ready: validator {validator}, {workers} worker(s){}",
         if adversaries > 0 {
-            format!(" ({adversaries} submitting random noise)")
+            format!(" ({adversaries} dishonest: {adversary:?})")
         } else {
             String::new()
         }

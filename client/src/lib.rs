@@ -13,7 +13,8 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 pub use shardwork_core::protocol::node::{
-    AcceptedAdapter, Aggregate, Lease, PendingValidation, Progress, ReadyRound, Verdict,
+    AcceptedAdapter, Aggregate, EarlierSubmission, Lease, PendingValidation, Progress, ReadyRound,
+    Verdict,
 };
 use shardwork_core::protocol::problem::ProblemType;
 use shardwork_core::protocol::siwe::SiweMessage;

@@ -8,6 +8,7 @@
 //! seam, [`work`], so the loops here know no model family.
 #![warn(missing_docs)]
 
+pub mod adversary;
 pub mod capacity;
 pub mod content;
 pub mod models;

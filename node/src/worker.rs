@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use shardwork_core::protocol::{
     ContentId, JobSpec, PROTOCOL_VERSION, Submission, SubmissionMetrics, TASK_QUEUE, TaskMessage,
 };
@@ -19,6 +19,8 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::NodeError;
+use crate::adversary;
+pub use crate::adversary::Behaviour;
 use crate::content::{Blobs, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
 use crate::work;
@@ -29,16 +31,6 @@ use shardwork_trainer::peft::Adapter;
 const REFUSED_REDELIVERY: Duration = Duration::from_millis(500);
 /// How long a worker stays off the queue after refusing a task.
 const REFUSED_BACKOFF: Duration = Duration::from_secs(2);
-
-/// How a worker behaves. Anything but `Honest` exists to prove the validator catches it (the
-/// adversarial end-to-end tests, `shardwork demo --adversary`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Behaviour {
-    /// Trains on the shard and submits what it trained.
-    Honest,
-    /// Trains nothing and submits Gaussian noise in the adapter's shape.
-    RandomNoise,
-}
 
 /// The worker service: takes tasks from the queue, trains them and submits the adapters.
 pub struct WorkerNode {
@@ -54,7 +46,7 @@ pub struct WorkerNode {
     pub work_dir: WorkDir,
     /// How often a running task extends its lease.
     pub heartbeat: Duration,
-    /// Honest, or an adversary for the tests (see [`Behaviour`]).
+    /// Honest, or an adversary for the tests (see [`crate::adversary`]).
     pub behaviour: Behaviour,
     /// Training memory to register at most, MiB; `None` registers all that is measured at
     /// start ([`crate::capacity::measure`]).
@@ -204,21 +196,58 @@ impl WorkerNode {
         let out_dir = dir.path().join("adapter");
         let out = out_dir.clone();
         let started = Instant::now();
-        let training = tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
-            let work = work::load(spec, &model_dir, &device)?;
-            let start = match previous {
-                Some(p) => Some(Adapter::load(&p, &device)?),
-                None => None,
-            };
-            let trained = work.train(start.as_ref(), &shard_path, &device, &mut |p| {
-                let _ = progress_tx.send(Some(*p));
-            })?;
-            match behaviour {
-                Behaviour::Honest => trained.adapter.save(&out)?,
-                Behaviour::RandomNoise => noise_like(&trained.adapter)?.save(&out)?,
-            }
-            Ok(trained)
-        });
+        let training = if behaviour.trains(task.round) {
+            tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
+                let work = work::load(spec, &model_dir, &device)?;
+                let start = match previous {
+                    Some(p) => Some(Adapter::load(&p, &device)?),
+                    None => None,
+                };
+                let trained = work.train(start.as_ref(), &shard_path, &device, &mut |p| {
+                    let _ = progress_tx.send(Some(*p));
+                })?;
+                match behaviour {
+                    Behaviour::RandomNoise => {
+                        adversary::noise_like(&trained.adapter)?.save(&out)?
+                    }
+                    Behaviour::Replay => adversary::no_change(&trained.adapter)?.save(&out)?,
+                    _ => trained.adapter.save(&out)?,
+                }
+                Ok(Claimed::from(&trained))
+            })
+        } else {
+            // An adversary that trains nothing: its adapter comes from someone else's work.
+            let (api, blobs, lease, me) = (
+                self.api.clone(),
+                self.blobs.clone(),
+                lease.clone(),
+                self.api.address().to_string(),
+            );
+            let copy_dir = dir.path().join("copied");
+            tokio::spawn(async move {
+                let adapter = match (behaviour, previous) {
+                    (Behaviour::Replay, Some(start)) => {
+                        adversary::perturbed(&Adapter::load(&start, &Device::Cpu)?, 1e-5)?
+                    }
+                    _ => {
+                        adversary::copy_another(&api, blobs.as_ref(), &lease, &me, &copy_dir)
+                            .await?
+                    }
+                };
+                adapter.save(&out)?;
+                let records = std::fs::read_to_string(&shard_path)
+                    .map_err(|e| NodeError::Io(e.to_string()))?
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .count();
+                Ok(Claimed {
+                    records,
+                    steps: 1,
+                    final_loss: 0.0,
+                    tokens_per_sec: 0.0,
+                })
+            })
+        };
         let report = self.heartbeat_until(lease, training, progress_rx).await?;
         let samples = report.records;
 
@@ -298,17 +327,21 @@ impl WorkerNode {
     }
 }
 
-/// An adapter of the same shapes filled with standard normal noise.
-fn noise_like(adapter: &Adapter) -> Result<Adapter, NodeError> {
-    let mut tensors = std::collections::BTreeMap::new();
-    for (name, t) in &adapter.tensors {
-        let noise = Tensor::randn(0f32, 1f32, t.dims(), t.device())
-            .and_then(|n| n.to_dtype(t.dtype()))
-            .map_err(shardwork_trainer::Error::from)?;
-        tensors.insert(name.clone(), noise);
+/// What a worker reports with its submission about the training it did (or claims it did).
+struct Claimed {
+    records: usize,
+    steps: usize,
+    final_loss: f32,
+    tokens_per_sec: f64,
+}
+
+impl From<&work::Trained> for Claimed {
+    fn from(t: &work::Trained) -> Self {
+        Claimed {
+            records: t.records,
+            steps: t.steps,
+            final_loss: t.final_loss,
+            tokens_per_sec: t.tokens_per_sec,
+        }
     }
-    Ok(Adapter {
-        config: adapter.config.clone(),
-        tensors,
-    })
 }

@@ -67,7 +67,8 @@ pub async fn run(mut config: Config, bench: &ApiBenchConfig) -> anyhow::Result<A
     // The limiter still runs on every request; the limit is only raised so the benchmark's one
     // address measures the handler rather than 429s.
     config.api.rate_limit_per_minute = u32::MAX;
-    let deployment = crate::up::start(config, 0, 0).await?;
+    let deployment =
+        crate::up::start(config, 0, (0, shardwork_node::worker::Behaviour::Honest)).await?;
     let outcome = measure(&deployment, bench).await;
     let crate::up::Deployment { running, nodes, .. } = deployment;
     nodes.stop().await;

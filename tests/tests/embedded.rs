@@ -1,9 +1,10 @@
 //! The whole marketplace in one process on embedded defaults, driven as a user drives it:
 //! `shardwork demo` posts a federated job (3 shards x 2 rounds, the generated sample model) with
-//! one of its three workers submitting random noise, and runs it to payout.
+//! one of its workers dishonest (submitting noise, replaying the round's start, or copying
+//! another worker's adapter), and runs it to payout.
 //!
 //! Checked: the job completes; the final adapter beats the base model on the held-out set; the
-//! noise worker is rejected and paid nothing; the honest workers are paid; what the chain
+//! dishonest worker is rejected and paid nothing; the honest workers are paid; what the chain
 //! credited each contributor equals what the database recorded and what the demo reported.
 
 use std::process::Command;
@@ -21,8 +22,11 @@ fn report(stdout: &str) -> Value {
         .unwrap_or_else(|e| panic!("no JSON report ({e}):\n{stdout}"))
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() {
+/// `shardwork demo` on the sample model (3 shards x 2 rounds) with `workers` workers, one of
+/// them dishonest in the way `adversary` names, run to payout; checks that the job completes
+/// better than the base model, that the adversary is rejected every time and paid nothing while
+/// the honest are paid, and that chain, database and report agree. Returns the report.
+async fn adversarial_demo(adversary: &str, workers: usize) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(shardwork_tests::binary())
         .args([
@@ -30,9 +34,11 @@ async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() 
             "--sample-model",
             "--json",
             "--workers",
-            "3",
+            &workers.to_string(),
             "--adversaries",
             "1",
+            "--adversary",
+            adversary,
             "--shards",
             "3",
             "--rounds",
@@ -62,8 +68,9 @@ async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() 
         "final {metric} does not beat base {base}: {report}"
     );
 
+    // The first development worker is the dishonest one.
     let dev = shardwork_contracts::dev_keys::dev_addresses();
-    let noise = format!("{:#x}", dev[5]);
+    let cheat = format!("{:#x}", dev[5]);
     let contributors = report["contributors"].as_array().unwrap();
     let by_address = |a: &str| {
         contributors
@@ -71,10 +78,13 @@ async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() 
             .find(|c| c["address"] == a)
             .unwrap_or_else(|| panic!("{a} not among {contributors:?}"))
     };
-    let adversary = by_address(&noise);
-    assert_eq!(adversary["accepted"], 0, "{adversary}");
-    assert!(adversary["rejected"].as_u64().unwrap() >= 1, "{adversary}");
-    assert_eq!(adversary["paid_wei"], "0");
+    let adversary_row = by_address(&cheat);
+    assert_eq!(adversary_row["accepted"], 0, "{adversary_row}");
+    assert!(
+        adversary_row["rejected"].as_u64().unwrap() >= 1,
+        "{adversary_row}"
+    );
+    assert_eq!(adversary_row["paid_wei"], "0");
 
     // The chain's credits, the database's earnings and the report agree, contributor by
     // contributor; someone honest was paid.
@@ -110,11 +120,31 @@ async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() 
             .expect("worker row");
         let in_db: String = row.try_get_by_index(0).unwrap();
         assert_eq!(in_db.parse::<U256>().unwrap(), on_chain, "{c}");
-        if c["address"] != noise.as_str() {
+        if c["address"] != cheat.as_str() {
             honest_paid += on_chain;
         }
     }
     assert!(honest_paid > U256::ZERO, "{report}");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn federated_job_with_a_noise_worker_completes_and_pays_only_the_honest() {
+    adversarial_demo("noise", 3).await;
+}
+
+/// The free-ride issue 15 measured (paid 19% of a job): resubmitting the round's starting
+/// adapter (round 1: an adapter that changes nothing) as one's own work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_replaying_the_rounds_start_earns_nothing() {
+    adversarial_demo("replay", 4).await;
+}
+
+/// A copycat reads another worker's `submitted` event, fetches that adapter and submits it with
+/// a little noise (a new CID): only the direction of its update gives it away.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_copying_another_workers_adapter_earns_nothing() {
+    adversarial_demo("copycat", 4).await;
 }
 
 /// The README's first command's job, CI-sized: `shardwork demo` (chat SFT of SmolLM2-135M-Instruct

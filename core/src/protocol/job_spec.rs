@@ -214,6 +214,58 @@ impl TrainingArgs {
     }
 }
 
+/// How the validator combines a round's accepted adapters.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregation {
+    /// Weighted (records × quality) sum of the updates `ΔW = B·A`, re-factored to rank r: what
+    /// one adapter trained on every shard would approximate. Each update's norm is clipped to a
+    /// multiple of the round's median first.
+    #[default]
+    Exact,
+    /// Coordinate-wise mean of the updates after dropping the largest and smallest fifth (at
+    /// least one of each) of every coordinate: robust to a minority of outliers, weights ignored.
+    TrimmedMean,
+    /// Coordinate-wise median of the updates: the most robust, weights ignored.
+    Median,
+}
+
+/// How submissions are judged and merged; every field has a default.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ValidationSpec {
+    /// How much an adapter must improve the held-out metric over the round's starting adapter
+    /// (the base model in round 1), in the metric's own units: points of accuracy (0.01 = one
+    /// point) for classification, nats per learned token for causal-LM loss. 0.01 when omitted.
+    #[serde(default = "ValidationSpec::default_min_gain")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1, default = 0.01))]
+    pub min_gain: f64,
+    /// How each round's accepted adapters are merged; `exact` when omitted.
+    #[serde(default)]
+    pub aggregation: Aggregation,
+}
+
+impl ValidationSpec {
+    fn default_min_gain() -> f64 {
+        0.01
+    }
+
+    fn is_default(&self) -> bool {
+        *self == ValidationSpec::default()
+    }
+}
+
+impl Default for ValidationSpec {
+    fn default() -> Self {
+        ValidationSpec {
+            min_gain: ValidationSpec::default_min_gain(),
+            aggregation: Aggregation::default(),
+        }
+    }
+}
+
 /// The escrowed stake: an amount of ETH (no token) or of an allow-listed ERC-20.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,6 +311,9 @@ pub struct JobSpec {
     pub deadline: DateTime<Utc>,
     /// What the job pays its contributors, escrowed on chain.
     pub stake: Stake,
+    /// How submissions are judged and merged (defaults when omitted).
+    #[serde(default, skip_serializing_if = "ValidationSpec::is_default")]
+    pub validation: ValidationSpec,
 }
 
 impl JobSpec {
@@ -437,6 +492,12 @@ impl JobSpec {
                 format!("a lora job has exactly 1 round, not {}", self.rounds)
             });
         }
+        let gain = self.validation.min_gain;
+        e.check(
+            gain.is_finite() && (0.0..=1.0).contains(&gain),
+            "validation.min_gain",
+            || format!("{gain} is outside [0, 1]"),
+        );
         let f = self.held_out_fraction;
         e.check(
             f.is_finite() && f > 0.0 && f <= MAX_HELD_OUT_FRACTION,

@@ -72,6 +72,23 @@ pub struct PendingValidation {
     pub held_out_cid: Option<String>,
     /// The adapter this round started from (none in round 1).
     pub previous_adapter_cid: Option<String>,
+    /// The submissions handed in for the same round of the job before this one and not
+    /// rejected, oldest first: the validator rejects a copy of any of them (the later of two
+    /// near-copies loses).
+    #[serde(default)]
+    pub earlier_submissions: Vec<EarlierSubmission>,
+}
+
+/// A submission of the same round handed in before the one being judged.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EarlierSubmission {
+    /// The earlier submission.
+    pub submission_id: Uuid,
+    /// The address of the worker who handed it in.
+    pub worker: String,
+    /// Its adapter's bundle.
+    pub adapter_cid: String,
 }
 
 /// A verdict as the validator sends it.
@@ -136,10 +153,10 @@ pub struct AcceptedAdapter {
 pub struct Aggregate {
     /// The merged adapter (PEFT bundle) in the content store.
     pub adapter_cid: ContentId,
-    /// Held-out metric of the merged adapter and of the round's starting point (same metric
-    /// as the verdicts: accuracy for classification, loss for language modelling).
+    /// Held-out metric of the merged adapter (same metric as the verdicts: accuracy for
+    /// classification, loss for language modelling).
     pub metric: f64,
-    /// The same metric for the round's starting point.
+    /// The same metric for the base model (the round's starting adapter's is in `details`).
     pub base_metric: f64,
     /// Name of the metric, e.g. `accuracy` or `loss`.
     pub metric_name: String,

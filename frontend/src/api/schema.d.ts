@@ -734,15 +734,15 @@ export type components = {
             adapter_cid: components["schemas"]["ContentId"];
             /**
              * Format: double
-             * @description The same metric for the round's starting point.
+             * @description The same metric for the base model (the round's starting adapter's is in `details`).
              */
             base_metric: number;
             /** @description Anything else the validator measured (truncation error of the merge, weights…). */
             details?: unknown;
             /**
              * Format: double
-             * @description Held-out metric of the merged adapter and of the round's starting point (same metric
-             *     as the verdicts: accuracy for classification, loss for language modelling).
+             * @description Held-out metric of the merged adapter (same metric as the verdicts: accuracy for
+             *     classification, loss for language modelling).
              */
             metric: number;
             /** @description Name of the metric, e.g. `accuracy` or `loss`. */
@@ -782,6 +782,11 @@ export type components = {
             /** @description Whether the next round opened or the payout was queued. */
             outcome: components["schemas"]["AggregateOutcome"];
         };
+        /**
+         * @description How the validator combines a round's accepted adapters.
+         * @enum {string}
+         */
+        Aggregation: "exact" | "trimmed_mean" | "median";
         /**
          * @description Model family, which decides the layer names LoRA targets.
          * @enum {string}
@@ -943,6 +948,18 @@ export type components = {
          * @enum {string}
          */
         Device: "cpu" | "gpu";
+        /** @description A submission of the same round handed in before the one being judged. */
+        EarlierSubmission: {
+            /** @description Its adapter's bundle. */
+            adapter_cid: string;
+            /**
+             * Format: uuid
+             * @description The earlier submission.
+             */
+            submission_id: string;
+            /** @description The address of the worker who handed it in. */
+            worker: string;
+        };
         /**
          * Format: eth-address
          * @description A 20-byte Ethereum address, `0x` and 40 hex digits; answered lowercase.
@@ -1251,6 +1268,8 @@ export type components = {
             stake: components["schemas"]["Stake"];
             /** @description How each task trains. */
             training: components["schemas"]["TrainingArgs"];
+            /** @description How submissions are judged and merged (defaults when omitted). */
+            validation?: components["schemas"]["ValidationSpec"];
             /**
              * Format: int32
              * @description The protocol version; this server speaks 1.
@@ -1464,6 +1483,12 @@ export type components = {
         PendingValidation: {
             /** @description The adapter's bundle. */
             adapter_cid: string;
+            /**
+             * @description The submissions handed in for the same round of the job before this one and not
+             *     rejected, oldest first: the validator rejects a copy of any of them (the later of two
+             *     near-copies loses).
+             */
+            earlier_submissions?: components["schemas"]["EarlierSubmission"][];
             /** @description Sealed; open it with `GET /v1/jobs/{id}/held-out-key`. */
             held_out_cid?: string | null;
             /**
@@ -2080,6 +2105,19 @@ export type components = {
              * @description The stored size in bytes.
              */
             size: number;
+        };
+        /** @description How submissions are judged and merged; every field has a default. */
+        ValidationSpec: {
+            /** @description How each round's accepted adapters are merged; `exact` when omitted. */
+            aggregation?: components["schemas"]["Aggregation"];
+            /**
+             * Format: double
+             * @description How much an adapter must improve the held-out metric over the round's starting adapter
+             *     (the base model in round 1), in the metric's own units: points of accuracy (0.01 = one
+             *     point) for classification, nats per learned token for causal-LM loss. 0.01 when omitted.
+             * @default 0.01
+             */
+            min_gain: number;
         };
         /** @description A verdict as the validator sends it. */
         Verdict: {

@@ -31,4 +31,7 @@ export const SPEC_LIMITS = {
     seed: { minimum: 0 },
     warmup_ratio: { minimum: 0, maximum: 0.5, default: 0.06 },
   },
+  ValidationSpec: {
+    min_gain: { minimum: 0, maximum: 1, default: 0.01 },
+  },
 } as const;

@@ -3,14 +3,15 @@
 //! preparation that loads an open job's context before its first submission arrives.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
-use shardwork_core::protocol::JobSpec;
+use shardwork_core::protocol::{JobSpec, ValidationSpec};
 use shardwork_core::store::seal::{self, SealingKey};
 use uuid::Uuid;
 
+use super::similarity::Update;
 use crate::NodeError;
 use crate::content::{Blobs, MAX_FILE_BYTES};
 use crate::models::WorkDir;
@@ -19,14 +20,57 @@ use shardwork_client::ApiClient;
 
 /// Jobs whose context is kept ready at most (each holds a model in memory).
 pub const MAX_PREPARED_JOBS: usize = 4;
+/// How long a job whose context failed to load waits before the next try.
+pub const RETRY_FAILED_LOAD: Duration = Duration::from_secs(30);
 /// How often an idle validator looks for open jobs to prepare.
 pub const PREPARE_EVERY: Duration = Duration::from_secs(2);
 
-/// A job's work, held-out set and base score (opaque to callers of the validator's pass).
+/// A job's work, held-out set and base score (opaque to callers of the validator's pass), and
+/// what its verdicts measured once and reuse: each round start's score and the updates of the
+/// round's submissions.
 pub struct JobContext {
     pub(crate) work: Arc<dyn Work>,
     pub(crate) held_out: HeldOut,
     pub(crate) base_metric: f64,
+    /// The job's rules for its verdicts and merges.
+    pub(crate) validation: ValidationSpec,
+    /// Held-out score of each round's starting adapter, by CID.
+    start_metrics: Mutex<BTreeMap<String, f64>>,
+    /// Updates of adapters already fetched, by CID, with their round (only the latest round's
+    /// are kept: a round's submissions are all judged before the next round opens).
+    updates: Mutex<(i32, BTreeMap<String, Arc<Update>>)>,
+}
+
+impl JobContext {
+    /// The held-out score of the round's start at `cid`, if measured before.
+    pub(crate) fn start_metric(&self, cid: &str) -> Option<f64> {
+        self.start_metrics.lock().ok()?.get(cid).copied()
+    }
+
+    pub(crate) fn remember_start_metric(&self, cid: &str, metric: f64) {
+        if let Ok(mut m) = self.start_metrics.lock() {
+            m.insert(cid.to_owned(), metric);
+        }
+    }
+
+    /// The update of the adapter at `cid` in round `round`, if kept.
+    pub(crate) fn update(&self, round: i32, cid: &str) -> Option<Arc<Update>> {
+        let kept = self.updates.lock().ok()?;
+        (kept.0 == round)
+            .then(|| kept.1.get(cid).cloned())
+            .flatten()
+    }
+
+    pub(crate) fn remember_update(&self, round: i32, cid: &str, update: Arc<Update>) {
+        if let Ok(mut kept) = self.updates.lock() {
+            if kept.0 < round {
+                *kept = (round, BTreeMap::new());
+            }
+            if kept.0 == round {
+                kept.1.insert(cid.to_owned(), update);
+            }
+        }
+    }
 }
 
 /// Where a job's inputs are, as the API names them.
@@ -46,6 +90,9 @@ pub struct Contexts {
     last_listed: Option<Instant>,
     /// Jobs whose context could not be loaded.
     failed: BTreeSet<Uuid>,
+    /// The last load error of a job and when it happened: its submissions wait
+    /// [`RETRY_FAILED_LOAD`] before the next try instead of refetching a model every pass.
+    load_errors: BTreeMap<Uuid, (Instant, String)>,
     /// Jobs whose last round is merged: open until the payout is seen on chain, but done here.
     pub(crate) finished: BTreeSet<Uuid>,
 }
@@ -72,9 +119,24 @@ impl Contexts {
         if let Some(c) = self.loaded.get(&job.job_id) {
             return Ok(c.clone());
         }
-        let context = Arc::new(load(loader, &job).await?);
-        self.loaded.insert(job.job_id, context.clone());
-        Ok(context)
+        if let Some((at, error)) = self.load_errors.get(&job.job_id)
+            && at.elapsed() < RETRY_FAILED_LOAD
+        {
+            return Err(NodeError::Content(error.clone()));
+        }
+        match load(loader, &job).await {
+            Ok(context) => {
+                let context = Arc::new(context);
+                self.load_errors.remove(&job.job_id);
+                self.loaded.insert(job.job_id, context.clone());
+                Ok(context)
+            }
+            Err(e) => {
+                self.load_errors
+                    .insert(job.job_id, (Instant::now(), e.to_string()));
+                Err(e)
+            }
+        }
     }
 
     /// The job's last round is merged: its context is not needed any more.
@@ -109,6 +171,7 @@ impl Contexts {
         self.loaded.retain(|id, _| open.contains(id));
         self.finished.retain(|id| open.contains(id));
         self.failed.retain(|id| open.contains(id));
+        self.load_errors.retain(|id, _| open.contains(id));
         if self.loaded.len() >= MAX_PREPARED_JOBS {
             return;
         }
@@ -180,6 +243,7 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
     std::fs::write(&held_out_path, plain)
         .map_err(|e| NodeError::Io(format!("{}: {e}", held_out_path.display())))?;
     let device = loader.device.clone();
+    let validation = spec.validation;
     tokio::task::spawn_blocking(move || -> Result<JobContext, NodeError> {
         let work = work::load(spec, &model_dir, &device)?;
         let held_out = work.held_out(&held_out_path)?;
@@ -188,6 +252,9 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
             work,
             held_out,
             base_metric,
+            validation,
+            start_metrics: Mutex::default(),
+            updates: Mutex::default(),
         })
     })
     .await

@@ -3,19 +3,31 @@
 //!
 //! * [`rules`]: the verdict, a pure function of an adapter's measurements;
 //! * [`norms`]: the update norms the verdict and the merge read;
+//! * [`similarity`]: what a submission added to its round's start, against what earlier
+//!   submissions added (the replay and copy rules);
 //! * [`context`]: each job's model, held-out set and base score, loaded once (ahead of time
 //!   while idle);
 //! * this module: the poll loop, scoring a submission and merging a round.
 //!
+//! ## Never stalled by one submission or one job
+//! Whatever is wrong with a submission (unfetchable, unloadable, a configuration or shape that
+//! is not the job's, NaN, a copy) becomes that submission's rejection with the reason. What is
+//! wrong on the validator's side (the API, the store, a job whose model cannot be loaded) skips
+//! that submission or round for this pass, logged, and the pass goes on with the others.
+//!
 //! ## The merge
-//! Accepted adapters are merged exactly (weighted sum of `ΔW = B·A`, re-factored to rank r),
-//! weighted by `samples × quality`, with each adapter's update norm clipped to
+//! Accepted adapters are merged the job's way (`validation.aggregation`: exact by default, the
+//! weighted sum of `ΔW = B·A` re-factored to rank r, weighted by `samples × quality`; or the
+//! coordinate-wise trimmed mean or median), with each adapter's update norm clipped to
 //! `clip_factor` times the round's median norm, so one outsized (if accepted) update cannot
-//! dominate. The merge is scored like an adapter and reported with the merge's truncation error.
+//! dominate. The merge is scored like an adapter and must beat the round's start; when it does
+//! not, the round falls back to the median merge, then to the best accepted adapter alone (which
+//! beat the start to be accepted), and the aggregate's details say which and why.
 
 pub mod context;
 pub mod norms;
 pub mod rules;
+pub mod similarity;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,10 +40,12 @@ use crate::NodeError;
 use crate::content::{Blobs, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
 use context::{Contexts, JobContext, JobRef, Loader};
-pub use rules::{Rules, Scores, judge};
+pub use rules::{Nearest, Rules, Scores, judge};
 use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
+use shardwork_core::protocol::Aggregation;
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
-use shardwork_trainer::peft::Adapter;
+use shardwork_trainer::peft::{Adapter, AdapterConfig};
+use similarity::{Additions, Update};
 
 /// Merges one round's `adapters` with `weights` as the validator does: each update clipped at
 /// `clip_factor` times the round's median update norm, then merged by `mode` (the validator's
@@ -114,7 +128,9 @@ impl ValidatorNode {
     }
 
     /// Judges every pending submission and merges every ready round once; returns how many
-    /// verdicts and merges the API took.
+    /// verdicts and merges the API took. Only failing to list the work fails the pass: a
+    /// submission or round that cannot be handled now is logged and left for the next pass
+    /// while the others go on.
     pub async fn pass(&self, contexts: &mut Contexts) -> Result<usize, NodeError> {
         let loader = self.loader();
         let mut worked = 0;
@@ -124,14 +140,29 @@ impl ValidatorNode {
                 spec_cid: pending.job_spec_cid.as_deref(),
                 held_out_cid: pending.held_out_cid.as_deref(),
             };
-            let context = contexts.get(&loader, job).await?;
-            let verdict = self.score(&context, &pending).await?;
+            let context = match contexts.get(&loader, job).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(job = %pending.job_id, submission = %pending.submission_id,
+                        error = %e, "job cannot be judged now; its submissions wait");
+                    continue;
+                }
+            };
+            let verdict = match self.score(&context, &pending).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(submission = %pending.submission_id, error = %e,
+                        "submission not judged this pass");
+                    continue;
+                }
+            };
             tracing::info!(submission = %pending.submission_id, worker = %pending.worker,
                 accepted = verdict.accepted, quality = verdict.quality, reason = ?verdict.reason, "verdict");
             match self.api.verdict(pending.submission_id, &verdict).await {
                 Ok(()) => worked += 1,
                 Err(e) if e.is_conflict() => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => tracing::warn!(submission = %pending.submission_id, error = %e,
+                    "verdict not recorded; judged again next pass"),
             }
         }
         for ready in self.api.ready_rounds().await? {
@@ -140,10 +171,20 @@ impl ValidatorNode {
                 spec_cid: ready.job_spec_cid.as_deref(),
                 held_out_cid: ready.held_out_cid.as_deref(),
             };
-            let context = contexts.get(&loader, job).await?;
-            let aggregate = self.merge_round(&context, &ready).await?;
+            let merged = match contexts.get(&loader, job).await {
+                Ok(context) => self.merge_round(&context, &ready).await,
+                Err(e) => Err(e),
+            };
+            let aggregate = match merged {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
+                        "round not merged this pass");
+                    continue;
+                }
+            };
             tracing::info!(job = %ready.job_id, round = ready.round, metric = aggregate.metric,
-                base = aggregate.base_metric, "round merged");
+                base = aggregate.base_metric, merge = %aggregate.details["merge"], "round merged");
             match self
                 .api
                 .aggregate(ready.job_id, ready.round, &aggregate)
@@ -151,7 +192,11 @@ impl ValidatorNode {
             {
                 Ok(()) => worked += 1,
                 Err(e) if e.is_conflict() => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
+                        "merge not recorded; merged again next pass");
+                    continue;
+                }
             }
             if ready.last_round {
                 contexts.finish(ready.job_id);
@@ -160,74 +205,152 @@ impl ValidatorNode {
         Ok(worked)
     }
 
+    /// The round's starting adapter (none in round 1) and its held-out score (the base
+    /// model's in round 1), measured once per job and round. Failing here is the validator's
+    /// problem (the start is its own merge), so it is an error, not a rejection.
+    async fn round_start(
+        &self,
+        context: &Arc<JobContext>,
+        round: i32,
+        cid: Option<&str>,
+    ) -> Result<(Option<Arc<Update>>, f64), NodeError> {
+        let Some(cid) = cid else {
+            return Ok((None, context.base_metric));
+        };
+        if let (Some(update), Some(metric)) =
+            (context.update(round, cid), context.start_metric(cid))
+        {
+            return Ok((Some(update), metric));
+        }
+        let dir = self.work_dir.scratch("start-")?;
+        fetch_bundle(self.blobs.as_ref(), cid, dir.path()).await?;
+        let (context, device, path) = (
+            context.clone(),
+            self.device.clone(),
+            dir.path().to_path_buf(),
+        );
+        let owned_cid = cid.to_owned();
+        tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
+            let start = Adapter::load(&path, &device)?;
+            let metric = match context.start_metric(&owned_cid) {
+                Some(m) => m,
+                None => context
+                    .work
+                    .score(Some(&start), &context.held_out, &device)?,
+            };
+            let update = Arc::new(Update::of(&start)?);
+            context.remember_start_metric(&owned_cid, metric);
+            context.remember_update(round, &owned_cid, update.clone());
+            Ok((Some(update), metric))
+        })
+        .await
+        .map_err(|e| NodeError::Io(format!("scoring the round's start: {e}")))?
+    }
+
+    /// The verdict on one submission. `Err` only for what is not the submission's fault (the
+    /// API, the store, the round's start); everything wrong with the submission is a rejection.
     async fn score(
         &self,
         context: &Arc<JobContext>,
         pending: &PendingValidation,
     ) -> Result<Verdict, NodeError> {
-        let dir = self.work_dir.scratch("verdict-")?;
         let metric_name = context.work.metric().name;
+        let base_metric = context.base_metric;
         let reject = |reason: String| Verdict {
             accepted: false,
             quality: 0.0,
             reason: Some(reason),
-            report: json!({ "base_metric": context.base_metric, "metric_name": metric_name }),
+            report: json!({ "base_metric": base_metric, "metric_name": metric_name }),
         };
-        if let Err(e) = fetch_bundle(self.blobs.as_ref(), &pending.adapter_cid, dir.path()).await {
+        // Byte-for-byte replays and copies are told by their CIDs, before anything is fetched.
+        if pending.previous_adapter_cid.as_deref() == Some(pending.adapter_cid.as_str()) {
+            return Ok(reject(
+                "the adapter is the round's starting adapter itself: a replay earns nothing".into(),
+            ));
+        }
+        if let Some(original) = pending
+            .earlier_submissions
+            .iter()
+            .find(|e| e.adapter_cid == pending.adapter_cid)
+        {
+            return Ok(reject(format!(
+                "the adapter is submission {}'s by {}, byte for byte: a copy earns nothing",
+                original.submission_id, original.worker
+            )));
+        }
+        let (start, start_metric) = self
+            .round_start(
+                context,
+                pending.round,
+                pending.previous_adapter_cid.as_deref(),
+            )
+            .await?;
+        let dir = self.work_dir.scratch("verdict-")?;
+        let adapter_dir = dir.path().join("submitted");
+        if let Err(e) = fetch_bundle(self.blobs.as_ref(), &pending.adapter_cid, &adapter_dir).await
+        {
             return Ok(reject(format!(
                 "the adapter could not be fetched as a bundle: {e}"
             )));
         }
+        // Earlier submissions' updates, fetched once per round. One that cannot be fetched or
+        // loaded was (or will be) rejected for it and is no original to copy from.
+        let mut earlier = Vec::with_capacity(pending.earlier_submissions.len());
+        for (k, e) in pending.earlier_submissions.iter().enumerate() {
+            if let Some(update) = context.update(pending.round, &e.adapter_cid) {
+                earlier.push((e.clone(), Ok(update)));
+                continue;
+            }
+            let d = dir.path().join(format!("earlier-{k}"));
+            match fetch_bundle(self.blobs.as_ref(), &e.adapter_cid, &d).await {
+                Ok(_) => earlier.push((e.clone(), Err(d))),
+                Err(err) => tracing::debug!(submission = %e.submission_id, error = %err,
+                    "earlier submission not comparable"),
+            }
+        }
         let context = context.clone();
         let device = self.device.clone();
-        let adapter_dir = dir.path().to_path_buf();
         let rules = self.rules;
-        let judged = tokio::task::spawn_blocking(move || -> Result<Verdict, NodeError> {
-            let rejected = |reason: String| Verdict {
-                accepted: false,
-                quality: 0.0,
-                reason: Some(reason),
-                report: json!({}),
-            };
-            let adapter = match Adapter::load(&adapter_dir, &device) {
-                Ok(a) => a,
-                Err(e) => return Ok(rejected(format!("malformed adapter: {e}"))),
-            };
-            let work = context.work.as_ref();
-            let finite = norms::all_finite(&adapter)?;
-            let norm = norms::max_relative_norm(work, &adapter)?;
-            let metric = if finite && norm <= rules.max_relative_norm {
-                match work.score(Some(&adapter), &context.held_out, &device) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        return Ok(rejected(format!("the adapter does not fit the model: {e}")));
-                    }
-                }
-            } else {
-                f64::NAN
-            };
-            let scores = Scores {
-                kind: work.metric(),
-                metric,
-                base_metric: context.base_metric,
-                max_relative_norm: norm,
-                finite,
-            };
-            let (accepted, quality, reason) = judge(&scores, &rules);
-            Ok(Verdict {
-                accepted,
-                quality,
-                reason,
-                report: json!({
-                    "metric_name": scores.kind.name,
-                    "metric": metric.is_finite().then_some(metric),
-                    "base_metric": context.base_metric,
-                    "max_relative_norm": norm.is_finite().then_some(norm),
-                }),
-            })
+        let round = pending.round;
+        let judged = tokio::task::spawn_blocking(move || -> Verdict {
+            let mut earlier_updates = Vec::with_capacity(earlier.len());
+            for (e, kept) in earlier {
+                let update = match kept {
+                    Ok(u) => u,
+                    Err(path) => match Adapter::load(&path, &device).and_then(|a| {
+                        Update::of(&a).map_err(|e| shardwork_trainer::Error::Invalid(e.to_string()))
+                    }) {
+                        Ok(u) => {
+                            let u = Arc::new(u);
+                            context.remember_update(round, &e.adapter_cid, u.clone());
+                            u
+                        }
+                        Err(_) => continue,
+                    },
+                };
+                earlier_updates.push((e, update));
+            }
+            let measured = measure(
+                &context,
+                &adapter_dir,
+                &device,
+                &rules,
+                start.as_deref(),
+                start_metric,
+                &earlier_updates,
+            );
+            match measured {
+                Ok(verdict) => verdict,
+                Err(e) => Verdict {
+                    accepted: false,
+                    quality: 0.0,
+                    reason: Some(format!("the adapter could not be scored: {e}")),
+                    report: json!({ "base_metric": base_metric, "metric_name": metric_name }),
+                },
+            }
         })
         .await
-        .map_err(|e| NodeError::Io(format!("scoring: {e}")))??;
+        .map_err(|e| NodeError::Io(format!("scoring: {e}")))?;
         Ok(judged)
     }
 
@@ -236,6 +359,9 @@ impl ValidatorNode {
         context: &Arc<JobContext>,
         ready: &ReadyRound,
     ) -> Result<Aggregate, NodeError> {
+        let (_, start_metric) = self
+            .round_start(context, ready.round, ready.base_adapter_cid.as_deref())
+            .await?;
         let dir = self.work_dir.scratch("merge-")?;
         let mut dirs = Vec::new();
         for (i, a) in ready.adapters.iter().enumerate() {
@@ -248,6 +374,7 @@ impl ValidatorNode {
             .iter()
             .map(|a| a.samples.max(1) as f64 * a.quality.max(1e-3))
             .collect();
+        let qualities: Vec<f64> = ready.adapters.iter().map(|a| a.quality).collect();
         let out_dir = dir.path().join("merged");
         let base_metric = context.base_metric;
         let metric_name = context.work.metric().name;
@@ -255,23 +382,22 @@ impl ValidatorNode {
         let device = self.device.clone();
         let clip_factor = self.rules.clip_factor;
         let out = out_dir.clone();
-        let (metric, report) = tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
+        let (metric, details) = tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
             let adapters = dirs
                 .iter()
                 .map(|d| Adapter::load(d, &device))
                 .collect::<Result<Vec<_>, _>>()?;
-            let (merged, report) = merge_adapters(
+            let chosen = merge_round_adapters(
+                &context,
                 &adapters,
                 &weights,
-                MergeMode::Exact,
+                &qualities,
                 clip_factor,
-                context.work.seed(),
+                start_metric,
+                &device,
             )?;
-            let metric = context
-                .work
-                .score(Some(&merged), &context.held_out, &device)?;
-            merged.save(&out)?;
-            Ok((metric, report))
+            chosen.adapter.save(&out)?;
+            Ok((chosen.metric, chosen.details))
         })
         .await
         .map_err(|e| NodeError::Io(format!("merging: {e}")))??;
@@ -285,18 +411,278 @@ impl ValidatorNode {
         let adapter_cid = adapter_cid
             .parse()
             .map_err(|e| NodeError::Content(format!("merged adapter CID {adapter_cid}: {e}")))?;
+        let mut details = details;
+        details["start_metric"] = json!(start_metric);
+        details["adapters"] = json!(ready.adapters.iter().map(|a| json!({"worker": a.worker, "shard": a.shard_index, "samples": a.samples, "quality": a.quality})).collect::<Vec<_>>());
         Ok(Aggregate {
             adapter_cid,
             metric,
             base_metric,
             metric_name: metric_name.into(),
-            details: json!({
-                "merge": "exact",
-                "weights": report.weights,
-                "clip_factors": report.clip_factors,
-                "max_truncation_error": report.max_relative_error,
-                "adapters": ready.adapters.iter().map(|a| json!({"worker": a.worker, "shard": a.shard_index, "samples": a.samples, "quality": a.quality})).collect::<Vec<_>>(),
-            }),
+            details,
         })
+    }
+}
+
+/// Loads, checks and scores the submitted adapter in `adapter_dir` against the round's start
+/// and the earlier submissions: the verdict. `Err` means the adapter could not be measured
+/// (the caller rejects it with that reason).
+fn measure(
+    context: &JobContext,
+    adapter_dir: &std::path::Path,
+    device: &Device,
+    rules: &Rules,
+    start: Option<&Update>,
+    start_metric: f64,
+    earlier: &[(shardwork_client::EarlierSubmission, Arc<Update>)],
+) -> Result<Verdict, NodeError> {
+    let rejected = |reason: String| Verdict {
+        accepted: false,
+        quality: 0.0,
+        reason: Some(reason),
+        report: json!({}),
+    };
+    let adapter = match Adapter::load(adapter_dir, device) {
+        Ok(a) => a,
+        Err(e) => return Ok(rejected(format!("malformed adapter: {e}"))),
+    };
+    let work = context.work.as_ref();
+    if let Some(problem) = rules::config_problem(&adapter.config, &work.adapter_config()) {
+        return Ok(rejected(problem));
+    }
+    if let Some(problem) = shape_problem(work, &adapter)? {
+        return Ok(rejected(problem));
+    }
+    let finite = norms::all_finite(&adapter)?;
+    let norm = norms::max_relative_norm(work, &adapter)?;
+    let (comparison, nearest) = if finite {
+        let own = Update::of(&adapter)?;
+        let updates: Vec<&Update> = earlier.iter().map(|(_, u)| u.as_ref()).collect();
+        let c = Additions::measure(&own, start, &updates)?.compare();
+        let nearest = c
+            .cosines
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.is_finite())
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(k, cosine)| Nearest {
+                worker: earlier[k].0.worker.clone(),
+                submission: earlier[k].0.submission_id.to_string(),
+                cosine: *cosine,
+                norm_ratio: c.norm_ratios[k],
+            });
+        (Some(c), nearest)
+    } else {
+        (None, None)
+    };
+    let metric = if finite && norm <= rules.max_relative_norm {
+        match work.score(Some(&adapter), &context.held_out, device) {
+            Ok(m) => m,
+            Err(e) => return Ok(rejected(format!("the adapter does not fit the model: {e}"))),
+        }
+    } else {
+        f64::NAN
+    };
+    let scores = Scores {
+        kind: work.metric(),
+        metric,
+        base_metric: context.base_metric,
+        start_metric,
+        min_gain: context.validation.min_gain,
+        max_relative_norm: norm,
+        finite,
+        addition_norm: comparison.as_ref().map_or(f64::NAN, |c| c.addition_norm),
+        start_norm: comparison.as_ref().map_or(0.0, |c| c.start_norm),
+        nearest: nearest.clone(),
+    };
+    let (accepted, quality, reason) = judge(&scores, rules);
+    let finite_or_null = |v: f64| v.is_finite().then_some(v);
+    Ok(Verdict {
+        accepted,
+        quality,
+        reason,
+        report: json!({
+            "metric_name": scores.kind.name,
+            "metric": finite_or_null(metric),
+            "base_metric": context.base_metric,
+            "start_metric": start_metric,
+            "min_gain": scores.min_gain,
+            "max_relative_norm": finite_or_null(norm),
+            "addition_norm": finite_or_null(scores.addition_norm),
+            "start_norm": scores.start_norm,
+            "nearest": nearest.map(|n| json!({
+                "submission": n.submission, "worker": n.worker,
+                "cosine": finite_or_null(n.cosine), "norm_ratio": finite_or_null(n.norm_ratio),
+            })),
+        }),
+    })
+}
+
+/// A LoRA pair whose shapes are not `A: (r, in)`, `B: (out, r)` for the base weight it adapts
+/// (the job's r), or a module the model lacks.
+fn shape_problem(
+    work: &dyn crate::work::Work,
+    adapter: &Adapter,
+) -> Result<Option<String>, NodeError> {
+    let r = adapter.config.r;
+    let pairs = match adapter.lora_pairs() {
+        Ok(p) => p,
+        Err(e) => return Ok(Some(format!("malformed adapter: {e}"))),
+    };
+    if pairs.is_empty() {
+        return Ok(Some("the adapter holds no LoRA pair".into()));
+    }
+    for (module, pair) in pairs {
+        let Some(w) = work.base_weight(&module)? else {
+            return Ok(Some(format!("module {module} is not in the job's model")));
+        };
+        let (out, inp) = w.dims2().map_err(shardwork_trainer::Error::from)?;
+        if pair.a.dims() != [r, inp] || pair.b.dims() != [out, r] {
+            return Ok(Some(format!(
+                "module {module}: lora_A is {:?} and lora_B {:?}; the job's r = {r} over a \
+                 {out}x{inp} weight needs [{r}, {inp}] and [{out}, {r}]",
+                pair.a.dims(),
+                pair.b.dims()
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// A round's merge as chosen: the adapter, its held-out metric and what the aggregate reports.
+struct ChosenMerge {
+    adapter: Adapter,
+    metric: f64,
+    details: serde_json::Value,
+}
+
+/// The job's merge of the round's accepted `adapters`, or its fallbacks when that does not
+/// beat the round's start (`start_metric`): the median merge, then the best accepted adapter
+/// alone (the one with the highest quality, which beat the start to be accepted).
+fn merge_round_adapters(
+    context: &JobContext,
+    adapters: &[Adapter],
+    weights: &[f64],
+    qualities: &[f64],
+    clip_factor: f64,
+    start_metric: f64,
+    device: &Device,
+) -> Result<ChosenMerge, NodeError> {
+    let metric_kind = context.work.metric();
+    let requested = context.validation.aggregation;
+    let mut tried = Vec::new();
+    let mut modes = vec![merge_mode(requested, adapters.len())];
+    if modes[0] != MergeMode::Median && adapters.len() >= 3 {
+        modes.push(MergeMode::Median);
+    }
+    for mode in modes {
+        let name = mode_name(mode);
+        let attempt = merge_adapters(adapters, weights, mode, clip_factor, context.work.seed())
+            .and_then(|(merged, report)| {
+                let metric = context
+                    .work
+                    .score(Some(&merged), &context.held_out, device)?;
+                Ok((merged, report, metric))
+            });
+        match attempt {
+            Ok((merged, report, metric)) if metric_kind.gain(metric, start_metric) > 0.0 => {
+                return Ok(ChosenMerge {
+                    adapter: merged,
+                    metric,
+                    details: json!({
+                        "merge": name,
+                        "requested": aggregation_name(requested),
+                        "fallback": (!tried.is_empty()).then_some(&tried),
+                        "weights": report.weights,
+                        "clip_factors": report.clip_factors,
+                        "max_truncation_error": report.max_relative_error,
+                    }),
+                });
+            }
+            Ok((_, _, metric)) => tried.push(format!(
+                "{name} merge scored {metric:.4}, not better than the round's start {start_metric:.4}"
+            )),
+            Err(e) => tried.push(format!("{name} merge failed: {e}")),
+        }
+    }
+    let best = qualities
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(k, _)| k)
+        .ok_or_else(|| NodeError::Content("a ready round without adapters".into()))?;
+    // The job's own PEFT configuration, not whatever else the worker's file carried.
+    let adapter = Adapter {
+        config: AdapterConfig {
+            ..context.work.adapter_config()
+        },
+        tensors: adapters[best].tensors.clone(),
+    };
+    let metric = context
+        .work
+        .score(Some(&adapter), &context.held_out, device)?;
+    Ok(ChosenMerge {
+        adapter,
+        metric,
+        details: json!({
+            "merge": "best_adapter",
+            "requested": aggregation_name(requested),
+            "fallback": tried,
+            "best_adapter": best,
+        }),
+    })
+}
+
+/// The trainer's merge for the job's aggregation over `k` adapters. A trimmed mean drops a fifth
+/// of the values at each end (at least one); with too few adapters to drop any, it is the
+/// median.
+fn merge_mode(aggregation: Aggregation, k: usize) -> MergeMode {
+    match aggregation {
+        Aggregation::Exact => MergeMode::Exact,
+        Aggregation::Median => MergeMode::Median,
+        Aggregation::TrimmedMean => {
+            let trim = (k / 5).max(1);
+            if 2 * trim < k {
+                MergeMode::TrimmedMean { trim }
+            } else {
+                MergeMode::Median
+            }
+        }
+    }
+}
+
+fn mode_name(mode: MergeMode) -> &'static str {
+    match mode {
+        MergeMode::Exact => "exact",
+        MergeMode::Naive => "naive",
+        MergeMode::Median => "median",
+        MergeMode::TrimmedMean { .. } => "trimmed_mean",
+    }
+}
+
+fn aggregation_name(a: Aggregation) -> &'static str {
+    match a {
+        Aggregation::Exact => "exact",
+        Aggregation::TrimmedMean => "trimmed_mean",
+        Aggregation::Median => "median",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trimmed_mean_of_too_few_adapters_is_their_median() {
+        assert_eq!(merge_mode(Aggregation::TrimmedMean, 2), MergeMode::Median);
+        assert_eq!(
+            merge_mode(Aggregation::TrimmedMean, 3),
+            MergeMode::TrimmedMean { trim: 1 }
+        );
+        assert_eq!(
+            merge_mode(Aggregation::TrimmedMean, 10),
+            MergeMode::TrimmedMean { trim: 2 }
+        );
+        assert_eq!(merge_mode(Aggregation::Exact, 1), MergeMode::Exact);
     }
 }

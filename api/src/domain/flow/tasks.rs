@@ -431,7 +431,9 @@ pub async fn submit(
         worker_id: Set(worker.id),
         adapter_cid: Set(submission.adapter_cid.to_string()),
         metrics_cid: Set(submission.metrics_cid.to_string()),
-        sample_count: Set(submission.samples as i64),
+        // The merge and the pay weigh an adapter by its shard's records, as the manifest
+        // counts them: a worker's own count is only checked, never believed.
+        sample_count: Set(shard.sample_count),
         verdict: Set(VerdictStatus::Pending),
         quality: Set(None),
         reject_reason: Set(None),
@@ -450,7 +452,7 @@ pub async fn submit(
             round: task.round as u32,
             shard: shard.index as u32,
             worker: worker.address.clone(),
-            samples: submission.samples,
+            samples: shard.sample_count as u64,
             adapter_cid: submission.adapter_cid.to_string(),
         }),
         false,

@@ -14,7 +14,9 @@ use sea_orm::{
 use shardwork_core::protocol::{JobEvent, VerdictStatus, events};
 use uuid::Uuid;
 
-pub use shardwork_core::protocol::node::{AcceptedAdapter, PendingValidation, ReadyRound, Verdict};
+pub use shardwork_core::protocol::node::{
+    AcceptedAdapter, EarlierSubmission, PendingValidation, ReadyRound, Verdict,
+};
 
 use super::rounds;
 use super::tasks::{TaskStatus, find_task, requeue};
@@ -49,11 +51,8 @@ pub async fn pending<C: ConnectionTrait>(
             .map(|s| s.index)
             .unwrap_or_default();
         let round = rounds::find_round(db, job.id, task.round).await?;
-        let worker = worker::Entity::find_by_id(s.worker_id)
-            .one(db)
-            .await?
-            .map(|w| w.address)
-            .unwrap_or_default();
+        let worker = worker_address(db, s.worker_id).await?;
+        let earlier_submissions = earlier_in_round(db, &s, job.id, task.round).await?;
         out.push(PendingValidation {
             submission_id: s.id,
             job_id: job.id,
@@ -69,6 +68,56 @@ pub async fn pending<C: ConnectionTrait>(
             manifest_cid: job.manifest_cid,
             held_out_cid: job.heldout_cid,
             previous_adapter_cid: round.base_adapter_cid,
+            earlier_submissions,
+        });
+    }
+    Ok(out)
+}
+
+async fn worker_address<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<String, DomainError> {
+    Ok(worker::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .map(|w| w.address)
+        .unwrap_or_default())
+}
+
+/// The submissions of round `round` of `job_id` handed in before `s` (by creation time, then
+/// id, the order verdicts are given in) and not rejected, oldest first.
+async fn earlier_in_round<C: ConnectionTrait>(
+    db: &C,
+    s: &submission::Model,
+    job_id: Uuid,
+    round: i32,
+) -> Result<Vec<EarlierSubmission>, DomainError> {
+    let task_ids: Vec<Uuid> = task::Entity::find()
+        .filter(task::Column::JobId.eq(job_id))
+        .filter(task::Column::Round.eq(round))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    let rows = submission::Entity::find()
+        .filter(submission::Column::TaskId.is_in(task_ids))
+        .filter(submission::Column::Id.ne(s.id))
+        .filter(submission::Column::CreatedAt.lte(s.created_at))
+        // A copy of a rejected adapter fails for the same reason the original did.
+        .filter(submission::Column::Verdict.ne(VerdictStatus::Rejected))
+        .order_by_asc(submission::Column::CreatedAt)
+        .order_by_asc(submission::Column::Id)
+        .all(db)
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for e in rows {
+        // Same instant: the id (UUIDv7, time-ordered) breaks the tie as the pending list does.
+        if e.created_at == s.created_at && e.id > s.id {
+            continue;
+        }
+        out.push(EarlierSubmission {
+            submission_id: e.id,
+            worker: worker_address(db, e.worker_id).await?,
+            adapter_cid: e.adapter_cid,
         });
     }
     Ok(out)
