@@ -35,9 +35,13 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 0)]
     pub adversaries: usize,
     /// What the dishonest workers do: submit random noise, replay the round's starting adapter,
-    /// or copy another worker's adapter.
+    /// copy another worker's adapter, or train on a tenth of the shard.
     #[arg(long, value_enum, default_value = "noise")]
     pub adversary: shardwork_node::worker::Behaviour,
+    /// Share of accepted submissions the validator trains again to check them (the job's
+    /// `validation.spot_check`; 0.1 when not given).
+    #[arg(long)]
+    pub spot_check: Option<f64>,
     #[arg(long, default_value_t = 3)]
     pub shards: u32,
     #[arg(long, default_value_t = 2)]
@@ -384,10 +388,13 @@ fn deployment_dir(name: &str) -> anyhow::Result<std::path::PathBuf> {
 async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::Result<DemoReport> {
     let SampleJob {
         label: model,
-        spec,
+        mut spec,
         dataset,
         chat,
     } = sample_job(deployment, &SampleShape::from(args)).await?;
+    if let Some(share) = args.spot_check {
+        spec["validation"] = json!({ "spot_check": share });
+    }
     let requester = Arc::new(ApiClient::new(
         &deployment.api_url,
         nodes::dev_key(nodes::REQUESTER_DEV_KEY),

@@ -199,6 +199,9 @@ impl WorkerNode {
         let training = if behaviour.trains(task.round) {
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                 let work = work::load(spec, &model_dir, &device)?;
+                if behaviour == Behaviour::Lazy {
+                    adversary::keep_a_tenth(&shard_path)?;
+                }
                 let start = match previous {
                     Some(p) => Some(Adapter::load(&p, &device)?),
                     None => None,

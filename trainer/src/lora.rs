@@ -109,12 +109,26 @@ fn matches_any(names: &[String], module_path: &str) -> bool {
 /// A seeded source of dropout masks shared by every layer of one model, so that a training run
 /// is reproducible given its seed (candle's CPU device cannot be seeded).
 #[derive(Clone)]
-pub struct DropoutRng(Arc<Mutex<StdRng>>);
+pub struct DropoutRng {
+    rng: Arc<Mutex<StdRng>>,
+    seed: u64,
+}
 
 impl DropoutRng {
     /// A generator for dropout masks seeded with `seed`.
     pub fn new(seed: u64) -> Self {
-        Self(Arc::new(Mutex::new(StdRng::seed_from_u64(seed))))
+        Self {
+            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
+            seed,
+        }
+    }
+
+    /// Starts the mask stream over from the seed, for every layer sharing it: each training run
+    /// of a model kept between runs (the validator's spot checks) draws the masks a freshly
+    /// built model would, so the same task gives the same adapter wherever it is trained.
+    pub fn restart(&self) {
+        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        *rng = StdRng::seed_from_u64(self.seed);
     }
 
     /// Inverted dropout: keeps each element with probability `1 - p` and scales it by
@@ -127,7 +141,7 @@ impl DropoutRng {
         let n = x.elem_count();
         let mask: Vec<f32> = {
             // A poisoned lock only means another thread panicked mid-draw; the RNG is still usable.
-            let mut rng = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
             (0..n)
                 .map(|_| {
                     if rng.random::<f32>() < keep {
@@ -149,12 +163,22 @@ impl DropoutRng {
 #[derive(Default, Clone)]
 pub struct Trainables {
     vars: BTreeMap<String, Var>,
+    /// The dropout masks' generator of the layers these tensors belong to, when built by a
+    /// [`LoraBuilder`].
+    dropout: Option<DropoutRng>,
 }
 
 impl Trainables {
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Starts the layers' dropout masks over from their seed (see [`DropoutRng::restart`]).
+    pub fn restart_dropout(&self) {
+        if let Some(d) = &self.dropout {
+            d.restart();
+        }
     }
 
     /// Registers `var` under `name`; registering a name twice is an error.
@@ -548,7 +572,10 @@ impl LoraBuilder {
 
     /// Ends building and hands over the registry the optimiser and the adapter writer use.
     pub fn finish(self) -> Trainables {
-        self.trainables
+        Trainables {
+            dropout: Some(self.dropout),
+            ..self.trainables
+        }
     }
 }
 

@@ -238,18 +238,27 @@ pub enum Aggregation {
 pub struct ValidationSpec {
     /// How much an adapter must improve the held-out metric over the round's starting adapter
     /// (the base model in round 1), in the metric's own units: points of accuracy (0.01 = one
-    /// point) for classification, nats per learned token for causal-LM loss. 0.01 when omitted.
-    #[serde(default = "ValidationSpec::default_min_gain")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1, default = 0.01))]
-    pub min_gain: f64,
+    /// point) for classification, nats per learned token for causal-LM loss. When omitted, the
+    /// metric's default: 0.01 nats for loss; 0 for accuracy (not worse than the start: a
+    /// discrete metric that plateaus, where an honest late round may add no held-out example).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1))]
+    pub min_gain: Option<f64>,
     /// How each round's accepted adapters are merged; `exact` when omitted.
     #[serde(default)]
     pub aggregation: Aggregation,
+    /// Share of accepted submissions the validator trains again, from the same start, shard and
+    /// seed, to check the work was done as asked (a lazy or fabricated adapter does not match);
+    /// 0.1 when omitted. Which ones is drawn from the submission's id, unknown to the worker
+    /// until it has submitted.
+    #[serde(default = "ValidationSpec::default_spot_check")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1, default = 0.1))]
+    pub spot_check: f64,
 }
 
 impl ValidationSpec {
-    fn default_min_gain() -> f64 {
-        0.01
+    fn default_spot_check() -> f64 {
+        0.1
     }
 
     fn is_default(&self) -> bool {
@@ -260,8 +269,9 @@ impl ValidationSpec {
 impl Default for ValidationSpec {
     fn default() -> Self {
         ValidationSpec {
-            min_gain: ValidationSpec::default_min_gain(),
+            min_gain: None,
             aggregation: Aggregation::default(),
+            spot_check: ValidationSpec::default_spot_check(),
         }
     }
 }
@@ -492,11 +502,18 @@ impl JobSpec {
                 format!("a lora job has exactly 1 round, not {}", self.rounds)
             });
         }
-        let gain = self.validation.min_gain;
+        if let Some(gain) = self.validation.min_gain {
+            e.check(
+                gain.is_finite() && (0.0..=1.0).contains(&gain),
+                "validation.min_gain",
+                || format!("{gain} is outside [0, 1]"),
+            );
+        }
+        let spot = self.validation.spot_check;
         e.check(
-            gain.is_finite() && (0.0..=1.0).contains(&gain),
-            "validation.min_gain",
-            || format!("{gain} is outside [0, 1]"),
+            spot.is_finite() && (0.0..=1.0).contains(&spot),
+            "validation.spot_check",
+            || format!("{spot} is outside [0, 1]"),
         );
         let f = self.held_out_fraction;
         e.check(
@@ -598,6 +615,35 @@ pub(crate) mod tests {
             errors.to_string().contains("lora.r: 0 is outside 1..=256"),
             "{errors}"
         );
+    }
+
+    #[test]
+    fn validation_defaults_when_omitted_and_is_checked_when_given() {
+        let spec = parse(valid_json()).unwrap();
+        assert_eq!(spec.validation, ValidationSpec::default());
+        assert_eq!(spec.validation.aggregation, Aggregation::Exact);
+        // A spec without the section serialises without it: old job documents keep their CIDs.
+        assert!(
+            serde_json::to_value(&spec)
+                .unwrap()
+                .get("validation")
+                .is_none()
+        );
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "min_gain": 2.0, "spot_check": -0.5 });
+        let errors = parse(v).unwrap_err();
+        assert_eq!(
+            paths(&errors),
+            ["validation.min_gain", "validation.spot_check"]
+        );
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "aggregation": "trimmed_mean", "min_gain": 0 });
+        let spec = parse(v).unwrap();
+        assert_eq!(spec.validation.aggregation, Aggregation::TrimmedMean);
+        assert_eq!(spec.validation.spot_check, 0.1);
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "aggregation": "mode" });
+        assert!(parse(v).is_err());
     }
 
     #[test]

@@ -2114,10 +2114,20 @@ export type components = {
              * Format: double
              * @description How much an adapter must improve the held-out metric over the round's starting adapter
              *     (the base model in round 1), in the metric's own units: points of accuracy (0.01 = one
-             *     point) for classification, nats per learned token for causal-LM loss. 0.01 when omitted.
-             * @default 0.01
+             *     point) for classification, nats per learned token for causal-LM loss. When omitted, the
+             *     metric's default: 0.01 nats for loss; 0 for accuracy (not worse than the start: a
+             *     discrete metric that plateaus, where an honest late round may add no held-out example).
              */
-            min_gain: number;
+            min_gain?: number | null;
+            /**
+             * Format: double
+             * @description Share of accepted submissions the validator trains again, from the same start, shard and
+             *     seed, to check the work was done as asked (a lazy or fabricated adapter does not match);
+             *     0.1 when omitted. Which ones is drawn from the submission's id, unknown to the worker
+             *     until it has submitted.
+             * @default 0.1
+             */
+            spot_check: number;
         };
         /** @description A verdict as the validator sends it. */
         Verdict: {

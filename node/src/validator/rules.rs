@@ -20,7 +20,9 @@
 //! the base model's loss the adapter removed).
 //!
 //! `min_gain` is in the metric's own units: 0.01 is one point of accuracy, or a fall of 0.01
-//! nats per learned token in loss.
+//! nats per learned token in loss. A job that does not set it gets its metric's default: 0.01
+//! for loss, 0 for accuracy (not worse than the start: a discrete metric that plateaus, where an
+//! honest late round may add no held-out example).
 
 use std::collections::BTreeSet;
 
@@ -174,8 +176,9 @@ pub fn judge(scores: &Scores, rules: &Rules) -> (bool, f64, Option<String>) {
             n.submission, n.worker, n.cosine, n.norm_ratio
         ));
     }
-    // NaN (an unscored adapter) never passes: it is not at or above the minimum gain.
-    let gain = scores.kind.gain(scores.metric, scores.start_metric);
+    // NaN (an unscored adapter) never passes: it is not at or above the minimum gain. The
+    // slack keeps a gain of exactly the minimum (one held-out example) from failing on rounding.
+    let gain = scores.kind.gain(scores.metric, scores.start_metric) + 1e-9;
     if !matches!(
         gain.partial_cmp(&scores.min_gain),
         Some(std::cmp::Ordering::Greater | std::cmp::Ordering::Equal)
@@ -203,6 +206,7 @@ mod tests {
         name: "accuracy",
         direction: Direction::HigherIsBetter,
         best: 1.0,
+        default_min_gain: 0.0,
     };
 
     /// A round-1 adapter (start = base = 0.5) that added something of its own.
@@ -260,6 +264,20 @@ mod tests {
             ..later(0.9)
         };
         assert!(!judge(&strict, &rules).0);
+        // Accuracy's default bar: not worse than the start, so a plateaued round still passes,
+        // and exactly one held-out example in 120 clears a bar of one example despite rounding.
+        let plateau = Scores {
+            min_gain: ACCURACY.default_min_gain,
+            ..later(0.8)
+        };
+        assert!(judge(&plateau, &rules).0);
+        let one_example = Scores {
+            metric: 116.0 / 120.0,
+            start_metric: 115.0 / 120.0,
+            min_gain: 1.0 / 120.0,
+            ..later(0.0)
+        };
+        assert!(judge(&one_example, &rules).0);
     }
 
     #[test]
@@ -333,6 +351,7 @@ mod tests {
                 name: "loss",
                 direction: Direction::LowerIsBetter,
                 best: 0.0,
+                default_min_gain: 0.01,
             },
             base_metric: 2.0,
             start_metric: 2.0,

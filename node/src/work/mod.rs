@@ -43,6 +43,9 @@ pub struct Metric {
     /// The best value the metric can take (1 for accuracy, 0 for a loss): the quality of an
     /// adapter is the share of the way from the base model's score to it.
     pub best: f64,
+    /// The gain over the round's start an adapter must show when the job does not set
+    /// `validation.min_gain`.
+    pub default_min_gain: f64,
 }
 
 impl Metric {
@@ -148,6 +151,7 @@ mod tests {
             name: "accuracy",
             direction: Direction::HigherIsBetter,
             best: 1.0,
+            default_min_gain: 0.0,
         };
         assert!((accuracy.quality(0.75, 0.5) - 0.5).abs() < 1e-12);
         assert_eq!(accuracy.quality(0.4, 0.5), 0.0);
@@ -155,6 +159,7 @@ mod tests {
             name: "loss",
             direction: Direction::LowerIsBetter,
             best: 0.0,
+            default_min_gain: 0.01,
         };
         assert!((loss.gain(1.5, 2.0) - 0.5).abs() < 1e-12);
         assert!((loss.quality(1.5, 2.0) - 0.25).abs() < 1e-12);

@@ -351,6 +351,46 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_model_retrains_a_task_to_the_same_adapter_once_its_dropout_restarts() {
+        let mut model = tiny_model(&tiny_config());
+        let data = examples();
+        let cfg = config(4);
+        let trainables = attach_lora(&mut model, &cfg.lora, cfg.seed).unwrap();
+        let fresh = trainables.snapshot().unwrap();
+        let run_from_fresh = |restart: bool| {
+            trainables.load(&fresh).unwrap();
+            if restart {
+                trainables.restart_dropout();
+            }
+            let mut losses = Vec::new();
+            train(&model, &trainables, &data, &cfg, 0, &mut |p| {
+                losses.push(p.loss)
+            })
+            .unwrap();
+            losses
+        };
+        let first = run_from_fresh(false);
+        // Without a restart the second run draws the next masks: another adapter.
+        assert_ne!(run_from_fresh(false), first);
+        assert_eq!(run_from_fresh(true), first);
+    }
+
+    #[test]
+    fn a_set_smaller_than_one_batch_trains_as_one_batch() {
+        let mut model = tiny_model(&tiny_config());
+        let data = examples();
+        let cfg = config(2);
+        assert!(cfg.batch_size > 2);
+        let trainables = attach_lora(&mut model, &cfg.lora, cfg.seed).unwrap();
+        let mut steps = 0;
+        let report = train(&model, &trainables, &data[..2], &cfg, 0, &mut |_| {
+            steps += 1
+        })
+        .unwrap();
+        assert_eq!((steps, report.steps), (2, 2));
+    }
+
+    #[test]
     fn padding_and_prompt_tokens_do_not_count_in_the_loss() {
         let data = examples();
         let short = SftExample {

@@ -64,14 +64,16 @@ impl StepLoop {
     }
 
     /// Example indices of the next micro-batch. A fresh seeded permutation per epoch; leftovers
-    /// carry over so no example is skipped.
+    /// carry over so no example is skipped. A set smaller than one batch is one batch of all of
+    /// it (it used to panic: a shard of 2 records with batch_size 8).
     pub fn next_batch(&mut self) -> Vec<usize> {
-        if self.order.len() < self.batch_size {
+        let size = self.batch_size.min(self.examples);
+        if self.order.len() < size {
             let permutation = split::permutation(self.examples, self.seed.wrapping_add(self.epoch));
             self.order.extend(permutation);
             self.epoch += 1;
         }
-        self.order.drain(..self.batch_size).collect()
+        self.order.drain(..size).collect()
     }
 
     /// Back-propagates one micro-batch's `loss`, stepping the optimiser once enough micro-batches
