@@ -149,6 +149,23 @@ fn all_for(reasons: &[String], rule: &str) {
     );
 }
 
+/// Whether the chat demo's fixtures (SmolLM2, chatterbot-corpus) are installed; without them the
+/// suite is recorded as skipped, or fails where services are required (CI).
+fn chat_fixtures(suite: &str) -> bool {
+    if shardwork_trainer::fixtures::smollm2_gguf().is_some()
+        && shardwork_trainer::fixtures::chatterbot_data().is_some()
+    {
+        return true;
+    }
+    let why = "SmolLM2 or chatterbot-corpus not found (run scripts/install/python-fixtures)";
+    assert!(
+        !shardwork_core::testkit::services::services_required(),
+        "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
+    );
+    shardwork_core::testkit::services::record_skip(suite, why);
+    false
+}
+
 /// The sample model's job: 3 shards x 2 rounds.
 const SAMPLE_JOB: &[&str] = &["--sample-model", "--shards", "3", "--rounds", "2"];
 
@@ -180,15 +197,7 @@ async fn a_worker_copying_another_workers_adapter_earns_nothing() {
 /// match their replays exactly, the lazy one does not (cosine 0.32 when measured).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lazy_worker_is_caught_by_the_spot_check_and_earns_nothing() {
-    if shardwork_trainer::fixtures::smollm2_gguf().is_none()
-        || shardwork_trainer::fixtures::chatterbot_data().is_none()
-    {
-        let why = "SmolLM2 or chatterbot-corpus not found (run scripts/install/python-fixtures)";
-        assert!(
-            !shardwork_core::testkit::services::services_required(),
-            "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
-        );
-        shardwork_core::testkit::services::record_skip("tests embedded lazy worker", why);
+    if !chat_fixtures("tests embedded lazy worker") {
         return;
     }
     let chat = [
@@ -211,15 +220,7 @@ async fn a_lazy_worker_is_caught_by_the_spot_check_and_earns_nothing() {
 /// held-out question answered before and after.
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_sft_demo_lowers_held_out_loss_and_pays_its_contributors() {
-    if shardwork_trainer::fixtures::smollm2_gguf().is_none()
-        || shardwork_trainer::fixtures::chatterbot_data().is_none()
-    {
-        let why = "SmolLM2 or chatterbot-corpus not found (run scripts/install/python-fixtures)";
-        assert!(
-            !shardwork_core::testkit::services::services_required(),
-            "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
-        );
-        shardwork_core::testkit::services::record_skip("tests embedded chat demo", why);
+    if !chat_fixtures("tests embedded chat demo") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
