@@ -20,7 +20,7 @@ use crate::NodeError;
 
 /// Cosine between two submissions' additions at or above which the later one is a copy.
 /// Honest submissions measured on the demo's jobs stay well below it (the highest cosine each had
-/// with an earlier one of its round: chat SFT of SmolLM2 0.38-0.50, the sample classifier
+/// with an earlier one of its round: chat SFT of SmolLM2 0.38-0.58, the sample classifier
 /// 0.49-0.62; docs/decisions/0026), while a copy with 2% noise on every tensor scores 0.9996
 /// (SmolLM2) and 0.9999 (sample classifier).
 pub const COPY_COSINE: f64 = 0.95;
