@@ -6,7 +6,8 @@ use shardwork_trainer::peft::Adapter;
 use crate::NodeError;
 use crate::work::Work;
 
-fn lora_scale(adapter: &Adapter) -> f64 {
+/// `lora_alpha / r`: what `B·A` is multiplied by.
+pub(crate) fn lora_scale(adapter: &Adapter) -> f64 {
     adapter.config.lora_alpha / adapter.config.r.max(1) as f64
 }
 
