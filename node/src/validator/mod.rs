@@ -44,7 +44,7 @@ pub use rules::{Nearest, Rules, Scores, judge};
 use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
 use shardwork_core::protocol::{Aggregation, ShardManifest};
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
-use shardwork_trainer::peft::Adapter;
+use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use similarity::{Additions, Update};
 
 /// Merges one round's `adapters` with `weights` as the validator does: each update clipped at
@@ -471,7 +471,6 @@ impl ValidatorNode {
         let out_dir = dir.path().join("merged");
         let base_metric = context.base_metric;
         let metric_name = context.work.metric().name;
-        let job_context = context.clone();
         let context = context.clone();
         let device = self.device.clone();
         let clip_factor = self.rules.clip_factor;
@@ -502,8 +501,6 @@ impl ValidatorNode {
             &["adapter_config.json", "adapter_model.safetensors"],
         )
         .await?;
-        // The merge is the next round's start: its first verdict need not score it again.
-        job_context.remember_start_metric(&adapter_cid, metric);
         let adapter_cid = adapter_cid
             .parse()
             .map_err(|e| NodeError::Content(format!("merged adapter CID {adapter_cid}: {e}")))?;
@@ -763,7 +760,9 @@ fn merge_round_adapters(
         .ok_or_else(|| NodeError::Content("a ready round without adapters".into()))?;
     // The job's own PEFT configuration, not whatever else the worker's file carried.
     let adapter = Adapter {
-        config: context.work.adapter_config(),
+        config: AdapterConfig {
+            ..context.work.adapter_config()
+        },
         tensors: adapters[best].tensors.clone(),
     };
     let metric = context

@@ -6,8 +6,7 @@ use shardwork_trainer::peft::Adapter;
 use crate::NodeError;
 use crate::work::Work;
 
-/// `lora_alpha / r`: what `B·A` is multiplied by.
-pub(crate) fn lora_scale(adapter: &Adapter) -> f64 {
+fn lora_scale(adapter: &Adapter) -> f64 {
     adapter.config.lora_alpha / adapter.config.r.max(1) as f64
 }
 

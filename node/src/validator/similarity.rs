@@ -43,7 +43,7 @@ impl Update {
     /// start is told from an honest addition by `‖x‖² − 2⟨x, s⟩ + ‖s‖²`, a difference of nearly
     /// equal sums that f32 would drown in rounding.
     pub fn of(adapter: &Adapter) -> Result<Update, NodeError> {
-        let scale = super::norms::lora_scale(adapter);
+        let scale = adapter.config.lora_alpha / adapter.config.r.max(1) as f64;
         let mut modules = BTreeMap::new();
         for (name, pair) in adapter.lora_pairs()? {
             let b = pair
