@@ -35,7 +35,8 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 0)]
     pub adversaries: usize,
     /// What the dishonest workers do: submit random noise, replay the round's starting adapter,
-    /// copy another worker's adapter, or train on a tenth of the shard.
+    /// copy an accomplice's adapter (the first honest worker becomes one), train on a tenth of
+    /// the shard, submit the opposite of what they trained, or train on wrong answers.
     #[arg(long, value_enum, default_value = "noise")]
     pub adversary: shardwork_node::worker::Behaviour,
     /// Share of accepted submissions the validator trains again to check them (the job's
@@ -204,7 +205,7 @@ pub(crate) async fn put_gguf(
     let dir = gguf
         .parent()
         .with_context(|| format!("{} has no folder", gguf.display()))?;
-    Ok(put_bundle(blobs, "model", dir, &[name.as_str()]).await?)
+    Ok(put_bundle(blobs, "model", dir, &[name.as_str()], None).await?)
 }
 
 /// The chat demo's job spec (chat SFT of the GGUF model bundle `model_cid`).
@@ -318,7 +319,7 @@ async fn classification_job(
         }
     };
     let files: Vec<&str> = ["config.json", "model.safetensors", "tokenizer.json"].to_vec();
-    let model_cid = put_bundle(&blobs, "model", &model_dir, &files).await?;
+    let model_cid = put_bundle(&blobs, "model", &model_dir, &files, None).await?;
     let spec = json!({
         "version": 1,
         "kind": "federated",
@@ -343,16 +344,15 @@ async fn classification_job(
 }
 
 /// The demo's held-out question answered greedily by the base model and by the final adapter
-/// (fetched from the store and verified by CID, as a requester downloading it would).
+/// (downloaded through the API's result endpoint, as its requester would).
 async fn answer_before_and_after(
-    deployment: &crate::up::Deployment,
+    requester: &ApiClient,
+    job_id: Uuid,
     probe: &ChatProbe,
     spec: &Value,
-    adapter_cid: &str,
 ) -> anyhow::Result<SampleAnswer> {
-    let blobs = StoreBlobs(deployment.store.clone());
     let scratch = tempfile::tempdir()?;
-    shardwork_node::content::fetch_bundle(&blobs, adapter_cid, scratch.path()).await?;
+    shardwork_node::content::fetch_result(requester, job_id, scratch.path()).await?;
     let adapter_dir = scratch.path().to_owned();
     let model = probe.model.clone();
     let spec: shardwork_core::protocol::JobSpec = serde_json::from_value(spec.clone())?;
@@ -435,9 +435,9 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
     .await?;
     let wall = started.elapsed().as_secs_f64();
     let mut report = summarise(job_id, model, status.to_string(), wall, &events);
-    if let (Some(probe), Some(adapter)) = (&chat, &report.adapter_cid) {
+    if let (Some(probe), Some(_)) = (&chat, &report.adapter_cid) {
         report.sample_answer =
-            Some(answer_before_and_after(deployment, probe, &spec, adapter).await?);
+            Some(answer_before_and_after(&requester, job_id, probe, &spec).await?);
     }
     Ok(report)
 }

@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 use shardwork_client::ApiClient;
 use shardwork_core::protocol::{JobEvent, JobStatus};
-use shardwork_node::content::{ApiBlobs, fetch_bundle};
+use shardwork_node::content::fetch_result;
 use uuid::Uuid;
 
 use crate::progress::ProgressLine;
@@ -145,18 +145,12 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
             }
         }
         JobCommand::Result { id, out } => {
-            let result = api.result(id).await?;
-            let cid = result["adapter_cid"]
-                .as_str()
-                .context("the API's result names no adapter_cid")?;
-            std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            let blobs = ApiBlobs(api.clone());
-            let bundle = fetch_bundle(&blobs, cid, &out).await?;
+            let (cid, names) = fetch_result(&api, id, &out).await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&result)?);
+                println!("{}", serde_json::to_string_pretty(&api.result(id).await?)?);
             } else {
                 println!("adapter {cid} written to {}:", out.display());
-                for name in bundle.files.keys() {
+                for name in names {
                     println!("  {}", out.join(name).display());
                 }
             }

@@ -55,7 +55,7 @@ pub async fn run(config: Config, command: ModelCommand) -> anyhow::Result<()> {
             anyhow::ensure!(!names.is_empty(), "{} holds no files", dir.display());
             let store = crate::infra::open_store(&config).await?;
             let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            let cid = put_bundle(&StoreBlobs(store), "model", &dir, &refs).await?;
+            let cid = put_bundle(&StoreBlobs(store), "model", &dir, &refs, None).await?;
             println!("{cid}");
         }
     }

@@ -107,6 +107,10 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
     for i in 0..setup.workers {
         let behaviour = if i < setup.adversaries {
             setup.adversary
+        } else if i == setup.adversaries && setup.adversary == Behaviour::Copycat {
+            // A copycat copies what its accomplice trained: adapters are sealed, so it has no
+            // other way to read one.
+            Behaviour::Accomplice
         } else {
             Behaviour::Honest
         };

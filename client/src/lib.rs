@@ -13,8 +13,8 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 pub use shardwork_core::protocol::node::{
-    AcceptedAdapter, Aggregate, EarlierSubmission, Lease, PendingValidation, Progress, ReadyRound,
-    Verdict,
+    AcceptedAdapter, Aggregate, EarlierSubmission, Lease, LeaseKeys, PendingValidation, Progress,
+    ReadyRound, Verdict,
 };
 use shardwork_core::protocol::problem::ProblemType;
 use shardwork_core::protocol::siwe::SiweMessage;
@@ -437,16 +437,23 @@ impl ApiClient {
 
     /// Reads content by CID through the API (verified against the CID by the API's store).
     pub async fn download(&self, cid: &str) -> Result<Bytes> {
-        let path = format!("/v1/content/{cid}");
-        let token = self.token(false).await?;
-        match self
-            .send_bytes("GET", &path, None, None, Some(&token))
+        self.get_bytes(&format!("/v1/content/{cid}")).await
+    }
+
+    /// One file of a completed job's final adapter, opened by the API (the job's requester,
+    /// validators and admins).
+    pub async fn result_file(&self, job_id: Uuid, name: &str) -> Result<Bytes> {
+        self.get_bytes(&format!("/v1/jobs/{job_id}/result/files/{name}"))
             .await
-        {
+    }
+
+    /// The bytes a GET of `path` answers, signing in again once if the token lapsed.
+    async fn get_bytes(&self, path: &str) -> Result<Bytes> {
+        let token = self.token(false).await?;
+        match self.send_bytes("GET", path, None, None, Some(&token)).await {
             Err(e) if e.is_unauthenticated() => {
                 let token = self.token(true).await?;
-                self.send_bytes("GET", &path, None, None, Some(&token))
-                    .await
+                self.send_bytes("GET", path, None, None, Some(&token)).await
             }
             other => other,
         }
@@ -607,8 +614,9 @@ impl ApiClient {
             .await
     }
 
-    /// The job's held-out sealing key, hex (validator role).
-    pub async fn held_out_key(&self, job_id: Uuid) -> Result<String> {
+    /// The job's sealing keys, hex (validator role): the held-out set's and the root of its
+    /// adapter keys.
+    pub async fn job_keys(&self, job_id: Uuid) -> Result<JobKeys> {
         let value: serde_json::Value = self
             .call(
                 "GET",
@@ -617,12 +625,27 @@ impl ApiClient {
                 None,
             )
             .await?;
-        value["key"]
-            .as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| ApiError::Decode {
-                path: "held-out-key".into(),
-                detail: format!("no `key` in {value}"),
-            })
+        let field = |name: &str| {
+            value[name]
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| ApiError::Decode {
+                    path: "held-out-key".into(),
+                    detail: format!("no `{name}` in the answer"),
+                })
+        };
+        Ok(JobKeys {
+            held_out: field("key")?,
+            job: field("job_key")?,
+        })
     }
+}
+
+/// A job's sealing keys as the validator gets them, 64 hex digits each.
+#[derive(Debug, Clone)]
+pub struct JobKeys {
+    /// Opens the sealed held-out set.
+    pub held_out: String,
+    /// The root of the job's adapter keys.
+    pub job: String,
 }

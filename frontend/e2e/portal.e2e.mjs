@@ -14,7 +14,7 @@
 // base model; default: the SmolLM2 fixture scripts/install/python-fixtures installs, else the
 // sample model's CID), SHARDWORK_E2E_COMPLETE_TIMEOUT_S (600).
 import { execFileSync, spawn } from 'node:child_process';
-import { copyFile, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -162,7 +162,14 @@ async function api(origin, method, path, { token, body } = {}) {
  * as the nodes sign in) and registered. Its access token.
  */
 async function signInWorker(origin) {
-  const account = privateKeyToAccount(generatePrivateKey());
+  const token = await signIn(origin, generatePrivateKey(), ['worker']);
+  await api(origin, 'POST', '/v1/workers/register', { token, body: { capabilities: { device: 'cpu', memory_mb: 65536 } } });
+  return token;
+}
+
+/** Signs `key` in with `roles` (EIP-4361, as the nodes sign in); its access token. */
+async function signIn(origin, key, roles) {
+  const account = privateKeyToAccount(key);
   const nonce = await api(origin, 'POST', '/v1/auth/nonce');
   const message = createSiweMessage({
     domain: nonce.domain,
@@ -176,10 +183,12 @@ async function signInWorker(origin) {
     expirationTime: new Date(nonce.expires_at),
   });
   const signature = await account.signMessage({ message });
-  const { access_token: token } = await api(origin, 'POST', '/v1/auth/verify', { body: { message, signature, roles: ['worker'] } });
-  await api(origin, 'POST', '/v1/workers/register', { token, body: { capabilities: { device: 'cpu', memory_mb: 65536 } } });
+  const { access_token: token } = await api(origin, 'POST', '/v1/auth/verify', { body: { message, signature, roles } });
   return token;
 }
+
+/** An operator of the server (the admin role, by configuration): it oversees every job. */
+const ADMIN_KEY = generatePrivateKey();
 
 /**
  * Runs one step. A failed step stops the walk-through (later steps build on it) unless `soft`:
@@ -239,6 +248,7 @@ async function main() {
         SHARDWORK_API__SIWE_DOMAIN: `localhost:${apiPort}`,
         SHARDWORK_API__PORTAL_DIR: join(frontend, 'dist'),
         SHARDWORK_API__RATE_LIMIT_PER_MINUTE: '0',
+        SHARDWORK_API__ADMIN_ADDRESSES: JSON.stringify([privateKeyToAccount(ADMIN_KEY).address.toLowerCase()]),
         // Short-lived access tokens, so the walk-through renews its session through the real
         // /v1/auth/refresh several times (the portal renews 30 s before expiry).
         SHARDWORK_API__ACCESS_TOKEN_TTL_SECS: '40',
@@ -446,13 +456,15 @@ async function main() {
     await step("a worker's heartbeats draw its task's loss curve on the open job's page", async () => {
       const id = jobUrl.split('/').pop();
       const token = await signInWorker(origin);
-      // No worker runs yet, so every shard is queued. Any signed-in address reads a job's
-      // progress, which lists its tasks.
+      // No worker runs yet, so every shard is queued. The job's progress, which lists its tasks,
+      // is for its requester and the server's operators (a worker would take them from the
+      // queue): the operator reads it, the walk-through's worker claims.
+      const overseer = await signIn(origin, ADMIN_KEY, ['admin']);
       let lease;
       await waitFor(
         'a queued task to claim',
         async () => {
-          const progress = await api(origin, 'GET', `/v1/jobs/${id}/progress`, { token });
+          const progress = await api(origin, 'GET', `/v1/jobs/${id}/progress`, { token: overseer });
           for (const task of progress.tasks.filter((t) => t.status === 'queued').reverse()) {
             const claim = await fetch(`${origin}/v1/tasks/${task.task_id}/claim`, {
               method: 'POST',
@@ -562,7 +574,15 @@ async function main() {
       const download = page.waitForEvent('download');
       await result.getByRole('button', { name: /^Download / }).first().click();
       const file = await download;
-      await file.saveAs(join(artifacts, file.suggestedFilename()));
+      const saved = join(artifacts, file.suggestedFilename());
+      await file.saveAs(saved);
+      // The adapter is sealed on the content store; the API opens it for its requester.
+      if (file.suggestedFilename() === 'adapter_config.json') {
+        const config = JSON.parse(await readFile(saved, 'utf8'));
+        if (config.peft_type !== 'LORA') throw new Error(`downloaded adapter_config.json is not PEFT's: ${JSON.stringify(config)}`);
+      } else if (file.suggestedFilename() !== 'adapter_model.safetensors') {
+        throw new Error(`unexpected download ${file.suggestedFilename()}`);
+      }
       await shot('12-job-completed');
       await page.setViewportSize({ width: 390, height: 844 });
       await shot('13-job-completed-mobile');

@@ -5,24 +5,30 @@
 //! * [`Behaviour::Replay`]: submits the round's starting adapter as its own work (the free-ride
 //!   measured in issue 15: paid 19% of a job for nothing), with a whiff of noise so its CID is
 //!   new; in round 1, where the start is the bare model, an adapter that changes nothing.
-//! * [`Behaviour::Copycat`]: waits for another worker's `submitted` event of the same round
-//!   (every signed-in address can read a job's events), fetches that adapter and submits it
-//!   with a little noise added, so only the update's direction gives it away.
+//! * [`Behaviour::Copycat`]: submits another worker's adapter of the same round with a little
+//!   noise added, so only the update's direction gives it away. Adapters are sealed to the
+//!   validator and no event names another worker's, so a copycat needs an accomplice:
+//!   [`Behaviour::Accomplice`] trains honestly and hands what it trained over (in-process, through
+//!   [`share`]), as one operator running two addresses would.
+//! * [`Behaviour::SignFlip`]: trains honestly, then submits the opposite update (every LoRA B
+//!   negated), pushing the merge back the way honest work moved it.
+//! * [`Behaviour::LabelFlip`]: trains on its shard with the answers wrong: binary labels
+//!   flipped, other labels and every completion, output or chat reply moved to the next record.
 //! * [`Behaviour::Lazy`]: trains on the first tenth of its shard, a tenth of the steps, a real
 //!   update in a sensible direction: only the validator's spot check (training the task again)
 //!   tells it from honest work.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
-use shardwork_client::{ApiClient, Lease};
-use shardwork_core::protocol::JobEvent;
+use shardwork_client::Lease;
 use shardwork_trainer::peft::Adapter;
+use uuid::Uuid;
 
 use crate::NodeError;
-use crate::content::{Blobs, fetch_bundle};
 
 /// How a worker behaves. Anything but `Honest` exists to prove the validator catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -34,24 +40,39 @@ pub enum Behaviour {
     RandomNoise,
     /// Resubmits the round's starting adapter (round 1: an adapter that changes nothing).
     Replay,
-    /// Resubmits another worker's adapter of the same round, lightly perturbed.
+    /// Resubmits its accomplice's adapter of the same round, lightly perturbed.
     Copycat,
+    /// Trains honestly and gives what it trained to a copycat of the same process (set beside
+    /// a copycat, never chosen on its own).
+    #[value(skip)]
+    Accomplice,
     /// Trains on a tenth of its shard (a tenth of the steps) and submits that as the whole.
     Lazy,
+    /// Trains honestly and submits the opposite update.
+    #[value(name = "sign-flip")]
+    SignFlip,
+    /// Trains on its shard with every answer wrong.
+    #[value(name = "label-flip")]
+    LabelFlip,
 }
 
 impl Behaviour {
     /// Whether this worker must train to have something to submit.
     pub fn trains(self, round: u32) -> bool {
         match self {
-            Behaviour::Honest | Behaviour::RandomNoise | Behaviour::Lazy => true,
+            Behaviour::Honest
+            | Behaviour::RandomNoise
+            | Behaviour::Lazy
+            | Behaviour::Accomplice
+            | Behaviour::SignFlip
+            | Behaviour::LabelFlip => true,
             Behaviour::Replay => round == 1,
             Behaviour::Copycat => false,
         }
     }
 }
 
-/// How long a copycat waits for someone else's adapter before giving its task back.
+/// How long a copycat waits for its accomplice's adapter before giving its task back.
 const COPY_WAIT: Duration = Duration::from_secs(600);
 
 fn trainer(e: candle_core::Error) -> NodeError {
@@ -102,33 +123,44 @@ pub fn no_change(adapter: &Adapter) -> Result<Adapter, NodeError> {
     })
 }
 
-/// Waits for another worker's submission in the lease's round and returns its adapter, fetched
-/// into `dir` and perturbed.
-pub async fn copy_another(
-    api: &ApiClient,
-    blobs: &dyn Blobs,
-    lease: &Lease,
-    me: &str,
-    dir: &Path,
-) -> Result<Adapter, NodeError> {
+/// The opposite update: every LoRA B negated, so `ΔW = B·A` changes sign.
+pub fn sign_flipped(adapter: &Adapter) -> Result<Adapter, NodeError> {
+    map_tensors(adapter, |name, t| {
+        if name.contains("lora_B") {
+            t.neg()
+        } else {
+            Ok(t.clone())
+        }
+    })
+}
+
+/// What accomplices trained, by job and round, for the copycats of this process.
+static SHARED: LazyLock<Mutex<BTreeMap<(Uuid, u32), Adapter>>> = LazyLock::new(Mutex::default);
+
+/// An accomplice hands over what it trained for `job`'s round `round`.
+pub fn share(job: Uuid, round: u32, adapter: &Adapter) {
+    if let Ok(mut shared) = SHARED.lock() {
+        shared
+            .entry((job, round))
+            .or_insert_with(|| adapter.clone());
+    }
+}
+
+/// Waits for an accomplice's adapter of the lease's round and returns it, perturbed.
+pub async fn copy_another(lease: &Lease) -> Result<Adapter, NodeError> {
     let task = &lease.task;
     let started = Instant::now();
-    let mut after = 0;
     loop {
-        for e in api.events(task.job_id, after).await? {
-            after = after.max(e.id);
-            if let JobEvent::Submitted(s) = e.event
-                && s.round == task.round
-                && !s.worker.eq_ignore_ascii_case(me)
-            {
-                fetch_bundle(blobs, &s.adapter_cid, dir).await?;
-                let original = Adapter::load(dir, &candle_core::Device::Cpu)?;
-                return perturbed(&original, 0.02);
-            }
+        let shared = SHARED
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&(task.job_id, task.round)).cloned());
+        if let Some(original) = shared {
+            return perturbed(&original, 0.02);
         }
         if started.elapsed() > COPY_WAIT {
             return Err(NodeError::Content(format!(
-                "copycat: nobody else submitted in round {} within {COPY_WAIT:?}",
+                "copycat: no accomplice trained round {} within {COPY_WAIT:?}",
                 task.round
             )));
         }
@@ -145,4 +177,107 @@ pub fn keep_a_tenth(shard: &Path) -> Result<(), NodeError> {
     let mut out = lines[..kept].join("\n");
     out.push('\n');
     std::fs::write(shard, out).map_err(|e| NodeError::Io(e.to_string()))
+}
+
+/// Rewrites the JSONL records of `shard` with wrong answers: binary labels flipped, other labels
+/// and every `completion`, `output` and chat reply moved to the next record (the last to the
+/// first).
+pub fn flip_answers(shard: &Path) -> Result<(), NodeError> {
+    let text = std::fs::read_to_string(shard).map_err(|e| NodeError::Io(e.to_string()))?;
+    let mut records = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let record: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| NodeError::Content(e.to_string()))?;
+        records.push(record);
+    }
+    let binary = records
+        .iter()
+        .all(|r| matches!(r.get("label").and_then(|l| l.as_u64()), Some(0 | 1)));
+    let n = records.len();
+    // Chat records: every assistant reply takes the place of the next one.
+    let replies: Vec<serde_json::Value> = records
+        .iter()
+        .flat_map(|r| r.get("messages").and_then(|m| m.as_array()).cloned())
+        .flatten()
+        .filter(|m| m.get("role").and_then(|r| r.as_str()) == Some("assistant"))
+        .filter_map(|m| m.get("content").cloned())
+        .collect();
+    let mut next_reply = (0..replies.len()).cycle().skip(1);
+    for record in &mut records {
+        let Some(messages) = record.get_mut("messages").and_then(|m| m.as_array_mut()) else {
+            continue;
+        };
+        for message in messages {
+            if message.get("role").and_then(|r| r.as_str()) == Some("assistant")
+                && let (Some(object), Some(k)) = (message.as_object_mut(), next_reply.next())
+            {
+                object.insert("content".into(), replies[k].clone());
+            }
+        }
+    }
+    for field in ["label", "completion", "output"] {
+        let values: Vec<Option<serde_json::Value>> =
+            records.iter().map(|r| r.get(field).cloned()).collect();
+        for (i, record) in records.iter_mut().enumerate() {
+            let Some(object) = record.as_object_mut() else {
+                continue;
+            };
+            if !object.contains_key(field) {
+                continue;
+            }
+            let wrong = if field == "label" && binary {
+                values[i]
+                    .as_ref()
+                    .and_then(|v| v.as_u64())
+                    .map(|l| serde_json::Value::from(1 - l))
+            } else {
+                values[(i + 1) % n].clone()
+            };
+            if let Some(wrong) = wrong {
+                object.insert(field.to_owned(), wrong);
+            }
+        }
+    }
+    let mut out = String::new();
+    for record in &records {
+        out.push_str(&record.to_string());
+        out.push('\n');
+    }
+    std::fs::write(shard, out).map_err(|e| NodeError::Io(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flipped_answers_are_wrong_and_the_questions_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = dir.path().join("shard.jsonl");
+        std::fs::write(
+            &shard,
+            "{\"text\":\"good\",\"label\":1}\n{\"text\":\"bad\",\"label\":0}\n",
+        )
+        .unwrap();
+        flip_answers(&shard).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&shard).unwrap(),
+            "{\"label\":0,\"text\":\"good\"}\n{\"label\":1,\"text\":\"bad\"}\n"
+        );
+        std::fs::write(
+            &shard,
+            "{\"prompt\":\"a?\",\"completion\":\"A\"}\n{\"prompt\":\"b?\",\"completion\":\"B\"}\n",
+        )
+        .unwrap();
+        flip_answers(&shard).unwrap();
+        let text = std::fs::read_to_string(&shard).unwrap();
+        assert!(
+            text.contains("\"completion\":\"B\",\"prompt\":\"a?\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("\"completion\":\"A\",\"prompt\":\"b?\""),
+            "{text}"
+        );
+    }
 }

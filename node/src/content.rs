@@ -1,7 +1,8 @@
 //! Content for the services: the node reads and writes the content store either directly
 //! (in-process nodes of `shardwork up`, or a Kubo node) or through the API's `/v1/content`
 //! (separate worker processes of an embedded deployment). Either way, every byte read is
-//! checked against its CID before use, and folders travel as [`Bundle`]s.
+//! checked against its CID before use, and folders travel as [`Bundle`]s (an adapter's files
+//! sealed to who may read them: `shardwork_core::store::keys`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use shardwork_core::protocol::Bundle;
+use shardwork_core::store::keys::BundleSeal;
 use shardwork_core::store::{ContentStore, parse_cid, unixfs};
 
 use crate::NodeError;
@@ -81,14 +83,41 @@ pub const MAX_FILE_BYTES: u64 = 8 << 30;
 /// Largest bundle document.
 const MAX_BUNDLE_BYTES: u64 = 1 << 20;
 
-/// Writes every file of bundle `cid` into `dir`.
-pub async fn fetch_bundle(blobs: &dyn Blobs, cid: &str, dir: &Path) -> Result<Bundle, NodeError> {
+/// Writes every file of bundle `cid` into `dir`, opening each with `seal` where the bundle is
+/// sealed. A bundle sealed when none was expected, or plain when one was, is refused: an adapter
+/// is always sealed and a model never is.
+pub async fn fetch_bundle(
+    blobs: &dyn Blobs,
+    cid: &str,
+    dir: &Path,
+    seal: Option<&BundleSeal>,
+) -> Result<Bundle, NodeError> {
     let doc = blobs.get(cid, MAX_BUNDLE_BYTES).await?;
     let bundle = Bundle::decode(&doc)
         .map_err(|e| NodeError::Content(format!("{cid} is not a bundle: {e}")))?;
+    match (bundle.sealed, seal.is_some()) {
+        (true, false) => {
+            return Err(NodeError::Content(format!(
+                "{cid} is sealed and no key to it was given"
+            )));
+        }
+        (false, true) => {
+            return Err(NodeError::Content(format!(
+                "{cid} is not sealed; an adapter must be"
+            )));
+        }
+        _ => {}
+    }
     std::fs::create_dir_all(dir).map_err(|e| NodeError::Io(format!("{}: {e}", dir.display())))?;
     for (name, file_cid) in &bundle.files {
-        let bytes = blobs.get(&file_cid.to_string(), MAX_FILE_BYTES).await?;
+        let mut bytes = blobs.get(&file_cid.to_string(), MAX_FILE_BYTES).await?;
+        if let Some(seal) = seal {
+            bytes = Bytes::from(seal.open_file(name, &bytes).map_err(|_| {
+                NodeError::Content(format!(
+                    "{name} of {cid} does not open with the key given for it"
+                ))
+            })?);
+        }
         let path = dir.join(name);
         std::fs::write(&path, &bytes)
             .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
@@ -96,18 +125,24 @@ pub async fn fetch_bundle(blobs: &dyn Blobs, cid: &str, dir: &Path) -> Result<Bu
     Ok(bundle)
 }
 
-/// Stores the files `names` of `dir` and a bundle naming them; returns the bundle's CID.
+/// Stores the files `names` of `dir` (each sealed with `seal`, if given) and a bundle naming
+/// them; returns the bundle's CID.
 pub async fn put_bundle(
     blobs: &dyn Blobs,
     kind: &str,
     dir: &Path,
     names: &[&str],
+    seal: Option<&BundleSeal>,
 ) -> Result<String, NodeError> {
     let mut bundle = Bundle::new(kind);
+    bundle.sealed = seal.is_some();
     for name in names {
         let path = dir.join(name);
-        let bytes =
+        let mut bytes =
             std::fs::read(&path).map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
+        if let Some(seal) = seal {
+            bytes = seal.seal_file(name, &bytes);
+        }
         let cid = blobs.put(Bytes::from(bytes)).await?;
         bundle.files.insert(
             (*name).to_owned(),
@@ -117,4 +152,34 @@ pub async fn put_bundle(
     }
     let doc = serde_json::to_vec_pretty(&bundle).map_err(|e| NodeError::Content(e.to_string()))?;
     blobs.put(Bytes::from(doc)).await
+}
+
+/// Writes every file of completed job `job_id`'s final adapter into `dir`, as the API opens them
+/// for the job's requester; returns the adapter's CID and the files' names.
+pub async fn fetch_result(
+    api: &ApiClient,
+    job_id: uuid::Uuid,
+    dir: &Path,
+) -> Result<(String, Vec<String>), NodeError> {
+    let result = api.result(job_id).await?;
+    let cid = result["adapter_cid"]
+        .as_str()
+        .ok_or_else(|| NodeError::Content(format!("the result of job {job_id} names no adapter")))?
+        .to_owned();
+    std::fs::create_dir_all(dir).map_err(|e| NodeError::Io(format!("{}: {e}", dir.display())))?;
+    let mut names = Vec::new();
+    for file in result["files"].as_array().into_iter().flatten() {
+        let name = file["name"].as_str().unwrap_or_default();
+        if !shardwork_core::protocol::bundle::is_plain_file_name(name) {
+            return Err(NodeError::Content(format!(
+                "the result of job {job_id} names a file {name:?}, not a plain file name"
+            )));
+        }
+        let bytes = api.result_file(job_id, name).await?;
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes)
+            .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
+        names.push(name.to_owned());
+    }
+    Ok((cid, names))
 }

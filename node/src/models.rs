@@ -59,7 +59,7 @@ impl WorkDir {
             return Ok(dir);
         }
         let partial = models.join(format!("{cid}.partial-{}", uuid::Uuid::new_v4()));
-        fetch_bundle(blobs, &cid.to_string(), &partial).await?;
+        fetch_bundle(blobs, &cid.to_string(), &partial, None).await?;
         std::fs::write(partial.join(COMPLETE), b"")
             .map_err(|e| NodeError::Io(format!("{}: {e}", partial.display())))?;
         if std::fs::rename(&partial, &dir).is_err() {

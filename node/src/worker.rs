@@ -25,6 +25,8 @@ use crate::content::{Blobs, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
 use crate::work;
 use shardwork_client::{ApiClient, Lease, Progress};
+use shardwork_core::store::keys::{BundleSeal, Sealed};
+use shardwork_core::store::seal::SealingKey;
 use shardwork_trainer::peft::Adapter;
 
 /// When a task refused to this worker becomes visible again.
@@ -181,10 +183,23 @@ impl WorkerNode {
             .get(&task.shard_cid.to_string(), crate::content::MAX_FILE_BYTES)
             .await?;
         std::fs::write(&shard_path, &shard).map_err(|e| NodeError::Io(e.to_string()))?;
+        let seals = LeaseSeals::of(lease, &self.api.address().to_string())?;
         let previous = match &task.previous_adapter_cid {
             Some(cid) => {
                 let adapter_dir = dir.path().join("previous");
-                fetch_bundle(self.blobs.as_ref(), &cid.to_string(), &adapter_dir).await?;
+                let start = seals.start.as_ref().ok_or_else(|| {
+                    NodeError::Content(format!(
+                        "the lease of task {} gives no key to its round's start {cid}",
+                        lease.task_id
+                    ))
+                })?;
+                fetch_bundle(
+                    self.blobs.as_ref(),
+                    &cid.to_string(),
+                    &adapter_dir,
+                    Some(start),
+                )
+                .await?;
                 Some(adapter_dir)
             }
             None => None,
@@ -195,12 +210,15 @@ impl WorkerNode {
         let behaviour = self.behaviour;
         let out_dir = dir.path().join("adapter");
         let out = out_dir.clone();
+        let (job_id, round) = (task.job_id, task.round);
         let started = Instant::now();
         let training = if behaviour.trains(task.round) {
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                 let work = work::load(spec, &model_dir, &device)?;
-                if behaviour == Behaviour::Lazy {
-                    adversary::keep_a_tenth(&shard_path)?;
+                match behaviour {
+                    Behaviour::Lazy => adversary::keep_a_tenth(&shard_path)?,
+                    Behaviour::LabelFlip => adversary::flip_answers(&shard_path)?,
+                    _ => {}
                 }
                 let start = match previous {
                     Some(p) => Some(Adapter::load(&p, &device)?),
@@ -214,28 +232,24 @@ impl WorkerNode {
                         adversary::noise_like(&trained.adapter)?.save(&out)?
                     }
                     Behaviour::Replay => adversary::no_change(&trained.adapter)?.save(&out)?,
+                    Behaviour::SignFlip => adversary::sign_flipped(&trained.adapter)?.save(&out)?,
+                    Behaviour::Accomplice => {
+                        adversary::share(job_id, round, &trained.adapter);
+                        trained.adapter.save(&out)?
+                    }
                     _ => trained.adapter.save(&out)?,
                 }
                 Ok(Claimed::from(&trained))
             })
         } else {
             // An adversary that trains nothing: its adapter comes from someone else's work.
-            let (api, blobs, lease, me) = (
-                self.api.clone(),
-                self.blobs.clone(),
-                lease.clone(),
-                self.api.address().to_string(),
-            );
-            let copy_dir = dir.path().join("copied");
+            let lease = lease.clone();
             tokio::spawn(async move {
                 let adapter = match (behaviour, previous) {
                     (Behaviour::Replay, Some(start)) => {
                         adversary::perturbed(&Adapter::load(&start, &Device::Cpu)?, 1e-5)?
                     }
-                    _ => {
-                        adversary::copy_another(&api, blobs.as_ref(), &lease, &me, &copy_dir)
-                            .await?
-                    }
+                    _ => adversary::copy_another(&lease).await?,
                 };
                 adapter.save(&out)?;
                 let records = std::fs::read_to_string(&shard_path)
@@ -259,6 +273,7 @@ impl WorkerNode {
             "adapter",
             &out_dir,
             &["adapter_config.json", "adapter_model.safetensors"],
+            Some(&seals.submission),
         )
         .await?;
         let metrics = SubmissionMetrics {
@@ -267,11 +282,12 @@ impl WorkerNode {
             tokens_per_second: report.tokens_per_sec,
             wall_seconds: started.elapsed().as_secs_f64(),
         };
+        let metrics_json =
+            serde_json::to_vec_pretty(&metrics).map_err(|e| NodeError::Content(e.to_string()))?;
         let metrics_cid = self
             .blobs
             .put(Bytes::from(
-                serde_json::to_vec_pretty(&metrics)
-                    .map_err(|e| NodeError::Content(e.to_string()))?,
+                seals.submission.seal_file(METRICS_FILE, &metrics_json),
             ))
             .await?;
         let parse = |cid: &str| {
@@ -346,5 +362,42 @@ impl From<&work::Trained> for Claimed {
             final_loss: t.final_loss,
             tokens_per_sec: t.tokens_per_sec,
         }
+    }
+}
+
+/// The name `metrics.json` is sealed under (with the submission's key).
+pub const METRICS_FILE: &str = "metrics.json";
+
+/// How a lease's adapters are sealed: what the worker hands in, and the round's start.
+struct LeaseSeals {
+    submission: BundleSeal,
+    start: Option<BundleSeal>,
+}
+
+impl LeaseSeals {
+    /// `me` is the worker's address: a submission is sealed to its task and its worker.
+    fn of(lease: &Lease, me: &str) -> Result<LeaseSeals, NodeError> {
+        let task = &lease.task;
+        let key = |hex: &str| {
+            hex.parse::<SealingKey>().map_err(|e| {
+                NodeError::Content(format!("a key of the lease of task {}: {e}", task.task_id))
+            })
+        };
+        let submission = Sealed::Submission {
+            task_id: task.task_id,
+            worker: me.to_owned(),
+        };
+        Ok(LeaseSeals {
+            submission: submission.seal_with(task.job_id, key(&lease.keys.submission)?),
+            start: match &lease.keys.start {
+                Some(hex) if task.round > 1 => Some(
+                    Sealed::RoundResult {
+                        round: task.round - 1,
+                    }
+                    .seal_with(task.job_id, key(hex)?),
+                ),
+                _ => None,
+            },
+        })
     }
 }

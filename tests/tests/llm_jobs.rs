@@ -210,8 +210,12 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
         "tokenizer.json",
         "tokenizer_config.json",
     ];
-    let model_cid = put_bundle(&blobs, "model", &folder, &files).await.unwrap();
-    let plain_cid = put_bundle(&blobs, "model", &plain, &files).await.unwrap();
+    let model_cid = put_bundle(&blobs, "model", &folder, &files, None)
+        .await
+        .unwrap();
+    let plain_cid = put_bundle(&blobs, "model", &plain, &files, None)
+        .await
+        .unwrap();
 
     let conversations = shardwork_trainer::data::chatterbot::conversations(&corpus).unwrap();
     let stride = conversations.len() / 60;

@@ -5,6 +5,10 @@
 //! mid-training, and later the API itself is SIGKILLed once round 2 is being trained and started
 //! again.
 //!
+//! Then every reader of the finished job, on every endpoint that shows something of it, and
+//! every object of the content store read directly, as anyone reads a Kubo node's: only what
+//! the access rules allow is readable in the clear.
+//!
 //! Checked: the job still completes (the lease expires, the reaper republishes, the other worker
 //! trains; the nodes ride out the API's absence); no task is lost or duplicated (one task per
 //! shard and round, one accepted adapter each); the final adapter beats the base model; each
@@ -85,6 +89,13 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
             "SHARDWORK_API__VALIDATOR_ADDRESSES",
             format!("[\"{validator_address:#x}\"]"),
         ),
+        (
+            "SHARDWORK_API__ADMIN_ADDRESSES",
+            format!(
+                "[\"{:#x}\"]",
+                shardwork_contracts::dev_keys::dev_addresses()[9]
+            ),
+        ),
         ("SHARDWORK_API__LEASE_SECS", "8".into()),
         ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
     ]);
@@ -134,6 +145,7 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
         "model",
         &model_dir,
         &["config.json", "model.safetensors", "tokenizer.json"],
+        None,
     )
     .await
     .unwrap();
@@ -150,7 +162,7 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
     });
     let dataset = shardwork_trainer::sample::dataset(600, 11);
     let job = requester
-        .post_job(&spec, Bytes::from(dataset))
+        .post_job(&spec, Bytes::from(dataset.clone()))
         .await
         .unwrap();
     let job_id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
@@ -298,5 +310,189 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
         let in_db: String = row.try_get_by_index(0).unwrap();
         assert_eq!(in_db.parse::<U256>().unwrap(), on_chain);
     }
+    only_who_may_reads_the_finished_job(
+        &api_url,
+        &requester,
+        job_id,
+        &dir.path().join("api"),
+        &dataset,
+    )
+    .await;
     api.kill();
+}
+
+/// Every reader of the finished job, with and without a token: the requester, another
+/// requester, a worker that trained for it, a worker that did not, the validator and an admin,
+/// on every endpoint that shows something of the job; then every object in the content store,
+/// read directly as anyone can read a Kubo node's: only job.json, the manifest, the shards, the
+/// base model and bundle documents are in the clear, and no dataset record is in anything else.
+async fn only_who_may_reads_the_finished_job(
+    api_url: &str,
+    requester: &ApiClient,
+    job_id: uuid::Uuid,
+    api_dir: &std::path::Path,
+    dataset: &str,
+) {
+    let dev = shardwork_contracts::dev_keys::dev_signers();
+    let client = |key: usize, roles: &'static [&'static str]| {
+        ApiClient::new(api_url, dev[key].clone(), roles).unwrap()
+    };
+    // (reader, its token; None: no token)
+    let mut readers: Vec<(&str, Option<String>)> = vec![("anonymous", None)];
+    for (name, api) in [
+        ("requester", client(3, &[])),
+        ("another requester", client(7, &[])),
+        ("a worker of the job", client(6, &["worker"])),
+        ("a worker of no task", client(8, &["worker"])),
+        ("validator", client(4, &["validator"])),
+        ("admin", client(9, &["admin"])),
+    ] {
+        readers.push((name, Some(api.access_token().await.unwrap())));
+    }
+    let job = requester.job(job_id).await.unwrap();
+    let cid = |field: &str| job[field].as_str().unwrap().to_owned();
+    let (dataset_cid, held_out_cid) = (cid("dataset_cid"), cid("held_out_cid"));
+    let j = format!("/v1/jobs/{job_id}");
+    // Expected status per reader, in the order of `readers`.
+    let table: Vec<(String, [u16; 7])> = vec![
+        (j.clone(), [401, 200, 200, 200, 200, 200, 200]),
+        (format!("{j}/result"), [401, 200, 403, 403, 403, 200, 200]),
+        (
+            format!("{j}/result/files/adapter_model.safetensors"),
+            [401, 200, 403, 403, 403, 200, 200],
+        ),
+        (format!("{j}/events"), [401, 200, 403, 200, 403, 200, 200]),
+        (
+            format!("{j}/events/stream"),
+            [401, 200, 403, 200, 403, 200, 200],
+        ),
+        (format!("{j}/progress"), [401, 200, 403, 403, 403, 200, 200]),
+        (
+            format!("{j}/held-out-key"),
+            [401, 403, 403, 403, 403, 200, 403],
+        ),
+        (
+            format!("/v1/content/{dataset_cid}"),
+            [401, 200, 403, 403, 403, 200, 200],
+        ),
+        (
+            format!("/v1/content/{held_out_cid}"),
+            [401, 403, 403, 403, 403, 200, 200],
+        ),
+    ];
+    let http = reqwest::Client::new();
+    let mut bodies = std::collections::BTreeMap::new();
+    for (path, expected) in &table {
+        for ((reader, token), want) in readers.iter().zip(expected) {
+            let mut request = http.get(format!("{api_url}{path}"));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let body = response.bytes().await.unwrap();
+            assert_eq!(
+                status,
+                *want,
+                "GET {path} as {reader}: {}",
+                String::from_utf8_lossy(&body)
+            );
+            bodies.insert((path.clone(), *reader), body);
+        }
+    }
+
+    // The worker sees its own tasks' events and the job's, nobody else's work; the requester
+    // sees everyone's.
+    let named = |reader: &str| -> std::collections::BTreeSet<String> {
+        let page: serde_json::Value =
+            serde_json::from_slice(&bodies[&(format!("{j}/events"), reader)]).unwrap();
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["payload"]["worker"].as_str().map(str::to_ascii_lowercase))
+            .collect()
+    };
+    let worker = format!("{:#x}", shardwork_contracts::dev_keys::dev_addresses()[6]);
+    assert_eq!(
+        named("a worker of the job"),
+        std::collections::BTreeSet::from([worker.clone()])
+    );
+    assert!(named("requester").len() >= 2, "{:?}", named("requester"));
+
+    // The requester's download opens into the adapter PEFT loads.
+    let out = tempfile::tempdir().unwrap();
+    shardwork_node::content::fetch_result(requester, job_id, out.path())
+        .await
+        .unwrap();
+    shardwork_trainer::peft::Adapter::load(out.path(), &candle_core::Device::Cpu).unwrap();
+
+    // Every object in the store, read as a stranger reads a Kubo node.
+    use shardwork_core::store::ContentStore;
+    let store = shardwork_core::store::embedded::EmbeddedStore::open(
+        shardwork_core::store::embedded::EmbeddedConfig::new(api_dir.join("blocks")),
+    )
+    .await
+    .unwrap();
+    let manifest: shardwork_core::protocol::ShardManifest =
+        serde_json::from_slice(&requester.download(&cid("manifest_cid")).await.unwrap()).unwrap();
+    let model = job["spec"]["base_model"]["cid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let model_bundle =
+        shardwork_core::protocol::Bundle::decode(&requester.download(&model).await.unwrap())
+            .unwrap();
+    let mut public: std::collections::BTreeSet<String> = manifest
+        .shards
+        .iter()
+        .map(|s| s.cid.to_string())
+        .chain(model_bundle.files.values().map(|c| c.to_string()))
+        .collect();
+    public.extend([cid("manifest_cid"), cid("spec_cid"), model]);
+    let records: Vec<&str> = dataset.lines().filter(|l| !l.trim().is_empty()).collect();
+    let (mut sealed, mut bundles) = (0, 0);
+    let mut seen_dataset = false;
+    for entry in std::fs::read_dir(api_dir.join("blocks").join("pins")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let parsed = shardwork_core::store::parse_cid(&name).unwrap();
+        let text = parsed.to_string();
+        if public.iter().any(|p| {
+            shardwork_core::store::parse_cid(p)
+                .map(|c| c.hash() == parsed.hash())
+                .unwrap_or(false)
+        }) {
+            continue;
+        }
+        let bytes = store.get_bytes(&parsed, 1 << 30).await.unwrap();
+        if let Ok(bundle) = shardwork_core::protocol::Bundle::decode(&bytes) {
+            assert!(
+                bundle.sealed && bundle.kind == "adapter",
+                "{text} is a bundle in the clear that is not a sealed adapter's: {bundle:?}"
+            );
+            bundles += 1;
+            continue;
+        }
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(&bytes).is_err(),
+            "{text} is JSON in the clear"
+        );
+        let haystack = String::from_utf8_lossy(&bytes);
+        for record in &records {
+            assert!(
+                !haystack.contains(record),
+                "{text} holds a dataset record in the clear"
+            );
+        }
+        seen_dataset |= parsed.hash()
+            == shardwork_core::store::parse_cid(&dataset_cid)
+                .unwrap()
+                .hash();
+        sealed += 1;
+    }
+    assert!(seen_dataset, "the uploaded dataset is stored, sealed");
+    // At least: the dataset, the held-out set, and each of 6 accepted submissions' and 2 merges'
+    // two files.
+    assert!(sealed >= 2 + 2 * 8, "{sealed} sealed objects");
+    assert!(bundles >= 8, "{bundles} adapter bundles");
 }

@@ -97,6 +97,7 @@ async fn killed_between_transition_and_publish_publishes_exactly_once_after_rest
         "model",
         &model_dir,
         &["config.json", "model.safetensors", "tokenizer.json"],
+        None,
     )
     .await
     .unwrap();

@@ -135,6 +135,10 @@ fn routes(cfg: &mut web::ServiceConfig) {
                     vec![web::get().to(result::result)],
                 ))
                 .service(resource(
+                    "/jobs/{id}/result/files/{name}",
+                    vec![web::get().to(result::file)],
+                ))
+                .service(resource(
                     "/jobs/{id}/rounds/{round}/aggregate",
                     vec![web::post().to(validator::aggregate)],
                 ))

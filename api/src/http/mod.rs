@@ -3,6 +3,7 @@
 //! (`crate::state`); domain errors become statuses in one place, `From<DomainError> for
 //! ApiError` in [`problem`].
 
+pub mod access;
 pub mod app;
 pub mod auth;
 pub mod extract;

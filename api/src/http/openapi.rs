@@ -105,6 +105,7 @@ pub const BEARER: &str = "bearer";
         workers::me,
         jobs::dev_fund::dev_fund,
         jobs::result::result,
+        jobs::result::file,
         routes::chain::info,
         routes::content::upload,
         routes::content::download,

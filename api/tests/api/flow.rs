@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use actix_web::test::TestRequest;
 use bytes::Bytes;
-use sea_orm::QueryFilter;
+use sea_orm::{ConnectionTrait, QueryFilter};
 use serde_json::{Value, json};
 use shardwork_api::background::follower::follow_once;
 use shardwork_api::background::outbox::Dispatcher;
@@ -95,6 +95,33 @@ pub(crate) async fn take_tasks(app: &TestApp, n: usize) -> Vec<TaskMessage> {
     );
     out.sort_by_key(|t| t.shard_index);
     out
+}
+
+/// An adapter bundle of one file, sealed as the validator seals round `round`'s merge.
+async fn sealed_merge(app: &TestApp, job_id: &str, round: u32, weights: &[u8]) -> String {
+    let job_id: uuid::Uuid = job_id.parse().unwrap();
+    let seal = shardwork_core::store::keys::Sealed::RoundResult { round }.seal_for(
+        job_id,
+        &shardwork_api::domain::sealing::job_key(app.state.config.sealing_secret.expose(), job_id),
+    );
+    let name = "adapter_model.safetensors";
+    let file = app
+        .state
+        .store
+        .put(Bytes::from(seal.seal_file(name, weights)))
+        .await
+        .unwrap();
+    let mut bundle = shardwork_core::protocol::Bundle::new("adapter");
+    bundle.sealed = true;
+    bundle
+        .files
+        .insert(name.into(), file.to_string().parse().unwrap());
+    app.state
+        .store
+        .put(Bytes::from(serde_json::to_vec(&bundle).unwrap()))
+        .await
+        .unwrap()
+        .to_string()
 }
 
 pub(crate) async fn put(app: &TestApp, bytes: &str) -> String {
@@ -323,6 +350,14 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
         by_task.push((task.task_id, r.body["id"].as_str().unwrap().to_owned()));
     }
     let noise = &by_task[0].1;
+    // Worker B has some reputation from earlier work; the rejection costs it at once.
+    app.db
+        .execute_unprepared(&format!(
+            "UPDATE workers SET reputation = 1200 WHERE address = '{}'",
+            address(&worker_b_key)
+        ))
+        .await
+        .unwrap();
     send(
         &service,
         post_json(
@@ -343,6 +378,8 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     )
     .await;
     assert_eq!(rejected.body["verdict"], "rejected", "{}", rejected.text);
+    let me = send(&service, get(&worker_b, "/v1/workers/me")).await;
+    assert_eq!(me.body["reputation"], 700, "{}", me.text);
     for (_, id) in &by_task[1..] {
         let v = send(
             &service,
@@ -392,7 +429,15 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     )
     .await
     .problem(409, "conflict");
-    let merged_2 = put(&app, "merged round 2").await;
+    // The validator seals the merge to the round (shardwork_core::store::keys): the store
+    // shows noise, the result endpoint opens it for the requester.
+    let merged_2 = sealed_merge(&app, &job_id, 2, b"merged weights of round 2").await;
+    let stranger = access_token(
+        &service,
+        &alloy::signers::local::PrivateKeySigner::from_bytes(&[0x55; 32].into()).unwrap(),
+        &[],
+    )
+    .await;
     let agg = send(&service, post_json(&validator, &format!("/v1/jobs/{job_id}/rounds/2/aggregate"),
         json!({"adapter_cid": merged_2, "metric": 0.93, "base_metric": 0.5, "metric_name": "accuracy"}))).await;
     assert_eq!(agg.body["outcome"], "finalization_queued", "{}", agg.text);
@@ -407,6 +452,32 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     .await;
     assert_eq!(result.status, 200, "{}", result.text);
     assert_eq!(result.body["adapter_cid"], merged_2.as_str());
+    let url = result.body["files"][0]["url"].as_str().unwrap().to_owned();
+    assert_eq!(result.body["files"][0]["name"], "adapter_model.safetensors");
+    let file = send(&service, get(&requester, &url)).await;
+    assert_eq!(file.status, 200, "{}", file.text);
+    assert_eq!(file.text, "merged weights of round 2");
+    let stored = send(
+        &service,
+        get(
+            &requester,
+            &format!(
+                "/v1/content/{}",
+                result.body["files"][0]["cid"].as_str().unwrap()
+            ),
+        ),
+    )
+    .await;
+    assert!(!stored.text.contains("merged weights"), "stored sealed");
+    // Only the requester, validators and admins read it.
+    for (who, token) in [("a worker", &worker_a), ("another requester", &stranger)] {
+        for uri in [format!("/v1/jobs/{job_id}/result"), url.clone()] {
+            let r = send(&service, get(token, &uri)).await;
+            assert_eq!(r.status, 403, "{who} read {uri}: {}", r.text);
+        }
+    }
+    let by_validator = send(&service, get(&validator, &url)).await;
+    assert_eq!(by_validator.text, "merged weights of round 2");
     let events = send(
         &service,
         get(&requester, &format!("/v1/jobs/{job_id}/events?limit=500")),

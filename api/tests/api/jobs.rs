@@ -81,9 +81,21 @@ async fn posted_job_is_cut_sealed_and_recorded(backend: Backend) {
     assert_eq!(job["status"], "awaiting_funding");
     assert_eq!(job["requester"], address(&requester_key()).to_string());
 
-    // The uploaded bytes, job.json and the manifest are all in the store by CID.
+    // The uploaded bytes (sealed: they hold the held-out records), job.json and the manifest
+    // are all in the store by CID.
+    let job_id: uuid::Uuid = id.parse().unwrap();
+    let stored = fetch(&app, job["dataset_cid"].as_str().unwrap()).await;
+    assert!(
+        !String::from_utf8_lossy(&stored).contains("review"),
+        "stored in the clear"
+    );
     assert_eq!(
-        fetch(&app, job["dataset_cid"].as_str().unwrap()).await,
+        seal::open(
+            &sealing::dataset_key(app.state.config.sealing_secret.expose(), job_id),
+            &stored,
+            &sealing::dataset_associated_data(job_id),
+        )
+        .unwrap(),
         data
     );
     let stored_spec: Value =

@@ -228,12 +228,16 @@ async fn heartbeats_draw_a_loss_curve_per_task_beside_each_merge(backend: Backen
         [(1, Some(0.9)), (3, Some(0.6))]
     );
 
-    // Who may read it: any signed-in address, as for the job itself and its events (the API's
-    // rule for every job read); nobody without a token.
+    // Who may read it: the requester, validators and admins, not another signed-in address
+    // (the job itself stays readable: the job board); nobody without a token.
     let stranger_key =
         alloy::signers::local::PrivateKeySigner::from_bytes(&[0x66; 32].into()).unwrap();
     let stranger = access_token(&service, &stranger_key, &[]).await;
-    let theirs = send(&service, get(&stranger, &uri)).await;
+    send(&service, get(&stranger, &uri))
+        .await
+        .problem(403, "forbidden");
+    let admin = access_token(&service, &admin_key(), &["admin"]).await;
+    let theirs = send(&service, get(&admin, &uri)).await;
     assert_eq!(theirs.status, 200, "{}", theirs.text);
     assert_eq!(theirs.body, during.body);
     let job = send(&service, get(&stranger, &format!("/v1/jobs/{job_id}"))).await;

@@ -5,6 +5,8 @@
 //!
 //! Not a UnixFS directory: Kubo's directory CIDs depend on its HAMT sharding rules, and a
 //! bundle is simple enough for any client (the portal, a PEFT user with `ipfs cat`) to follow.
+//! An adapter bundle's files are sealed (its `sealed` flag); the document itself is not, so a
+//! reader learns the file names and nothing else.
 
 use std::collections::BTreeMap;
 
@@ -27,6 +29,10 @@ pub struct Bundle {
     pub kind: String,
     /// File name (one plain path segment) to the CID of the file's bytes.
     pub files: BTreeMap<String, ContentId>,
+    /// Whether each file is stored sealed (`store::keys`): every adapter is, so that a public
+    /// store gives it only to who holds its key; a base model is not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
 }
 
 impl Bundle {
@@ -36,6 +42,7 @@ impl Bundle {
             version: PROTOCOL_VERSION,
             kind: kind.to_owned(),
             files: BTreeMap::new(),
+            sealed: false,
         }
     }
 

@@ -80,6 +80,28 @@ impl JobEvent {
         }
     }
 
+    /// The worker a task's event names (its claim, submission or verdict); `None` for the
+    /// events of the job as a whole and for requeues and failures, which name no worker.
+    pub fn worker(&self) -> Option<&str> {
+        match self {
+            JobEvent::TaskClaimed(e) => Some(&e.worker),
+            JobEvent::Submitted(e) => Some(&e.worker),
+            JobEvent::Verdict(e) => Some(&e.worker),
+            _ => None,
+        }
+    }
+
+    /// The task the event is about, if it is about one.
+    pub fn task(&self) -> Option<Uuid> {
+        match self {
+            JobEvent::TaskClaimed(e) => Some(e.task_id),
+            JobEvent::Submitted(e) => Some(e.task_id),
+            JobEvent::Verdict(e) => Some(e.task_id),
+            JobEvent::TaskRequeued(e) | JobEvent::TaskFailed(e) => Some(e.task_id),
+            _ => None,
+        }
+    }
+
     /// The event's payload alone, as stored beside its kind.
     pub fn payload(&self) -> serde_json::Value {
         match serde_json::to_value(self) {

@@ -238,11 +238,14 @@ pub enum Aggregation {
 pub struct ValidationSpec {
     /// How much an adapter must improve the held-out metric over the round's starting adapter
     /// (the base model in round 1), in the metric's own units: points of accuracy (0.01 = one
-    /// point) for classification, nats per learned token for causal-LM loss. When omitted, the
-    /// metric's default: 0.01 nats for loss; 0 for accuracy (not worse than the start: a
-    /// discrete metric that plateaus, where an honest late round may add no held-out example).
+    /// point) for classification, nats per learned token for causal-LM loss; negative, how much
+    /// worse it may score. When omitted, the metric's default: 0.01 nats for loss; for accuracy,
+    /// one held-out example better than the base model in round 1, and from round 2 no worse
+    /// than the merged start by more than the held-out set's noise (one standard error of the
+    /// start's accuracy, plus one example): one honest shard's update from a merged start can
+    /// score a few examples below it while the merge of all of them gains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1))]
+    #[cfg_attr(feature = "openapi", schema(minimum = -1, maximum = 1))]
     pub min_gain: Option<f64>,
     /// How each round's accepted adapters are merged; `exact` when omitted.
     #[serde(default)]
@@ -504,9 +507,9 @@ impl JobSpec {
         }
         if let Some(gain) = self.validation.min_gain {
             e.check(
-                gain.is_finite() && (0.0..=1.0).contains(&gain),
+                gain.is_finite() && (-1.0..=1.0).contains(&gain),
                 "validation.min_gain",
-                || format!("{gain} is outside [0, 1]"),
+                || format!("{gain} is outside [-1, 1]"),
             );
         }
         let spot = self.validation.spot_check;

@@ -38,6 +38,21 @@ pub struct Lease {
     /// What to train: the same message the queue carried, rebuilt from the database so a
     /// forged queue message cannot point a worker at other inputs.
     pub task: TaskMessage,
+    /// The keys this lease gives: adapters are sealed on the content store (`store::keys`).
+    pub keys: LeaseKeys,
+}
+
+/// The keys a lease gives its holder, as 64 hex digits each.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseKeys {
+    /// Seals what the holder hands in for this task (its adapter and metrics); only the
+    /// validator can open it besides.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub submission: String,
+    /// Opens the round's starting adapter (the previous round's merge); absent in round 1.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub start: Option<String>,
 }
 
 /// A submission waiting for its verdict, with everything the validator needs to fetch.
@@ -85,6 +100,8 @@ pub struct PendingValidation {
 pub struct EarlierSubmission {
     /// The earlier submission.
     pub submission_id: Uuid,
+    /// Its task (with the worker, what its adapter is sealed to).
+    pub task_id: Uuid,
     /// The address of the worker who handed it in.
     pub worker: String,
     /// Its adapter's bundle.
@@ -134,6 +151,8 @@ pub struct ReadyRound {
 pub struct AcceptedAdapter {
     /// The submission that handed it in.
     pub submission_id: Uuid,
+    /// Its task (with the worker, what its adapter is sealed to).
+    pub task_id: Uuid,
     /// The index of the shard it was trained on.
     pub shard_index: i32,
     /// The address of the worker who trained it.

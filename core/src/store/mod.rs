@@ -12,6 +12,7 @@
 
 pub mod dag_pb;
 pub mod embedded;
+pub mod keys;
 #[cfg(feature = "kubo")]
 pub mod kubo;
 pub mod seal;

@@ -58,6 +58,11 @@ impl SealingKey {
         hex::encode(self.0)
     }
 
+    /// The raw key bytes, for deriving child keys ([`super::keys`]).
+    pub(crate) fn expose(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     fn cipher(&self) -> XChaCha20Poly1305 {
         XChaCha20Poly1305::new((&self.0).into())
     }

@@ -338,6 +338,11 @@ export type paths = {
         /**
          * A job's events, oldest first, paginated by event id.
          * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
+         *
+         *     The requester, validators and admins see every event; a worker that leased one of the job's
+         *     tasks sees the job's own events and its own tasks', not other workers' (a page may then hold
+         *     fewer than `limit`, and `next_after` still moves past what it left out); anyone else is
+         *     refused.
          */
         get: operations["list_job_events"];
         put?: never;
@@ -356,7 +361,8 @@ export type paths = {
             cookie?: never;
         };
         /**
-         * Streams the job's events as Server-Sent Events.
+         * Streams the job's events as Server-Sent Events, to the same readers and with the same
+         *     events left out as the list.
          * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
          *
          *     Starts after `after` (or the `Last-Event-ID` header of a reconnecting client). Each frame is
@@ -380,7 +386,7 @@ export type paths = {
             cookie?: never;
         };
         /**
-         * The key that opens the job's sealed held-out set.
+         * The key that opens the job's sealed held-out set, and the root of its adapter keys.
          * @description **Role:** `validator` (configured addresses only).
          */
         get: operations["get_held_out_key"];
@@ -401,7 +407,7 @@ export type paths = {
         };
         /**
          * A job's training curves: the loss its workers reported per task, and the held-out metric of
-         *     each round's merge.
+         *     each round's merge. For the job's requester, validators and admins.
          * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
          *
          *     Each task's points are its workers' heartbeats (a few seconds apart while training), kept
@@ -430,6 +436,26 @@ export type paths = {
          * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
          */
         get: operations["get_job_result"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/jobs/{id}/result/files/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One file of a completed job's final adapter, opened.
+         * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
+         */
+        get: operations["get_job_result_file"];
         put?: never;
         post?: never;
         delete?: never;
@@ -725,6 +751,11 @@ export type components = {
              * @description The submission that handed it in.
              */
             submission_id: string;
+            /**
+             * Format: uuid
+             * @description Its task (with the worker, what its adapter is sealed to).
+             */
+            task_id: string;
             /** @description The address of the worker who trained it. */
             worker: string;
         };
@@ -957,6 +988,11 @@ export type components = {
              * @description The earlier submission.
              */
             submission_id: string;
+            /**
+             * Format: uuid
+             * @description Its task (with the worker, what its adapter is sealed to).
+             */
+            task_id: string;
             /** @description The address of the worker who handed it in. */
             worker: string;
         };
@@ -1091,6 +1127,11 @@ export type components = {
              * @description The job the set belongs to.
              */
             job_id: string;
+            /**
+             * @description The root of the job's adapter keys, 64 hex digits: every submission and merged adapter
+             *     of the job opens with a child of it (`shardwork_core::store::keys`).
+             */
+            job_key: string;
             /**
              * @description XChaCha20-Poly1305 key, 64 hex digits; the associated data is
              *     `shardwork held-out {job_id}`.
@@ -1353,6 +1394,8 @@ export type components = {
              * @description When the lease lapses unless the worker extends it.
              */
             expires_at: string;
+            /** @description The keys this lease gives: adapters are sealed on the content store (`store::keys`). */
+            keys: components["schemas"]["LeaseKeys"];
             /**
              * Format: uuid
              * @description Proves the holder: sent with every extension and with the submission.
@@ -1368,6 +1411,16 @@ export type components = {
              * @description The task leased.
              */
             task_id: string;
+        };
+        /** @description The keys a lease gives its holder, as 64 hex digits each. */
+        LeaseKeys: {
+            /** @description Opens the round's starting adapter (the previous round's merge); absent in round 1. */
+            start?: string | null;
+            /**
+             * @description Seals what the holder hands in for this task (its adapter and metrics); only the
+             *     validator can open it besides.
+             */
+            submission: string;
         };
         /** @description The liveness answer. */
         Liveness: {
@@ -1735,11 +1788,11 @@ export type components = {
         };
         /** @description One file of the final adapter. */
         ResultFile: {
-            /** @description The file's CID in the content store. */
+            /** @description The CID of the file as stored: sealed, so it reads as noise to anyone without the key. */
             cid: string;
-            /** @description The file's name in the PEFT folder (`adapter` when the adapter is not a bundle). */
+            /** @description The file's name in the PEFT folder. */
             name: string;
-            /** @description Its download path on this API (`/v1/content/{cid}`, with the name as `filename`). */
+            /** @description Its download path on this API (`/v1/jobs/{id}/result/files/{name}`), which opens it. */
             url: string;
         };
         /**
@@ -2114,9 +2167,12 @@ export type components = {
              * Format: double
              * @description How much an adapter must improve the held-out metric over the round's starting adapter
              *     (the base model in round 1), in the metric's own units: points of accuracy (0.01 = one
-             *     point) for classification, nats per learned token for causal-LM loss. When omitted, the
-             *     metric's default: 0.01 nats for loss; 0 for accuracy (not worse than the start: a
-             *     discrete metric that plateaus, where an honest late round may add no held-out example).
+             *     point) for classification, nats per learned token for causal-LM loss; negative, how much
+             *     worse it may score. When omitted, the metric's default: 0.01 nats for loss; for accuracy,
+             *     one held-out example better than the base model in round 1, and from round 2 no worse
+             *     than the merged start by more than the held-out set's noise (one standard error of the
+             *     start's accuracy, plus one example): one honest shard's update from a merged start can
+             *     score a few examples below it while the merge of all of them gains.
              */
             min_gain?: number | null;
             /**
@@ -3075,6 +3131,15 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
+            /** @description The caller is neither the job's requester, a validator, an admin, nor a worker that leased one of its tasks */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No job has this id */
             404: {
                 headers: {
@@ -3142,6 +3207,15 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
+            /** @description The caller is neither the job's requester, a validator, an admin, nor a worker that leased one of its tasks */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No job has this id */
             404: {
                 headers: {
@@ -3255,6 +3329,15 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
+            /** @description The caller is neither the job's requester, a validator nor an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No job has this id */
             404: {
                 headers: {
@@ -3336,6 +3419,78 @@ export interface operations {
             };
             429: components["responses"]["RateLimited"];
             /** @description The job or its adapter could not be read */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    get_job_result_file: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id */
+                id: string;
+                /** @description The file's name in the adapter folder */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
+            /** @description `id` is not a UUID */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            /** @description The caller is neither the job's requester, a validator nor an admin */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No job has this id, or its adapter has no such file */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job is not completed */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["RateLimited"];
+            /** @description The adapter could not be read or opened */
             500: {
                 headers: {
                     [name: string]: unknown;

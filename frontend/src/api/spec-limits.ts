@@ -32,7 +32,7 @@ export const SPEC_LIMITS = {
     warmup_ratio: { minimum: 0, maximum: 0.5, default: 0.06 },
   },
   ValidationSpec: {
-    min_gain: { minimum: 0, maximum: 1 },
+    min_gain: { minimum: -1, maximum: 1 },
     spot_check: { minimum: 0, maximum: 1, default: 0.1 },
   },
 } as const;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::Device;
 use shardwork_core::protocol::{JobSpec, ValidationSpec};
+use shardwork_core::store::keys::{BundleSeal, Sealed};
 use shardwork_core::store::seal::{self, SealingKey};
 use uuid::Uuid;
 
@@ -32,6 +33,12 @@ pub struct JobContext {
     pub(crate) work: Arc<dyn Work>,
     pub(crate) held_out: HeldOut,
     pub(crate) base_metric: f64,
+    /// The job it is.
+    pub(crate) job_id: Uuid,
+    /// Examples in the held-out set (the noise of its scores depends on it).
+    pub(crate) held_out_examples: usize,
+    /// The root of the job's adapter keys: opens every submission and merge of the job.
+    job_key: SealingKey,
     /// The job's rules for its verdicts and merges.
     pub(crate) validation: ValidationSpec,
     /// Held-out score of each round's starting adapter, by CID.
@@ -42,6 +49,28 @@ pub struct JobContext {
 }
 
 impl JobContext {
+    /// How `what` of this job is sealed.
+    pub(crate) fn seal(&self, what: &Sealed) -> BundleSeal {
+        what.seal_for(self.job_id, &self.job_key)
+    }
+
+    /// How the round `round`'s starting adapter is sealed (none in round 1: the bare model).
+    pub(crate) fn start_seal(&self, round: i32) -> Option<BundleSeal> {
+        (round > 1).then(|| {
+            self.seal(&Sealed::RoundResult {
+                round: (round - 1) as u32,
+            })
+        })
+    }
+
+    /// How worker `worker`'s submission for task `task_id` is sealed.
+    pub(crate) fn submission_seal(&self, task_id: Uuid, worker: &str) -> BundleSeal {
+        self.seal(&Sealed::Submission {
+            task_id,
+            worker: worker.to_owned(),
+        })
+    }
+
     /// The held-out score of the round's start at `cid`, if measured before.
     pub(crate) fn start_metric(&self, cid: &str) -> Option<f64> {
         self.start_metrics.lock().ok()?.get(cid).copied()
@@ -224,10 +253,15 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
         .work_dir
         .model(loader.blobs, &spec.base_model.cid)
         .await?;
-    let key_hex = loader.api.held_out_key(job_id).await?;
-    let key: SealingKey = key_hex
+    let keys = loader.api.job_keys(job_id).await?;
+    let key: SealingKey = keys
+        .held_out
         .parse()
         .map_err(|e| NodeError::Content(format!("held-out key of job {job_id}: {e}")))?;
+    let job_key: SealingKey = keys
+        .job
+        .parse()
+        .map_err(|e| NodeError::Content(format!("job key of job {job_id}: {e}")))?;
     let sealed = loader
         .blobs
         .get(
@@ -239,6 +273,10 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
         seal::open(&key, &sealed, &seal::held_out_associated_data(job_id)).map_err(|e| {
             NodeError::Content(format!("opening the held-out set of job {job_id}: {e}"))
         })?;
+    let held_out_examples = plain
+        .split(|&b| b == b'\n')
+        .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
+        .count();
     let held_out_path = loader.work_dir.job_dir(job_id)?.join("held-out.jsonl");
     std::fs::write(&held_out_path, plain)
         .map_err(|e| NodeError::Io(format!("{}: {e}", held_out_path.display())))?;
@@ -252,6 +290,9 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
             work,
             held_out,
             base_metric,
+            job_id,
+            held_out_examples,
+            job_key,
             validation,
             start_metrics: Mutex::default(),
             updates: Mutex::default(),

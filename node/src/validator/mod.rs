@@ -43,6 +43,7 @@ use context::{Contexts, JobContext, JobRef, Loader};
 pub use rules::{Nearest, Rules, Scores, judge};
 use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
 use shardwork_core::protocol::{Aggregation, ShardManifest};
+use shardwork_core::store::keys::Sealed;
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use similarity::{Additions, Update};
@@ -223,7 +224,13 @@ impl ValidatorNode {
             return Ok((Some(update), metric));
         }
         let dir = self.work_dir.scratch("start-")?;
-        fetch_bundle(self.blobs.as_ref(), cid, dir.path()).await?;
+        fetch_bundle(
+            self.blobs.as_ref(),
+            cid,
+            dir.path(),
+            context.start_seal(round).as_ref(),
+        )
+        .await?;
         let (context, device, path) = (
             context.clone(),
             self.device.clone(),
@@ -287,7 +294,14 @@ impl ValidatorNode {
             .await?;
         let dir = self.work_dir.scratch("verdict-")?;
         let adapter_dir = dir.path().join("submitted");
-        if let Err(e) = fetch_bundle(self.blobs.as_ref(), &pending.adapter_cid, &adapter_dir).await
+        let sealed_to = context.submission_seal(pending.task_id, &pending.worker);
+        if let Err(e) = fetch_bundle(
+            self.blobs.as_ref(),
+            &pending.adapter_cid,
+            &adapter_dir,
+            Some(&sealed_to),
+        )
+        .await
         {
             return Ok(reject(format!(
                 "the adapter could not be fetched as a bundle: {e}"
@@ -302,7 +316,8 @@ impl ValidatorNode {
                 continue;
             }
             let d = dir.path().join(format!("earlier-{k}"));
-            match fetch_bundle(self.blobs.as_ref(), &e.adapter_cid, &d).await {
+            let sealed_to = context.submission_seal(e.task_id, &e.worker);
+            match fetch_bundle(self.blobs.as_ref(), &e.adapter_cid, &d, Some(&sealed_to)).await {
                 Ok(_) => earlier.push((e.clone(), Err(d))),
                 Err(err) => tracing::debug!(submission = %e.submission_id, error = %err,
                     "earlier submission not comparable"),
@@ -411,7 +426,13 @@ impl ValidatorNode {
         let start_dir = match &pending.previous_adapter_cid {
             Some(cid) => {
                 let d = dir.path().join("start");
-                fetch_bundle(self.blobs.as_ref(), cid, &d).await?;
+                fetch_bundle(
+                    self.blobs.as_ref(),
+                    cid,
+                    &d,
+                    context.start_seal(pending.round).as_ref(),
+                )
+                .await?;
                 Some(d)
             }
             None => None,
@@ -459,7 +480,8 @@ impl ValidatorNode {
         let mut dirs = Vec::new();
         for (i, a) in ready.adapters.iter().enumerate() {
             let d = dir.path().join(format!("in-{i}"));
-            fetch_bundle(self.blobs.as_ref(), &a.adapter_cid, &d).await?;
+            let sealed_to = context.submission_seal(a.task_id, &a.worker);
+            fetch_bundle(self.blobs.as_ref(), &a.adapter_cid, &d, Some(&sealed_to)).await?;
             dirs.push(d);
         }
         let weights: Vec<f64> = ready
@@ -471,6 +493,7 @@ impl ValidatorNode {
         let out_dir = dir.path().join("merged");
         let base_metric = context.base_metric;
         let metric_name = context.work.metric().name;
+        let job_context = context.clone();
         let context = context.clone();
         let device = self.device.clone();
         let clip_factor = self.rules.clip_factor;
@@ -494,11 +517,17 @@ impl ValidatorNode {
         })
         .await
         .map_err(|e| NodeError::Io(format!("merging: {e}")))??;
+        // Sealed to the round: the next round's leaseholders get its key with their leases, and
+        // the API opens the last round's for the requester.
+        let sealed_to = job_context.seal(&Sealed::RoundResult {
+            round: ready.round as u32,
+        });
         let adapter_cid = put_bundle(
             self.blobs.as_ref(),
             "adapter",
             &out_dir,
             &["adapter_config.json", "adapter_model.safetensors"],
+            Some(&sealed_to),
         )
         .await?;
         let adapter_cid = adapter_cid
@@ -581,10 +610,13 @@ fn measure(
         metric,
         base_metric: context.base_metric,
         start_metric,
-        min_gain: context
-            .validation
-            .min_gain
-            .unwrap_or(work.metric().default_min_gain),
+        min_gain: context.validation.min_gain.unwrap_or_else(|| {
+            work.metric().default_min_gain_for(
+                start_metric,
+                context.held_out_examples,
+                start.is_none(),
+            )
+        }),
         max_relative_norm: norm,
         finite,
         addition_norm: comparison.as_ref().map_or(f64::NAN, |c| c.addition_norm),

@@ -28,7 +28,7 @@ use shardwork_trainer::train::sft::{self, LmEval, SftConfig};
 use shardwork_trainer::train::sft_data::{SftExample, read_sft_jsonl};
 use shardwork_trainer::{Error, Result};
 
-use super::{Direction, HeldOut, Metric, Trained, Work};
+use super::{DefaultGain, Direction, HeldOut, Metric, Trained, Work};
 
 /// Examples per held-out scoring batch (no gradients).
 const EVAL_BATCH: usize = 16;
@@ -41,7 +41,7 @@ pub const LOSS: Metric = Metric {
     best: 0.0,
     // A continuous metric: an honest round moves it by tenths of a nat (the demo's rounds:
     // 2.70 → 2.11 → 1.94); a replay with noise on it does not move it down at all.
-    default_min_gain: 0.01,
+    default_min_gain: DefaultGain::Fixed(0.01),
 };
 
 /// The decoder with LoRA attached, and the LoRA values of a fresh adapter.

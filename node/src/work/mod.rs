@@ -45,10 +45,38 @@ pub struct Metric {
     pub best: f64,
     /// The gain over the round's start an adapter must show when the job does not set
     /// `validation.min_gain`.
-    pub default_min_gain: f64,
+    pub default_min_gain: DefaultGain,
+}
+
+/// The gain over the round's start a metric asks for by default.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DefaultGain {
+    /// This much, in the metric's units.
+    Fixed(f64),
+    /// From a merged start (round 2 on): not worse than it by more than the held-out set's
+    /// noise, one standard error of the start's score as a proportion plus one example (a
+    /// negative gain). From the base model (round 1): better by at least one example, since an
+    /// adapter that changes nothing scores exactly the base.
+    WithinNoise,
 }
 
 impl Metric {
+    /// The gain an adapter must show over a start scoring `start` on `held_out` examples, when
+    /// the job sets none; `from_base`: the start is the base model (round 1).
+    pub fn default_min_gain_for(&self, start: f64, held_out: usize, from_base: bool) -> f64 {
+        match self.default_min_gain {
+            DefaultGain::Fixed(gain) => gain,
+            DefaultGain::WithinNoise => {
+                let n = held_out.max(1) as f64;
+                if from_base {
+                    return 1.0 / n;
+                }
+                let p = start.clamp(0.0, 1.0);
+                -((p * (1.0 - p) / n).sqrt() + 1.0 / n)
+            }
+        }
+    }
+
     /// How much better `value` is than `reference`, in the metric's units (negative: worse).
     pub fn gain(&self, value: f64, reference: f64) -> f64 {
         match self.direction {
@@ -151,16 +179,22 @@ mod tests {
             name: "accuracy",
             direction: Direction::HigherIsBetter,
             best: 1.0,
-            default_min_gain: 0.0,
+            default_min_gain: DefaultGain::WithinNoise,
         };
         assert!((accuracy.quality(0.75, 0.5) - 0.5).abs() < 1e-12);
+        // 0.85 on 180 examples: one standard error (0.0266) and one example (0.0056) below.
+        assert!((accuracy.default_min_gain_for(0.85, 180, false) + 0.0322).abs() < 1e-4);
+        // A perfect start allows one example less; the base model must be beaten by one.
+        assert!((accuracy.default_min_gain_for(1.0, 100, false) + 0.01).abs() < 1e-12);
+        assert!((accuracy.default_min_gain_for(0.5, 100, true) - 0.01).abs() < 1e-12);
         assert_eq!(accuracy.quality(0.4, 0.5), 0.0);
         let loss = Metric {
             name: "loss",
             direction: Direction::LowerIsBetter,
             best: 0.0,
-            default_min_gain: 0.01,
+            default_min_gain: DefaultGain::Fixed(0.01),
         };
+        assert_eq!(loss.default_min_gain_for(2.0, 100, true), 0.01);
         assert!((loss.gain(1.5, 2.0) - 0.5).abs() < 1e-12);
         assert!((loss.quality(1.5, 2.0) - 0.25).abs() < 1e-12);
         assert_eq!(loss.quality(2.5, 2.0), 0.0);

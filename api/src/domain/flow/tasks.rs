@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, record_event};
+use crate::domain::sealing;
 use crate::entities::{job, round, shard, submission, task, worker};
 
 pub use shardwork_core::protocol::TaskStatus;
@@ -129,6 +130,7 @@ pub async fn claim(
     task_id: Uuid,
     worker: &worker::Model,
     lease: Duration,
+    sealing_secret: &str,
     now: DateTime<Utc>,
 ) -> Result<Lease, DomainError> {
     let txn = db.begin().await?;
@@ -179,6 +181,7 @@ pub async fn claim(
                 lease_token: task.lease_token.unwrap_or_default(),
                 expires_at: task.lease_expires_at.unwrap_or(now),
                 attempt: task.attempts,
+                keys: sealing::lease_keys(sealing_secret, &message, &worker.address),
                 task: message,
             });
         }
@@ -254,6 +257,7 @@ pub async fn claim(
         lease_token: token,
         expires_at,
         attempt: task.attempts + 1,
+        keys: sealing::lease_keys(sealing_secret, &message, &worker.address),
         task: message,
     })
 }

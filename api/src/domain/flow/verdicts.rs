@@ -116,6 +116,7 @@ async fn earlier_in_round<C: ConnectionTrait>(
         }
         out.push(EarlierSubmission {
             submission_id: e.id,
+            task_id: e.task_id,
             worker: worker_address(db, e.worker_id).await?,
             adapter_cid: e.adapter_cid,
         });
@@ -151,8 +152,9 @@ pub fn validate_verdict(verdict: &Verdict) -> Result<(), DomainError> {
     Ok(())
 }
 
-/// Reputation change recorded (off chain) for a rejected adapter; the chain's own reputation
-/// moves at payout, where the worker is listed with quality 0.
+/// Reputation a rejected adapter costs its worker at once (never below 0), recorded as a
+/// reputation event; the chain's own reputation moves at payout, where the worker is listed with
+/// quality 0, and the worker's reputation is the chain's again from then on.
 pub const REJECTION_REPUTATION_DELTA: i64 = -500;
 
 /// Records `verdict` on submission `id`. A second verdict on the same submission is a 409.
@@ -249,10 +251,25 @@ pub async fn record(
         }
         rounds::close_if_complete(&txn, job.id, task.round, now).await?;
     } else {
+        // The rejection costs reputation now, so a cheat loses eligibility for jobs that ask
+        // for some before any payout; the chain's own value (quality 0 at payout) replaces it
+        // when the job pays.
+        let before = worker::Entity::find_by_id(s.worker_id)
+            .one(&txn)
+            .await?
+            .map(|w| w.reputation)
+            .unwrap_or(0);
+        let after = (before + REJECTION_REPUTATION_DELTA).max(0);
+        worker::Entity::update_many()
+            .col_expr(worker::Column::Reputation, Expr::value(after))
+            .col_expr(worker::Column::UpdatedAt, Expr::value(now))
+            .filter(worker::Column::Id.eq(s.worker_id))
+            .exec(&txn)
+            .await?;
         reputation_event::Entity::insert(reputation_event::ActiveModel {
             worker_id: sea_orm::ActiveValue::Set(s.worker_id),
             job_id: sea_orm::ActiveValue::Set(Some(job.id)),
-            delta: sea_orm::ActiveValue::Set(REJECTION_REPUTATION_DELTA),
+            delta: sea_orm::ActiveValue::Set(after - before),
             reason: sea_orm::ActiveValue::Set(format!(
                 "adapter rejected: {}",
                 verdict.reason.clone().unwrap_or_default()
@@ -316,6 +333,7 @@ pub async fn ready_rounds<C: ConnectionTrait>(db: &C) -> Result<Vec<ReadyRound>,
                 .unwrap_or_default();
             adapters.push(AcceptedAdapter {
                 submission_id: s.id,
+                task_id: t.id,
                 shard_index,
                 worker,
                 adapter_cid: s.adapter_cid,

@@ -82,6 +82,15 @@ impl Claims {
     pub fn has(&self, role: Role) -> bool {
         self.roles.contains(&role)
     }
+
+    /// Whether the caller oversees a job of `requester`: it is that requester, a validator or
+    /// an admin. Only they read what a job keeps for its requester (its result, its whole feed,
+    /// its progress).
+    pub fn oversees(&self, requester: &str) -> bool {
+        self.has(Role::Validator)
+            || self.has(Role::Admin)
+            || requester.eq_ignore_ascii_case(&self.sub.to_string())
+    }
 }
 
 const ISSUER: &str = "shardwork";

@@ -2,9 +2,11 @@
 //! (workers of an embedded deployment, the portal). Uploads return the Kubo-compatible CID;
 //! downloads are verified block by block on read.
 //!
-//! What a worker must never see is refused here: a job's held-out set (sealed, but its key is
-//! the validator's) goes to validators only, and a job's dataset as uploaded (it contains the
-//! held-out records in the clear) to its requester, validators and admins only.
+//! What a worker must never see is refused here as a second line: a job's held-out set goes to
+//! validators only, and a job's dataset as uploaded (it contains the held-out records) to its
+//! requester, validators and admins only. The first line is the store itself: both are stored
+//! sealed, as is every adapter (decision 0027), so what this route serves of them is noise to
+//! anyone without the key.
 
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::http::header;

@@ -49,6 +49,7 @@ pub async fn claim(
         id.into_inner(),
         &worker,
         lease_length(&state),
+        state.config.sealing_secret.expose(),
         Utc::now(),
     )
     .await?;

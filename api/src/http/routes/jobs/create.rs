@@ -3,10 +3,9 @@
 //! dataset already in the content store.
 //!
 //! Order of work, so bad input never half-writes: decode and validate the spec, the dataset and
-//! the split first; then write the content (dataset, job.json, shards, the sealed held-out set,
-//! the manifest) to the store; then the job, its shards and its `created` event in one database
-//! transaction. A failure between the two leaves only unreferenced, content-addressed blobs,
-//! which a retry re-uses byte for byte.
+//! the split first; then write the content (the sealed dataset, job.json, shards, the sealed
+//! held-out set, the manifest) to the store; then the job, its shards and its `created` event in
+//! one database transaction. A failure between the two leaves only unreferenced blobs.
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -236,9 +235,19 @@ pub async fn create(
     // 2. Content, addressed by CID.
     let job_id = Uuid::now_v7();
     let store = &state.store;
+    // An uploaded dataset holds the held-out records: it is kept sealed under a key no
+    // endpoint gives out, so a public store shows it to no one. (A dataset named by CID was
+    // stored by the requester, as public as they made it.)
     let dataset_cid = match dataset_cid {
         Some(cid) => cid,
-        None => store.put(data.clone()).await.map_err(store_error)?,
+        None => {
+            let sealed = seal::seal(
+                &sealing::dataset_key(state.config.sealing_secret.expose(), job_id),
+                &data,
+                &sealing::dataset_associated_data(job_id),
+            );
+            store.put(Bytes::from(sealed)).await.map_err(store_error)?
+        }
     };
     let spec_json =
         serde_json::to_vec_pretty(&spec).map_err(|e| ApiError::internal("encoding job.json", e))?;

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::domain::jobs::find_job;
 use crate::entities::job_event;
+use crate::http::access::Audience;
 use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
@@ -87,6 +88,11 @@ async fn page(
 }
 
 /// A job's events, oldest first, paginated by event id.
+///
+/// The requester, validators and admins see every event; a worker that leased one of the job's
+/// tasks sees the job's own events and its own tasks', not other workers' (a page may then hold
+/// fewer than `limit`, and `next_after` still moves past what it left out); anyone else is
+/// refused.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/events",
@@ -97,6 +103,7 @@ async fn page(
     responses(
         (status = 200, description = "A page of events", body = EventPage),
         (status = 400, description = "`id` or a query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "The caller is neither the job's requester, a validator, an admin, nor a worker that leased one of its tasks", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "`limit` is out of range", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The events could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -104,11 +111,12 @@ async fn page(
 )]
 pub async fn list(
     state: web::Data<AppState>,
-    _caller: Authenticated<AnyRole>,
+    caller: Authenticated<AnyRole>,
     id: web::Path<Uuid>,
     query: web::Query<EventQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let job = find_job(&state.db, id.into_inner()).await?;
+    let mut audience = Audience::of(&state.db, &caller.claims, &job).await?;
     let limit = query.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::invalid(
@@ -123,13 +131,14 @@ pub async fn list(
     } else {
         None
     };
-    Ok(HttpResponse::Ok().json(EventPage {
-        events: rows
-            .into_iter()
-            .map(EventView::try_from)
-            .collect::<Result<_, _>>()?,
-        next_after,
-    }))
+    let mut events = Vec::with_capacity(rows.len());
+    for row in rows {
+        let view = EventView::try_from(row)?;
+        if audience.admits(&view.event) {
+            events.push(view);
+        }
+    }
+    Ok(HttpResponse::Ok().json(EventPage { events, next_after }))
 }
 
 /// One event of the job's stream as the client parses it. (In OpenAPI 3.1 the schema of a
@@ -157,7 +166,8 @@ fn frame(event: &EventView) -> String {
     )
 }
 
-/// Streams the job's events as Server-Sent Events.
+/// Streams the job's events as Server-Sent Events, to the same readers and with the same
+/// events left out as the list.
 ///
 /// Starts after `after` (or the `Last-Event-ID` header of a reconnecting client). Each frame is
 /// `id: <event id>`, `event: <kind>`, `data: <EventView JSON>`. The stream ends once the job
@@ -176,18 +186,20 @@ fn frame(event: &EventView) -> String {
     responses(
         (status = 200, description = "An event stream", body = EventFrame, content_type = "text/event-stream"),
         (status = 400, description = "`id`, `Last-Event-ID` or a query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "The caller is neither the job's requester, a validator, an admin, nor a worker that leased one of its tasks", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The job could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]
 pub async fn stream(
     state: web::Data<AppState>,
-    _caller: Authenticated<AnyRole>,
+    caller: Authenticated<AnyRole>,
     id: web::Path<Uuid>,
     query: web::Query<StreamQuery>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let job = find_job(&state.db, id.into_inner()).await?;
+    let audience = Audience::of(&state.db, &caller.claims, &job).await?;
     let resume = match req.headers().get("last-event-id") {
         Some(value) => Some(
             value
@@ -202,8 +214,8 @@ pub async fn stream(
     let db = state.db.clone();
     let job_id = job.id;
     let events = stream::unfold(
-        (db, after, false, true),
-        move |(db, after, done, first)| async move {
+        (db, after, false, true, audience),
+        move |(db, after, done, first, mut audience)| async move {
             if done {
                 return None;
             }
@@ -218,29 +230,39 @@ pub async fn stream(
                 // events read next include everything the job will ever have.
                 let terminal = match find_job(&db, job_id).await {
                     Ok(job) => job.status.is_terminal(),
-                    Err(err) => return Some((Err(err.into()), (db, after, true, false))),
+                    Err(err) => {
+                        return Some((Err(err.into()), (db, after, true, false, audience)));
+                    }
                 };
                 let rows = match page(&db, job_id, after, MAX_PAGE).await {
                     Ok(rows) => rows,
-                    Err(err) => return Some((Err(err), (db, after, true, false))),
+                    Err(err) => return Some((Err(err), (db, after, true, false, audience))),
                 };
                 let full = rows.len() as u64 == MAX_PAGE;
                 if let Some(last) = rows.last() {
                     after = last.id;
                 }
-                let text = match rows
-                    .into_iter()
-                    .map(|e| EventView::try_from(e).map(|view| frame(&view)))
-                    .collect::<Result<String, _>>()
-                {
-                    Ok(text) => text,
-                    Err(err) => return Some((Err(err), (db, after, true, false))),
-                };
+                let mut text = String::new();
+                for row in rows {
+                    match EventView::try_from(row) {
+                        Ok(view) if audience.admits(&view.event) => text.push_str(&frame(&view)),
+                        Ok(_) => {}
+                        Err(err) => return Some((Err(err), (db, after, true, false, audience))),
+                    }
+                }
                 if !text.is_empty() {
                     // A full page may have more behind it: fetch again at once, and finish only
                     // after a short page of a terminal job.
                     let done = terminal && !full;
-                    return Some((Ok(web::Bytes::from(text)), (db, after, done, full)));
+                    return Some((
+                        Ok(web::Bytes::from(text)),
+                        (db, after, done, full, audience),
+                    ));
+                }
+                if full {
+                    // A full page this reader sees none of: read on at once.
+                    first = true;
+                    continue;
                 }
                 if terminal {
                     return None;

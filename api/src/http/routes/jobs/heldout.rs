@@ -7,7 +7,7 @@ use shardwork_core::protocol::ContentId;
 use uuid::Uuid;
 
 use crate::domain::jobs::find_job;
-use crate::domain::sealing::held_out_key;
+use crate::domain::sealing::{held_out_key, job_key};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::ValidatorRole;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
@@ -25,9 +25,13 @@ pub struct HeldOutKey {
     /// `shardwork held-out {job_id}`.
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub key: String,
+    /// The root of the job's adapter keys, 64 hex digits: every submission and merged adapter
+    /// of the job opens with a child of it (`shardwork_core::store::keys`).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
+    pub job_key: String,
 }
 
-/// The key that opens the job's sealed held-out set.
+/// The key that opens the job's sealed held-out set, and the root of its adapter keys.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/held-out-key",
@@ -56,5 +60,6 @@ pub async fn held_out(
         job_id: job.id,
         sealed_cid,
         key: held_out_key(state.config.sealing_secret.expose(), job.id).to_hex(),
+        job_key: job_key(state.config.sealing_secret.expose(), job.id).to_hex(),
     }))
 }

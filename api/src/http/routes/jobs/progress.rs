@@ -16,6 +16,7 @@ use uuid::Uuid;
 use crate::domain::flow::progress::MAX_POINTS_PER_TASK;
 use crate::domain::jobs::find_job;
 use crate::entities::{job_event, shard, task, task_progress};
+use crate::http::access::require_overseer;
 use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
@@ -115,7 +116,7 @@ pub fn spread(n: usize, k: usize) -> Vec<usize> {
 }
 
 /// A job's training curves: the loss its workers reported per task, and the held-out metric of
-/// each round's merge.
+/// each round's merge. For the job's requester, validators and admins.
 ///
 /// Each task's points are its workers' heartbeats (a few seconds apart while training), kept
 /// per attempt and step; a task keeps at most 1,000, thinned evenly as a long run grows. Read
@@ -130,6 +131,7 @@ pub fn spread(n: usize, k: usize) -> Vec<usize> {
     responses(
         (status = 200, description = "The training curve of each task and the held-out metric of each merged round", body = JobProgress),
         (status = 400, description = "`id` or a query parameter is malformed or unknown", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "The caller is neither the job's requester, a validator nor an admin", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "`round` or `points` is out of range", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The progress could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -137,11 +139,12 @@ pub fn spread(n: usize, k: usize) -> Vec<usize> {
 )]
 pub async fn progress(
     state: web::Data<AppState>,
-    _caller: Authenticated<AnyRole>,
+    caller: Authenticated<AnyRole>,
     id: web::Path<Uuid>,
     query: web::Query<ProgressQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let job = find_job(&state.db, id.into_inner()).await?;
+    require_overseer(&caller.claims, &job, "the training progress")?;
     let per_task = query.points.unwrap_or(DEFAULT_POINTS);
     if !(2..=MAX_POINTS).contains(&per_task) {
         return Err(ApiError::invalid(
