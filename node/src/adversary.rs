@@ -137,7 +137,7 @@ pub fn sign_flipped(adapter: &Adapter) -> Result<Adapter, NodeError> {
 /// What accomplices trained, by job and round, for the copycats of this process.
 static SHARED: LazyLock<Mutex<BTreeMap<(Uuid, u32), Adapter>>> = LazyLock::new(Mutex::default);
 
-/// An accomplice hands over what it trained for `job`'s round `round`.
+/// An accomplice hands over what it trained (and submitted) for `job`'s round `round`.
 pub fn share(job: Uuid, round: u32, adapter: &Adapter) {
     if let Ok(mut shared) = SHARED.lock() {
         shared

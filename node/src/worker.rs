@@ -210,7 +210,6 @@ impl WorkerNode {
         let behaviour = self.behaviour;
         let out_dir = dir.path().join("adapter");
         let out = out_dir.clone();
-        let (job_id, round) = (task.job_id, task.round);
         let started = Instant::now();
         let training = if behaviour.trains(task.round) {
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
@@ -233,10 +232,6 @@ impl WorkerNode {
                     }
                     Behaviour::Replay => adversary::no_change(&trained.adapter)?.save(&out)?,
                     Behaviour::SignFlip => adversary::sign_flipped(&trained.adapter)?.save(&out)?,
-                    Behaviour::Accomplice => {
-                        adversary::share(job_id, round, &trained.adapter);
-                        trained.adapter.save(&out)?
-                    }
                     _ => trained.adapter.save(&out)?,
                 }
                 Ok(Claimed::from(&trained))
@@ -303,6 +298,14 @@ impl WorkerNode {
             samples: samples as u64,
         };
         self.api.submit(&submission).await?;
+        if self.behaviour == Behaviour::Accomplice {
+            // Handed over once submitted, so the copy is always the later of the two.
+            adversary::share(
+                task.job_id,
+                task.round,
+                &Adapter::load(&out_dir, &Device::Cpu)?,
+            );
+        }
         tracing::info!(%adapter_cid, steps = report.steps, loss = report.final_loss, "adapter submitted");
         Ok(())
     }

@@ -255,6 +255,20 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
         .problem(422, "validation");
         metrics_n += 1;
         let metrics = put(&app, &format!("{{\"steps\": {metrics_n}}}")).await;
+        // A worker that claims more records than its shard has is refused, naming the field.
+        let lie = json!({"version": 1, "task_id": task.task_id, "lease_token": token,
+            "adapter_cid": adapter, "metrics_cid": metrics, "samples": 1_000_000});
+        let refused = send(
+            &service,
+            post_json(
+                &worker_a,
+                &format!("/v1/tasks/{}/submit", task.task_id),
+                lie,
+            ),
+        )
+        .await;
+        assert_eq!(refused.status, 422, "{}", refused.text);
+        assert_eq!(refused.paths(), ["samples"], "{}", refused.text);
         let submission = json!({"version": 1, "task_id": task.task_id, "lease_token": token,
             "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12});
         let first = send(
@@ -319,6 +333,22 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     let rounds = ready.body["rounds"].as_array().unwrap();
     assert_eq!(rounds.len(), 1);
     assert_eq!(rounds[0]["adapters"].as_array().unwrap().len(), 3);
+    // Each weighs by its shard's records as the manifest counts them, not the 12 claimed.
+    let manifest: shardwork_core::protocol::ShardManifest = serde_json::from_slice(
+        &app.state
+            .store
+            .get_bytes(
+                &job.body["manifest_cid"].as_str().unwrap().parse().unwrap(),
+                1 << 20,
+            )
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    for a in rounds[0]["adapters"].as_array().unwrap() {
+        let shard = &manifest.shards[a["shard_index"].as_u64().unwrap() as usize];
+        assert_eq!(a["samples"], shard.records, "{a}");
+    }
     let merged_1 = put(&app, "merged round 1").await;
     let agg = send(&service, post_json(&validator, &format!("/v1/jobs/{job_id}/rounds/1/aggregate"),
         json!({"adapter_cid": merged_1, "metric": 0.9, "base_metric": 0.5, "metric_name": "accuracy"}))).await;
