@@ -281,9 +281,10 @@ impl WorkerNode {
             serde_json::to_vec_pretty(&metrics).map_err(|e| NodeError::Content(e.to_string()))?;
         let metrics_cid = self
             .blobs
-            .put(Bytes::from(
-                seals.submission.seal_file(METRICS_FILE, &metrics_json),
-            ))
+            .put(Bytes::from(seals.submission.seal_file(
+                shardwork_core::protocol::submission::METRICS_FILE,
+                &metrics_json,
+            )))
             .await?;
         let parse = |cid: &str| {
             cid.parse::<ContentId>()
@@ -367,9 +368,6 @@ impl From<&work::Trained> for Claimed {
         }
     }
 }
-
-/// The name `metrics.json` is sealed under (with the submission's key).
-pub const METRICS_FILE: &str = "metrics.json";
 
 /// How a lease's adapters are sealed: what the worker hands in, and the round's start.
 struct LeaseSeals {

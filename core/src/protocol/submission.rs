@@ -7,6 +7,10 @@ use super::PROTOCOL_VERSION;
 use super::ids::ContentId;
 use super::validation::SpecErrors;
 
+/// The name a submission's metrics (metrics.json) are sealed under, beside its adapter's
+/// files, with the submission's key (`store::keys::Sealed::Submission`).
+pub const METRICS_FILE: &str = "metrics.json";
+
 /// Training metrics a worker reports; stored as metrics.json beside the adapter.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

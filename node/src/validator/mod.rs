@@ -493,7 +493,11 @@ impl ValidatorNode {
         let out_dir = dir.path().join("merged");
         let base_metric = context.base_metric;
         let metric_name = context.work.metric().name;
-        let job_context = context.clone();
+        // Sealed to the round: the next round's leaseholders get its key with their leases, and
+        // the API opens the last round's for the requester.
+        let sealed_to = context.seal(&Sealed::RoundResult {
+            round: ready.round as u32,
+        });
         let context = context.clone();
         let device = self.device.clone();
         let clip_factor = self.rules.clip_factor;
@@ -517,11 +521,6 @@ impl ValidatorNode {
         })
         .await
         .map_err(|e| NodeError::Io(format!("merging: {e}")))??;
-        // Sealed to the round: the next round's leaseholders get its key with their leases, and
-        // the API opens the last round's for the requester.
-        let sealed_to = job_context.seal(&Sealed::RoundResult {
-            round: ready.round as u32,
-        });
         let adapter_cid = put_bundle(
             self.blobs.as_ref(),
             "adapter",

@@ -63,6 +63,7 @@ pub struct JobResult {
     responses(
         (status = 200, description = "The final adapter and its files", body = JobResult),
         (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "The caller is neither the job's requester, a validator nor an admin", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The job is not completed", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The job or its adapter could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
