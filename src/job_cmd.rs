@@ -145,9 +145,9 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
             }
         }
         JobCommand::Result { id, out } => {
-            let (cid, names) = fetch_result(&api, id, &out).await?;
+            let (result, cid, names) = fetch_result(&api, id, &out).await?;
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&api.result(id).await?)?);
+                println!("{}", serde_json::to_string_pretty(&result)?);
             } else {
                 println!("adapter {cid} written to {}:", out.display());
                 for name in names {

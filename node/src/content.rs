@@ -155,12 +155,13 @@ pub async fn put_bundle(
 }
 
 /// Writes every file of completed job `job_id`'s final adapter into `dir`, as the API opens them
-/// for the job's requester; returns the adapter's CID and the files' names.
+/// for the job's requester; returns the API's result (adapter CID, files, last merge), the
+/// adapter's CID and the files' names.
 pub async fn fetch_result(
     api: &ApiClient,
     job_id: uuid::Uuid,
     dir: &Path,
-) -> Result<(String, Vec<String>), NodeError> {
+) -> Result<(serde_json::Value, String, Vec<String>), NodeError> {
     let result = api.result(job_id).await?;
     let cid = result["adapter_cid"]
         .as_str()
@@ -181,5 +182,5 @@ pub async fn fetch_result(
             .map_err(|e| NodeError::Io(format!("{}: {e}", path.display())))?;
         names.push(name.to_owned());
     }
-    Ok((cid, names))
+    Ok((result, cid, names))
 }

@@ -390,13 +390,8 @@ impl LeaseSeals {
         };
         Ok(LeaseSeals {
             submission: submission.seal_with(task.job_id, key(&lease.keys.submission)?),
-            start: match &lease.keys.start {
-                Some(hex) if task.round > 1 => Some(
-                    Sealed::RoundResult {
-                        round: task.round - 1,
-                    }
-                    .seal_with(task.job_id, key(hex)?),
-                ),
+            start: match (Sealed::start_of(task.round), &lease.keys.start) {
+                (Some(start), Some(hex)) => Some(start.seal_with(task.job_id, key(hex)?)),
                 _ => None,
             },
         })

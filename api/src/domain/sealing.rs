@@ -59,13 +59,7 @@ pub fn lease_keys(secret: &str, task: &TaskMessage, worker: &str) -> LeaseKeys {
     };
     LeaseKeys {
         submission: submission.key(&job).to_hex(),
-        start: (task.round > 1).then(|| {
-            Sealed::RoundResult {
-                round: task.round - 1,
-            }
-            .key(&job)
-            .to_hex()
-        }),
+        start: Sealed::start_of(task.round).map(|start| start.key(&job).to_hex()),
     }
 }
 

@@ -43,6 +43,12 @@ pub enum Sealed {
 }
 
 impl Sealed {
+    /// What round `round`'s starting adapter is sealed as: the previous round's merge; none in
+    /// round 1, which starts from the bare base model.
+    pub fn start_of(round: u32) -> Option<Sealed> {
+        (round > 1).then(|| Sealed::RoundResult { round: round - 1 })
+    }
+
     /// Its label in the key derivation and the associated data.
     fn label(&self) -> String {
         match self {
@@ -131,6 +137,8 @@ mod tests {
             assert_ne!(a, &job);
         }
         assert_eq!(submission(1, "0xAB").key(&job), keys[0]);
+        assert_eq!(Sealed::start_of(1), None);
+        assert_eq!(Sealed::start_of(3), Some(Sealed::RoundResult { round: 2 }));
         assert_ne!(
             submission(1, "0xab").key(&SealingKey::from_bytes([8; 32])),
             keys[0]

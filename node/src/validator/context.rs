@@ -56,11 +56,7 @@ impl JobContext {
 
     /// How the round `round`'s starting adapter is sealed (none in round 1: the bare model).
     pub(crate) fn start_seal(&self, round: i32) -> Option<BundleSeal> {
-        (round > 1).then(|| {
-            self.seal(&Sealed::RoundResult {
-                round: (round - 1) as u32,
-            })
-        })
+        Sealed::start_of(round as u32).map(|start| self.seal(&start))
     }
 
     /// How worker `worker`'s submission for task `task_id` is sealed.
