@@ -11,6 +11,7 @@ use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 use shardwork_api::ApiConfig;
 use shardwork_api::configuration::Secret;
+use shardwork_contracts::ledger::PayoutLimits;
 
 // Defaults come from serde (`#[serde(default)]` on every section) rather than from a serialized
 // default provider: a provider would round-trip the API secrets through their redacting
@@ -54,6 +55,9 @@ pub struct ChainConfig {
     /// Blocks an event must be under before it is believed (0 on dev chains, which never reorg).
     pub confirmations: u64,
     pub poll_interval_ms: u64,
+    /// The chain's gas cap per transaction (EIP-7825 under Osaka: 2^24). Payouts are split
+    /// into batches that fit it, and no transaction is sent with a higher gas limit.
+    pub tx_gas_cap: u64,
 }
 
 impl Default for ChainConfig {
@@ -66,6 +70,7 @@ impl Default for ChainConfig {
             dev_funding: true,
             confirmations: 0,
             poll_interval_ms: 500,
+            tx_gas_cap: PayoutLimits::default().tx_gas_cap,
         }
     }
 }

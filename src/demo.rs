@@ -80,9 +80,20 @@ pub struct DemoReport {
     pub base_metric: Option<f64>,
     pub adapter_cid: Option<String>,
     pub contributors: Vec<ContributorReport>,
+    /// A job that could not finish: why it was refunded, and how much went back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refund: Option<RefundReport>,
     /// Chat SFT only: a held-out question answered by the base model and by the final adapter.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample_answer: Option<SampleAnswer>,
+}
+
+/// Why a job was refunded instead of completed.
+#[derive(Debug, serde::Serialize)]
+pub struct RefundReport {
+    pub reason: Option<String>,
+    pub stake_wei: String,
+    pub tx_hash: String,
 }
 
 /// One held-out question, answered greedily by the base model and by the final adapter.
@@ -420,13 +431,9 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
         Duration::from_secs(args.timeout_secs),
         Duration::from_millis(250),
         &mut |event| {
+            // A task out of attempts ends the job early: the escrow refunds the requester and
+            // the job ends `refunded`, which the report says with the reason.
             print_event(&event.event, args.json);
-            if matches!(event.event, JobEvent::TaskFailed(_)) {
-                bail!(
-                    "a task of job {job_id} failed after all its attempts, so the job cannot \
-                     finish; its stake is refunded at the deadline"
-                );
-            }
             events.push(event.clone());
             Ok(())
         },
@@ -620,6 +627,14 @@ fn summarise(
         base_metric: aggregated.map(|a| a.base_metric),
         adapter_cid: completed.map(|c| c.adapter_cid.clone()),
         contributors,
+        refund: events.iter().rev().find_map(|e| match &e.event {
+            JobEvent::Refunded(r) => Some(RefundReport {
+                reason: r.reason.clone(),
+                stake_wei: r.stake_wei.clone(),
+                tx_hash: r.tx_hash.clone(),
+            }),
+            _ => None,
+        }),
         sample_answer: None,
     }
 }
@@ -627,6 +642,14 @@ fn summarise(
 fn print_report(r: &DemoReport) {
     println!();
     println!("job {} {} — {}", r.job_id, r.status, r.model);
+    if let Some(refund) = &r.refund {
+        println!(
+            "refunded {} wei to the requester (tx {}): {}",
+            refund.stake_wei,
+            refund.tx_hash,
+            refund.reason.as_deref().unwrap_or("the deadline passed")
+        );
+    }
     let per = if r.metric_name == "loss" {
         " per learned token"
     } else {

@@ -10,9 +10,9 @@ use anyhow::{Context, bail};
 use shardwork_api::chain::Chain;
 use shardwork_contracts::Ledger;
 use shardwork_contracts::dev_keys;
-use shardwork_contracts::ledger::DeployParams;
 use shardwork_contracts::ledger::embedded::EmbeddedLedger;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
+use shardwork_contracts::ledger::{DeployParams, PayoutLimits};
 use shardwork_core::queue::rabbitmq::{RabbitQueue, RabbitSettings};
 use shardwork_core::queue::table::TableQueue;
 use shardwork_core::queue::{QueueOptions, TaskQueue};
@@ -139,14 +139,20 @@ pub async fn open_chain(config: &Config) -> anyhow::Result<Chain> {
                 signers = vec![key];
             }
             Arc::new(
-                RpcLedger::connect(RpcConfig::new(chain_config.rpc_url.clone()), signers)
-                    .await
-                    .with_context(|| {
-                        format!(
-                            "connecting to the chain at {}",
-                            redact_url(&chain_config.rpc_url)
-                        )
-                    })?,
+                RpcLedger::connect(
+                    RpcConfig {
+                        tx_gas_cap: chain_config.tx_gas_cap,
+                        ..RpcConfig::new(chain_config.rpc_url.clone())
+                    },
+                    signers,
+                )
+                .await
+                .with_context(|| {
+                    format!(
+                        "connecting to the chain at {}",
+                        redact_url(&chain_config.rpc_url)
+                    )
+                })?,
             )
         }
     };
@@ -196,6 +202,9 @@ pub async fn open_chain(config: &Config) -> anyhow::Result<Chain> {
         poll_interval: Duration::from_millis(chain_config.poll_interval_ms.max(50)),
         confirmations: chain_config.confirmations,
         start_block,
+        payout_limits: PayoutLimits {
+            tx_gas_cap: chain_config.tx_gas_cap,
+        },
     })
 }
 

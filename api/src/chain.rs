@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use alloy::primitives::{Address, U256};
 use shardwork_contracts::Ledger;
+use shardwork_contracts::ledger::PayoutLimits;
 
 /// The escrow as the API uses it.
 #[derive(Clone)]
@@ -29,6 +30,8 @@ pub struct Chain {
     pub confirmations: u64,
     /// The block the escrow was deployed in: where the follower starts on a new database.
     pub start_block: u64,
+    /// How many contributors one payout transaction may pay on this chain.
+    pub payout_limits: PayoutLimits,
 }
 
 impl std::fmt::Debug for Chain {

@@ -25,7 +25,7 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
 
     // ----------------------------------------------------------------- roles and constants
 
-    /// @notice May mark jobs started and complete them.
+    /// @notice May mark jobs started, complete them (paying contributors) and abort them.
     bytes32 public constant VALIDATOR_ROLE = keccak256("VALIDATOR_ROLE");
     /// @notice May change the platform fee (within MAX_FEE_BPS).
     bytes32 public constant FEE_MANAGER_ROLE = keccak256("FEE_MANAGER_ROLE");
@@ -39,9 +39,18 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// reputation, a newcomer (reputation 0) earns half of what a perfect-reputation contributor
     /// earns for the same quality: reputation matters, yet newcomers are always payable.
     uint256 public constant REP_FLOOR = 10_000;
-    /// @notice Reputation moves a quarter of the way toward each new quality score:
-    /// rep' = (3 rep + quality) / 4. A zero score lowers it; repeated scores converge to them.
-    uint256 public constant REP_EMA_DIVISOR = 4;
+    /// @notice Reputation moves at most a quarter of the way toward each new quality score:
+    /// rep' = rep + (quality - rep) x step / BPS with step <= MAX_REPUTATION_STEP_BPS. The step
+    /// grows with what each contributor's work was worth (the pool per contributor) up to the
+    /// token's reputation unit, so a job of 1 wei moves no reputation and farming reputation
+    /// costs real fees: see `reputationStepOf`.
+    uint256 public constant MAX_REPUTATION_STEP_BPS = 2_500;
+    /// @notice What a contributor's share of a job must be worth, in ETH, for the full step;
+    /// the admin sets it per token (`setReputationUnit`), ERC-20s start at 0 (no reputation).
+    uint256 public constant DEFAULT_ETH_REPUTATION_UNIT = 0.01 ether;
+    /// @notice A payout sent in batches may go on this long past the deadline; after it, anyone
+    /// may refund what was not paid yet, so a validator that stops halfway locks nothing.
+    uint256 public constant PAYOUT_GRACE = 7 days;
     /// @notice Stakes are capped so `pool * weight` can never overflow (2^128 x 2^28 < 2^256) and
     /// credits always fit their 232-bit field. No real token amount comes near 2^128.
     uint256 public constant MAX_STAKE = type(uint128).max;
@@ -62,15 +71,19 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     }
 
     /// @dev None: no such job. Open: funded, cancellable by the requester. Started: a validator
-    /// said work began (tasks were handed out), so the requester can no longer cancel.
-    /// Completed, Cancelled, Refunded: final; the stake has been credited to its recipients.
+    /// said work began (tasks were handed out), so the requester can no longer cancel, and only
+    /// now can the job be completed. Paying: a batched payout is under way (`payFederatedBatch`).
+    /// Completed, Cancelled, Refunded, Aborted: final; the stake has been credited to its
+    /// recipients. Aborted: the validator ended a job that could not finish, refunding all.
     enum JobStatus {
         None,
         Open,
         Started,
         Completed,
         Cancelled,
-        Refunded
+        Refunded,
+        Paying,
+        Aborted
     }
 
     struct Job {
@@ -82,19 +95,34 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         uint16 feeBps;
         address token;
         uint8 tokenIndex;
+        /// Who receives the fee, fixed at creation like the fee itself.
+        address treasury;
         uint256 stake;
         /// keccak256 of the spec CID, so anyone can check a CID against the job.
         bytes32 specHash;
     }
 
-    /// What every contributor's payout in one completion shares; a struct only because the
-    /// stack cannot hold these beside the calldata arrays.
+    /// A federated payout in progress (batched) or done. `totalWeight` is the divisor every
+    /// batch uses; the contributors of all batches together are strictly increasing, so nobody
+    /// is paid twice, and `paid` never exceeds the pool.
+    struct Payout {
+        address lastContributor;
+        uint32 expected;
+        uint32 paidCount;
+        uint16 reputationStepBps;
+        uint128 paid;
+        uint64 totalWeight;
+    }
+
+    /// What every contributor's payout in one batch shares; a struct only because the stack
+    /// cannot hold these beside the calldata arrays. Layout matters: `_distribute` reads it.
     struct Round {
         uint256 jobId;
         uint8 tokenIndex;
         uint256 pool;
         uint256 divisor;
-        bytes32 topic;
+        uint256 reputationStepBps;
+        uint256 remaining;
     }
 
     // ---------------------------------------------------------------------------- storage
@@ -104,6 +132,9 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     address public treasury;
 
     mapping(uint256 jobId => Job) private _jobs;
+    mapping(uint256 jobId => Payout) private _payouts;
+    /// Per token index: the share worth a full reputation step (see MAX_REPUTATION_STEP_BPS).
+    mapping(uint8 tokenIndex => uint256) private _reputationUnit;
     mapping(address account => uint256 packed) private _accounts;
     mapping(address token => mapping(address account => uint256)) private _parked;
 
@@ -127,17 +158,23 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         string specCid
     );
     event JobStarted(uint256 indexed jobId);
-    event ContributorPaid(uint256 indexed jobId, address indexed contributor, uint256 amount, uint16 reputation);
-    event JobCompleted(
-        uint256 indexed jobId,
-        string adapterCid,
-        string manifestCid,
-        uint256 contributorsPaid,
-        uint256 fee,
-        uint256 dust
+    /// A completion began: the result, how many contributors it pays and the weight it divides
+    /// the pool by. One-transaction completions emit it too, so every job reads the same way.
+    event PayoutStarted(
+        uint256 indexed jobId, string adapterCid, string manifestCid, uint256 contributors, uint256 totalWeight
     );
+    /// One batch of contributors paid. `payouts` holds two words per contributor:
+    /// `contributor | reputation << 160` (its reputation after this job) and the amount credited.
+    /// One event per batch rather than one per contributor: a 3-topic log per contributor cost
+    /// ~2k gas, this ~0.5k, which is what brings a new contributor under 25k gas.
+    event ContributorsPaid(uint256 indexed jobId, uint256[] payouts);
+    /// The last batch landed: totals of the whole payout.
+    event JobCompleted(uint256 indexed jobId, uint256 contributors, uint256 paid, uint256 fee, uint256 dust);
     event JobCancelled(uint256 indexed jobId, uint256 stake);
+    /// `stake` is what went back: the whole stake, or what a stalled batched payout had not paid.
     event JobRefunded(uint256 indexed jobId, address indexed triggeredBy, uint256 stake);
+    event JobAborted(uint256 indexed jobId, uint256 stake, string reason);
+    event ReputationUnitChanged(address indexed token, uint256 unit);
     event Withdrawn(address indexed account, address indexed token, address to, uint256 amount);
     event FeeChanged(uint16 oldFeeBps, uint16 newFeeBps);
     event TreasuryChanged(address oldTreasury, address newTreasury);
@@ -147,6 +184,8 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
 
     error ZeroAddress();
     error FeeTooHigh(uint256 feeBps, uint256 maxFeeBps);
+    /// The fee now is above the highest the requester accepted in `createJob`.
+    error FeeAboveMaximum(uint256 feeBps, uint256 requesterMaxFeeBps);
     error TokenNotAllowed(address token);
     error TooManyTokens();
     error ZeroStake();
@@ -167,6 +206,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// Contributors must be sorted by address, strictly increasing (which also rules out
     /// duplicates and the zero address); `index` is the first entry that breaks the order.
     error ContributorsNotSorted(uint256 index);
+    /// A requester cannot earn from (or build reputation on) its own job.
+    error RequesterIsContributor(uint256 index);
+    error TooManyContributors(uint256 announced, uint256 paidWithThisBatch);
+    error PayoutGraceNotPassed(uint256 jobId, uint256 until);
     error QualityOutOfRange(uint256 index, uint256 quality);
     error NothingToWithdraw(address account, address token);
     error EthTransferFailed(address to, uint256 amount);
@@ -184,6 +227,7 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         treasury = treasury_;
         feeBps = feeBps_;
         _tokenByIndex.push(address(0));
+        _reputationUnit[0] = DEFAULT_ETH_REPUTATION_UNIT;
         emit TreasuryChanged(address(0), treasury_);
         emit FeeChanged(0, feeBps_);
     }
@@ -217,6 +261,16 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         emit TokenAllowed(token, allowed, index);
     }
 
+    /// @notice The share of a job (`token`, address(0) for ETH) a contributor must earn for a
+    /// full reputation step; smaller shares move reputation proportionally less, 0 disables
+    /// reputation for the token. Applies to completions from now on.
+    function setReputationUnit(address token, uint256 unit) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        uint8 index = _tokenIndex[token];
+        if (token != address(0) && index == 0) revert TokenNotAllowed(token);
+        _reputationUnit[index] = unit;
+        emit ReputationUnitChanged(token, unit);
+    }
+
     /// @notice Stops new jobs only. Completion, cancellation, refunds and withdrawals go on, so
     /// a pause can never trap anyone's money.
     function pause() external onlyRole(DEFAULT_ADMIN_ROLE) {
@@ -230,14 +284,18 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     // ------------------------------------------------------------------------ requester
 
     /// @notice Escrow `stake` of `token` (address(0) for ETH, sent as msg.value) for a job.
+    /// @param maxFeeBps the highest platform fee the requester accepts: a fee raised between
+    /// signing and mining reverts the creation instead of applying.
     /// @return jobId the new job's id, counting from 1.
-    function createJob(address token, uint256 stake, string calldata specCid, uint64 deadline, JobKind kind)
-        external
-        payable
-        whenNotPaused
-        nonReentrant
-        returns (uint256 jobId)
-    {
+    function createJob(
+        address token,
+        uint256 stake,
+        string calldata specCid,
+        uint64 deadline,
+        JobKind kind,
+        uint16 maxFeeBps
+    ) external payable whenNotPaused nonReentrant returns (uint256 jobId) {
+        if (feeBps > maxFeeBps) revert FeeAboveMaximum(feeBps, maxFeeBps);
         uint8 tokenIndex = _checkDeposit(token, stake, deadline);
         jobId = ++jobCount;
         _jobs[jobId] = Job({
@@ -248,6 +306,7 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
             feeBps: feeBps,
             token: token,
             tokenIndex: tokenIndex,
+            treasury: treasury,
             stake: stake,
             specHash: keccak256(bytes(specCid))
         });
@@ -291,16 +350,22 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     }
 
     /// @notice After the deadline of an unfinished job, anyone may return its stake to the
-    /// requester (as a credit; the requester withdraws it).
+    /// requester (as a credit; the requester withdraws it). A batched payout that stalled is
+    /// refunded what it had not paid, once PAYOUT_GRACE past the deadline has passed too.
     function refund(uint256 jobId) external nonReentrant {
         Job storage job = _existing(jobId);
-        if (job.status != JobStatus.Open && job.status != JobStatus.Started) {
+        uint256 amount = job.stake;
+        if (job.status == JobStatus.Paying) {
+            uint256 until = uint256(job.deadline) + PAYOUT_GRACE;
+            if (block.timestamp <= until) revert PayoutGraceNotPassed(jobId, until);
+            amount -= _payouts[jobId].paid;
+        } else if (job.status != JobStatus.Open && job.status != JobStatus.Started) {
             revert WrongJobStatus(jobId, job.status);
         }
         if (block.timestamp <= job.deadline) revert DeadlineNotPassed(jobId, job.deadline);
         job.status = JobStatus.Refunded;
-        _credit(job.requester, job.tokenIndex, job.stake);
-        emit JobRefunded(jobId, msg.sender, job.stake);
+        _credit(job.requester, job.tokenIndex, amount);
+        emit JobRefunded(jobId, msg.sender, amount);
     }
 
     // ------------------------------------------------------------------------ validator
@@ -317,6 +382,19 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         emit JobStarted(jobId);
     }
 
+    /// @notice End a job that cannot finish (a task used up its attempts, its model cannot be
+    /// loaded) and give the requester the whole stake back now, not at the deadline. Only before
+    /// a payout begins; no fee is taken, since nothing was delivered.
+    function abortJob(uint256 jobId, string calldata reason) external onlyRole(VALIDATOR_ROLE) nonReentrant {
+        Job storage job = _existing(jobId);
+        if (job.status != JobStatus.Open && job.status != JobStatus.Started) {
+            revert WrongJobStatus(jobId, job.status);
+        }
+        job.status = JobStatus.Aborted;
+        _credit(job.requester, job.tokenIndex, job.stake);
+        emit JobAborted(jobId, job.stake, reason);
+    }
+
     /// @notice Complete a single-contributor LoRA job. The contributor gets the whole stake less
     /// the fee, unless its quality score is 0 (then the requester gets it back); reputation is
     /// updated exactly as in a federated completion.
@@ -328,15 +406,27 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         if (contributor == address(0)) revert ContributorsNotSorted(0);
         if (qualityScore > MAX_QUALITY) revert QualityOutOfRange(0, qualityScore);
         Job storage job = _completable(jobId, JobKind.LoRA);
+        if (contributor == job.requester) revert RequesterIsContributor(0);
+        job.status = JobStatus.Completed;
         (uint256 fee, uint256 pool) = _split(job);
         uint256 share = qualityScore == 0 ? 0 : pool;
-        _payContributor(jobId, contributor, _accounts[contributor], job.tokenIndex, share, qualityScore);
-        _finish(jobId, job, adapterCid, "", share, fee, pool - share);
+        uint256 packed = _accounts[contributor];
+        uint256 step = _reputationStep(job.tokenIndex, pool, 1);
+        uint256 reputation = _nextReputation(packed >> REP_SHIFT, qualityScore, step);
+        emit PayoutStarted(jobId, adapterCid, "", 1, qualityScore * (REP_FLOOR + (packed >> REP_SHIFT)));
+        packed = _withCredit(contributor, packed, job.tokenIndex, share);
+        _accounts[contributor] = (packed & ~(uint256(type(uint16).max) << REP_SHIFT)) | (reputation << REP_SHIFT);
+        uint256[] memory payouts = new uint256[](2);
+        payouts[0] = uint256(uint160(contributor)) | (reputation << 160);
+        payouts[1] = share;
+        emit ContributorsPaid(jobId, payouts);
+        _finish(jobId, job, 1, share, fee, pool - share);
     }
 
-    /// @notice Complete a federated job: weight_i = quality_i x (REP_FLOOR + reputation_i),
-    /// share_i = floor(pool x weight_i / sum(weight)), where pool = stake - fee. The rounding dust
-    /// (and the whole pool if every quality is 0) goes back to the requester.
+    /// @notice Complete a federated job in one transaction: weight_i = quality_i x (REP_FLOOR +
+    /// reputation_i), share_i = floor(pool x weight_i / sum(weight)), where pool = stake - fee.
+    /// The rounding dust (and the whole pool if every quality is 0) goes back to the requester.
+    /// For more contributors than fit one transaction, see `beginFederatedPayout`.
     /// @param contributors sorted by address, strictly increasing. Sorting is done off-chain by
     /// the validator; checking it costs one comparison per entry and no storage, whereas a
     /// "seen" set would cost a storage (or transient) write per entry.
@@ -348,44 +438,129 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         address[] calldata contributors,
         uint16[] calldata qualityScores
     ) external onlyRole(VALIDATOR_ROLE) nonReentrant {
-        if (contributors.length == 0) revert NoContributors();
-        if (contributors.length != qualityScores.length) {
-            revert LengthMismatch(contributors.length, qualityScores.length);
-        }
+        _checkLengths(contributors.length, qualityScores.length);
         Job storage job = _completable(jobId, JobKind.Federated);
-        (uint256 paid, uint256 fee, uint256 dust) = _settleFederated(jobId, job, contributors, qualityScores);
-        _finish(jobId, job, adapterCid, manifestCid, paid, fee, dust);
+        job.status = JobStatus.Completed;
+        (uint256[] memory slots, uint256 totalWeight) = _weigh(contributors, qualityScores, address(0), job.requester);
+        emit PayoutStarted(jobId, adapterCid, manifestCid, contributors.length, totalWeight);
+        _settleAtOnce(jobId, job, contributors, qualityScores, slots, totalWeight);
     }
 
-    function _settleFederated(
+    /// The rest of `completeFederatedJob`, apart only because the stack cannot hold it there.
+    function _settleAtOnce(
         uint256 jobId,
         Job storage job,
         address[] calldata contributors,
-        uint16[] calldata qualityScores
-    ) private returns (uint256 paid, uint256 fee, uint256 dust) {
-        uint256 pool;
-        (fee, pool) = _split(job);
-        (uint256[] memory slots, uint256 totalWeight) = _weigh(contributors, qualityScores);
+        uint16[] calldata qualityScores,
+        uint256[] memory slots,
+        uint256 totalWeight
+    ) private {
+        (uint256 fee, uint256 pool) = _split(job);
         // With every quality 0 all weights are 0: dividing by 1 then pays 0 to everyone.
         Round memory round = Round({
             jobId: jobId,
             tokenIndex: job.tokenIndex,
             pool: pool,
             divisor: totalWeight == 0 ? 1 : totalWeight,
-            topic: ContributorPaid.selector
+            reputationStepBps: _reputationStep(job.tokenIndex, pool, contributors.length),
+            remaining: pool
         });
-        paid = _distribute(round, contributors, qualityScores, slots);
-        dust = pool - paid;
+        uint256 paid = _distribute(round, contributors, qualityScores, slots);
+        _finish(jobId, job, contributors.length, paid, fee, pool - paid);
+    }
+
+    /// @notice Begin a federated payout too large for one transaction; `payFederatedBatch`
+    /// then pays `contributorCount` contributors in order, and the last batch completes the job.
+    /// @param totalWeight sum of quality_i x (REP_FLOOR + reputation_i) over all contributors,
+    /// as `weigh` reports it now. Every batch divides by it. Should a reputation change between
+    /// batches (the same contributor paid by another job meanwhile), shares are still capped by
+    /// what is left of the pool, so the contract never pays more than the pool.
+    function beginFederatedPayout(
+        uint256 jobId,
+        string calldata adapterCid,
+        string calldata manifestCid,
+        uint32 contributorCount,
+        uint64 totalWeight
+    ) external onlyRole(VALIDATOR_ROLE) nonReentrant {
+        if (contributorCount == 0) revert NoContributors();
+        Job storage job = _completable(jobId, JobKind.Federated);
+        job.status = JobStatus.Paying;
+        (, uint256 pool) = _split(job);
+        _payouts[jobId] = Payout({
+            lastContributor: address(0),
+            expected: contributorCount,
+            paidCount: 0,
+            // forge-lint: disable-next-line(unsafe-typecast) at most MAX_REPUTATION_STEP_BPS
+            reputationStepBps: uint16(_reputationStep(job.tokenIndex, pool, contributorCount)),
+            paid: 0,
+            totalWeight: totalWeight
+        });
+        emit PayoutStarted(jobId, adapterCid, manifestCid, contributorCount, totalWeight);
+    }
+
+    /// @notice Pay the next batch of a payout begun with `beginFederatedPayout`. Contributors
+    /// continue the strictly increasing order of the batches before, so a batch sent twice
+    /// reverts instead of paying twice, and a crashed sender resumes from `payoutOf`.
+    function payFederatedBatch(uint256 jobId, address[] calldata contributors, uint16[] calldata qualityScores)
+        external
+        onlyRole(VALIDATOR_ROLE)
+        nonReentrant
+    {
+        _checkLengths(contributors.length, qualityScores.length);
+        Job storage job = _existing(jobId);
+        if (job.status != JobStatus.Paying) revert WrongJobStatus(jobId, job.status);
+        Payout storage payout = _payouts[jobId];
+        uint256 count = uint256(payout.paidCount) + contributors.length;
+        if (count > payout.expected) revert TooManyContributors(payout.expected, count);
+        (uint256[] memory slots,) = _weigh(contributors, qualityScores, payout.lastContributor, job.requester);
+        payout.lastContributor = contributors[contributors.length - 1];
+        // forge-lint: disable-next-line(unsafe-typecast) count <= expected, a uint32
+        payout.paidCount = uint32(count);
+        _payBatch(jobId, job, payout, contributors, qualityScores, slots);
+    }
+
+    /// The rest of `payFederatedBatch`, apart only because the stack cannot hold it there.
+    function _payBatch(
+        uint256 jobId,
+        Job storage job,
+        Payout storage payout,
+        address[] calldata contributors,
+        uint16[] calldata qualityScores,
+        uint256[] memory slots
+    ) private {
+        (uint256 fee, uint256 pool) = _split(job);
+        Round memory round = Round({
+            jobId: jobId,
+            tokenIndex: job.tokenIndex,
+            pool: pool,
+            divisor: payout.totalWeight == 0 ? 1 : payout.totalWeight,
+            reputationStepBps: payout.reputationStepBps,
+            remaining: pool - payout.paid
+        });
+        uint256 paid = payout.paid + _distribute(round, contributors, qualityScores, slots);
+        // forge-lint: disable-next-line(unsafe-typecast) paid <= pool < 2^128
+        payout.paid = uint128(paid);
+        if (payout.paidCount == payout.expected) {
+            job.status = JobStatus.Completed;
+            _finish(jobId, job, payout.expected, paid, fee, pool - paid);
+        }
+    }
+
+    function _checkLengths(uint256 contributors, uint256 qualityScores) private pure {
+        if (contributors == 0) revert NoContributors();
+        if (contributors != qualityScores) revert LengthMismatch(contributors, qualityScores);
     }
 
     /// Pass 1: every weight needs its contributor's reputation before any is updated. The
     /// account slots are kept in memory so pass 2 does not read storage again; this is sound
     /// because contributors are distinct (sorted), so no slot changes between the two reads.
-    function _weigh(address[] calldata contributors, uint16[] calldata qualityScores)
-        private
-        view
-        returns (uint256[] memory slots, uint256 totalWeight)
-    {
+    /// `previous` is the last contributor of the batches before (0 for the first).
+    function _weigh(
+        address[] calldata contributors,
+        uint16[] calldata qualityScores,
+        address previous,
+        address requester
+    ) private view returns (uint256[] memory slots, uint256 totalWeight) {
         uint256 n = contributors.length;
         slots = new uint256[](n);
         // Assembly because this loop runs once per contributor and the checked, bounds-checked
@@ -394,20 +569,26 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         // within calldata, and the lengths are equal (checked by the caller).
         uint256 badIndex = type(uint256).max;
         uint256 badQuality;
+        bool badRequester;
         assembly ("memory-safe") {
             let cs := contributors.offset
             let qs := qualityScores.offset
             let out := add(slots, 0x20)
-            let previous := 0
+            let last := previous
             for { let i := 0 } lt(i, n) { i := add(i, 1) } {
                 let contributor := calldataload(add(cs, shl(5, i)))
                 // Strictly increasing also rejects duplicates and address(0); dirty high bits
                 // (not an address) are rejected the same way.
-                if or(shr(160, contributor), iszero(gt(contributor, previous))) {
+                if or(shr(160, contributor), iszero(gt(contributor, last))) {
                     badIndex := i
                     break
                 }
-                previous := contributor
+                if eq(contributor, requester) {
+                    badIndex := i
+                    badRequester := 1
+                    break
+                }
+                last := contributor
                 let quality := calldataload(add(qs, shl(5, i)))
                 if gt(quality, MAX_QUALITY) {
                     badIndex := i
@@ -423,24 +604,27 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
             }
         }
         if (badIndex != type(uint256).max) {
+            if (badRequester) revert RequesterIsContributor(badIndex);
             if (badQuality != 0) revert QualityOutOfRange(badIndex, badQuality);
             revert ContributorsNotSorted(badIndex);
         }
     }
 
-    /// Pass 2: shares round down, so their sum never exceeds the pool. Per contributor this
-    /// does exactly what `_payContributor` does (see there for the plain Solidity), in assembly
-    /// because it runs once per contributor: ~1.5k gas of checked Solidity bookkeeping per entry
-    /// came on top of the 22.1k of the slot write and the 2k of the event.
+    /// Pass 2: shares round down, so their sum never exceeds the pool, and each is capped by
+    /// what is left of it (`round.remaining`), which only binds when a batched payout's divisor
+    /// was too small. Per contributor this does what `completeJob` does in plain Solidity, in
+    /// assembly because it runs once per contributor: checked Solidity bookkeeping cost ~1.5k
+    /// gas per entry on top of the 22.1k of the slot write. Returns what this batch paid.
     function _distribute(
         Round memory round,
         address[] calldata contributors,
         uint16[] calldata qualityScores,
         uint256[] memory slots
     ) private returns (uint256 paid) {
+        uint256[] memory payouts = new uint256[](slots.length * 2);
         // Round fields are read from memory inside the loop: the stack has no room for them.
-        // Layout: jobId @0x00, tokenIndex @0x20, pool @0x40, divisor @0x60, topic @0x80.
-        // Inner blocks keep each variable's lifetime short for the same reason.
+        // Layout: jobId @0x00, tokenIndex @0x20, pool @0x40, divisor @0x60, step @0x80,
+        // remaining @0xa0. Inner blocks keep each variable's lifetime short for the same reason.
         assembly ("memory-safe") {
             for { let i := 0 } lt(i, mload(slots)) { i := add(i, 1) } {
                 let contributor := calldataload(add(contributors.offset, shl(5, i)))
@@ -449,15 +633,18 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
                 let newReputation
                 {
                     let quality := calldataload(add(qualityScores.offset, shl(5, i)))
-                    newReputation := div(
-                        add(mul(shr(REP_SHIFT, packed), sub(REP_EMA_DIVISOR, 1)), quality),
-                        REP_EMA_DIVISOR
-                    )
+                    let step := mload(add(round, 0x80))
+                    // rep + (quality - rep) x step / BPS, in unsigned terms.
+                    newReputation := div(add(mul(shr(REP_SHIFT, packed), sub(BPS, step)), mul(quality, step)), BPS)
                     share := mul(quality, add(REP_FLOOR, shr(REP_SHIFT, packed))) // the weight, for now
                 }
                 // pool < 2^128 and weight < 2^28: no overflow; the divisor is never 0.
                 share := div(mul(mload(add(round, 0x40)), share), mload(add(round, 0x60)))
-                // Shares are floors of a partition of the pool: the sum stays <= pool.
+                {
+                    let remaining := mload(add(round, 0xa0))
+                    if gt(share, remaining) { share := remaining }
+                    mstore(add(round, 0xa0), sub(remaining, share))
+                }
                 paid := add(paid, share)
                 if share {
                     let credit := and(packed, sub(shl(CREDIT_BITS, 1), 1))
@@ -483,12 +670,12 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
                 mstore(0x00, contributor)
                 mstore(0x20, _accounts.slot)
                 sstore(keccak256(0x00, 0x40), packed)
-                // emit ContributorPaid(jobId, contributor, share, newReputation)
-                mstore(0x00, share)
-                mstore(0x20, newReputation)
-                log3(0x00, 0x40, mload(add(round, 0x80)), mload(round), contributor)
+                let entry := add(payouts, add(0x20, shl(6, i)))
+                mstore(entry, or(contributor, shl(160, newReputation)))
+                mstore(add(entry, 0x20), share)
             }
         }
+        emit ContributorsPaid(round.jobId, payouts);
     }
 
     // ------------------------------------------------------------------------- withdraw
@@ -509,6 +696,37 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
 
     function getJob(uint256 jobId) external view returns (Job memory) {
         return _jobs[jobId];
+    }
+
+    /// @notice Where a federated payout stands: announced and paid contributors, the last one
+    /// paid (the next batch starts above it), what was paid, the divisor.
+    function payoutOf(uint256 jobId) external view returns (Payout memory) {
+        return _payouts[jobId];
+    }
+
+    /// @notice The sum of weights a batched payout of `jobId` to these contributors divides
+    /// by, from the reputations as they are now; checks order, range and the requester as a
+    /// payment would. Call it in chunks for long lists (each chunk is sorted on its own).
+    function weigh(uint256 jobId, address[] calldata contributors, uint16[] calldata qualityScores)
+        external
+        view
+        returns (uint256 totalWeight)
+    {
+        _checkLengths(contributors.length, qualityScores.length);
+        (, totalWeight) = _weigh(contributors, qualityScores, address(0), _existing(jobId).requester);
+    }
+
+    /// @notice The reputation step (basis points, at most MAX_REPUTATION_STEP_BPS) a payout of
+    /// `pool` in `token` split among `contributors` moves each contributor by: the full step
+    /// once the pool per contributor reaches the token's reputation unit, proportionally less
+    /// below it. Self-dealing therefore buys reputation only by paying the fee on real value.
+    function reputationStepOf(address token, uint256 pool, uint256 contributors) external view returns (uint256) {
+        return _reputationStep(_tokenIndex[token], pool, contributors);
+    }
+
+    /// @notice The share a contributor must earn in `token` for a full reputation step.
+    function reputationUnitOf(address token) external view returns (uint256) {
+        return _reputationUnit[_tokenIndex[token]];
     }
 
     /// @notice What `account` can withdraw in `token` now.
@@ -537,16 +755,29 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         if (job.status == JobStatus.None) revert UnknownJob(jobId);
     }
 
-    /// Completion is allowed up to and including the deadline; refund only strictly after it.
-    /// The two windows never overlap, so a completion and a refund can never race.
-    function _completable(uint256 jobId, JobKind kind) private returns (Job storage job) {
+    /// Completion begins only once the job is Started (so the requester, who may cancel only
+    /// while it is Open, can never cancel ahead of a completion) and up to and including the
+    /// deadline; refund only strictly after it. The windows never overlap, so they never race.
+    /// The caller sets the new status.
+    function _completable(uint256 jobId, JobKind kind) private view returns (Job storage job) {
         job = _existing(jobId);
-        if (job.status != JobStatus.Open && job.status != JobStatus.Started) {
-            revert WrongJobStatus(jobId, job.status);
-        }
+        if (job.status != JobStatus.Started) revert WrongJobStatus(jobId, job.status);
         if (job.kind != kind) revert WrongJobKind(jobId, job.kind);
         if (block.timestamp > job.deadline) revert DeadlinePassed(jobId, job.deadline);
-        job.status = JobStatus.Completed;
+    }
+
+    /// See `reputationStepOf`.
+    function _reputationStep(uint8 tokenIndex, uint256 pool, uint256 contributors) private view returns (uint256) {
+        uint256 unit = _reputationUnit[tokenIndex];
+        if (unit == 0) return 0;
+        uint256 perContributor = pool / contributors;
+        if (perContributor >= unit) return MAX_REPUTATION_STEP_BPS;
+        // perContributor < unit, so this stays below the maximum; pool < 2^128 cannot overflow.
+        return MAX_REPUTATION_STEP_BPS * perContributor / unit;
+    }
+
+    function _nextReputation(uint256 reputation, uint256 quality, uint256 step) private pure returns (uint256) {
+        return (reputation * (BPS - step) + quality * step) / BPS;
     }
 
     function _split(Job storage job) private view returns (uint256 fee, uint256 pool) {
@@ -555,34 +786,14 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         pool = stake - fee;
     }
 
-    function _payContributor(
-        uint256 jobId,
-        address contributor,
-        uint256 packed,
-        uint8 tokenIndex,
-        uint256 share,
-        uint256 quality
-    ) private {
-        uint256 reputation = ((packed >> REP_SHIFT) * (REP_EMA_DIVISOR - 1) + quality) / REP_EMA_DIVISOR;
-        packed = _withCredit(contributor, packed, tokenIndex, share);
-        _accounts[contributor] = (packed & ~(uint256(type(uint16).max) << REP_SHIFT)) | (reputation << REP_SHIFT);
-        // forge-lint: disable-next-line(unsafe-typecast) an average of values <= 10_000
-        emit ContributorPaid(jobId, contributor, share, uint16(reputation));
-    }
-
-    function _finish(
-        uint256 jobId,
-        Job storage job,
-        string calldata adapterCid,
-        string memory manifestCid,
-        uint256 paid,
-        uint256 fee,
-        uint256 dust
-    ) private {
+    /// The fee goes to the treasury fixed at the job's creation, not today's.
+    function _finish(uint256 jobId, Job storage job, uint256 contributors, uint256 paid, uint256 fee, uint256 dust)
+        private
+    {
         uint8 tokenIndex = job.tokenIndex;
-        if (fee != 0) _credit(treasury, tokenIndex, fee);
+        if (fee != 0) _credit(job.treasury, tokenIndex, fee);
         if (dust != 0) _credit(job.requester, tokenIndex, dust);
-        emit JobCompleted(jobId, adapterCid, manifestCid, paid, fee, dust);
+        emit JobCompleted(jobId, contributors, paid, fee, dust);
     }
 
     function _credit(address account, uint8 tokenIndex, uint256 amount) private {

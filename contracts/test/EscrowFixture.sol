@@ -21,6 +21,9 @@ abstract contract EscrowFixture is TestBase {
 
     address internal constant ETH = address(0);
     uint16 internal constant FEE_BPS = 250;
+    /// The highest fee a requester may accept (`createJob`'s maxFeeBps): any fee the contract
+    /// allows. Tests of the requester's maximum pass their own.
+    uint16 internal constant ANY_FEE = 1_000;
     uint256 internal constant STAKE = 10 ether;
     string internal constant SPEC_CID = "bafybeigdyrzt5sfp7udm7hu76uh7y26nf3efuylqabf3oclgtqy55fbzdi";
 
@@ -45,12 +48,18 @@ abstract contract EscrowFixture is TestBase {
 
     function _createEth(JobEscrow.JobKind kind, uint256 stake) internal returns (uint256 jobId) {
         vm.prank(requester);
-        jobId = escrow.createJob{value: stake}(ETH, stake, SPEC_CID, _deadline(), kind);
+        jobId = escrow.createJob{value: stake}(ETH, stake, SPEC_CID, _deadline(), kind, ANY_FEE);
     }
 
     function _createUsdc(JobEscrow.JobKind kind, uint256 stake) internal returns (uint256 jobId) {
         vm.prank(requester);
-        jobId = escrow.createJob(address(usdc), stake, SPEC_CID, _deadline(), kind);
+        jobId = escrow.createJob(address(usdc), stake, SPEC_CID, _deadline(), kind, ANY_FEE);
+    }
+
+    /// The validator's `markStarted`: completion needs a Started job.
+    function _start(uint256 jobId) internal {
+        vm.prank(validator);
+        escrow.markStarted(jobId);
     }
 
     /// `n` distinct contributor addresses in strictly increasing order, as the contract demands.
@@ -60,6 +69,17 @@ abstract contract EscrowFixture is TestBase {
             list[i] = address(uint160(uint256(keccak256(abi.encode(salt, i)))));
         }
         _sort(list);
+    }
+
+    /// `n` distinct addresses in strictly increasing order without sorting (O(n), for the large
+    /// payouts): the top 15 bits count up from 1, the other 145 are pseudo-random, so the
+    /// addresses carry as few zero bytes as real ones (calldata gas stays realistic).
+    function _spreadContributors(uint256 n, uint256 salt) internal pure returns (address[] memory list) {
+        require(n < 1 << 15, "too many");
+        list = new address[](n);
+        for (uint256 i; i < n; ++i) {
+            list[i] = address(uint160(((i + 1) << 145) | (uint256(keccak256(abi.encode(salt, i))) >> 111)));
+        }
     }
 
     function _sort(address[] memory list) internal pure {
@@ -81,8 +101,49 @@ abstract contract EscrowFixture is TestBase {
         }
     }
 
+    /// Start (as the API does before leasing tasks) and complete a federated job in one transaction.
     function _completeFederated(uint256 jobId, address[] memory contributors, uint16[] memory scores) internal {
+        _start(jobId);
         vm.prank(validator);
         escrow.completeFederatedJob(jobId, "bafy-adapter", "bafy-manifest", contributors, scores);
+    }
+
+    /// Start and complete a LoRA job.
+    function _completeLora(uint256 jobId, address contributor, uint16 quality) internal {
+        _start(jobId);
+        vm.prank(validator);
+        escrow.completeJob(jobId, "bafy-adapter", contributor, quality);
+    }
+
+    /// Start a federated job and pay it in batches of at most `batchSize`, dividing by the total
+    /// weight `weigh` reports before the first batch (as the validator does).
+    function _payInBatches(uint256 jobId, address[] memory contributors, uint16[] memory scores, uint256 batchSize)
+        internal
+    {
+        _start(jobId);
+        uint256 totalWeight = escrow.weigh(jobId, contributors, scores);
+        vm.prank(validator);
+        escrow.beginFederatedPayout(
+            jobId, "bafy-adapter", "bafy-manifest", uint32(contributors.length), uint64(totalWeight)
+        );
+        for (uint256 from; from < contributors.length; from += batchSize) {
+            uint256 to = from + batchSize < contributors.length ? from + batchSize : contributors.length;
+            vm.prank(validator);
+            escrow.payFederatedBatch(jobId, _slice(contributors, from, to), _slice(scores, from, to));
+        }
+    }
+
+    function _slice(address[] memory list, uint256 from, uint256 to) internal pure returns (address[] memory part) {
+        part = new address[](to - from);
+        for (uint256 i = from; i < to; ++i) {
+            part[i - from] = list[i];
+        }
+    }
+
+    function _slice(uint16[] memory list, uint256 from, uint256 to) internal pure returns (uint16[] memory part) {
+        part = new uint16[](to - from);
+        for (uint256 i = from; i < to; ++i) {
+            part[i - from] = list[i];
+        }
     }
 }

@@ -5,7 +5,8 @@ import {JobEscrow} from "../src/JobEscrow.sol";
 import {EscrowFixture} from "./EscrowFixture.sol";
 
 /// Fuzz tests of the payout math: conservation (payouts + fee + dust == stake) and fairness
-/// (nobody gets more than their exact weighted share, nor more than 1 wei less).
+/// (nobody gets more than their exact weighted share, nor more than 1 wei less), for
+/// one-transaction and batched payouts; reputation steps weighed by value.
 contract PayoutMathTest is EscrowFixture {
     uint256 internal constant MAX_N = 24;
 
@@ -115,6 +116,8 @@ contract PayoutMathTest is EscrowFixture {
         }
     }
 
+    /// At a full step (a share worth at least the reputation unit, here 0.975 ETH against
+    /// 0.01 ETH) the v2 rule rep + (q - rep) x 2_500 / 10_000 is v1's (3 rep + q) / 4 exactly.
     function testFuzz_reputation_moves_a_quarter_toward_the_score(uint16 first, uint16 second) public {
         first = uint16(bound(first, 0, 10_000));
         second = uint16(bound(second, 0, 10_000));
@@ -164,5 +167,109 @@ contract PayoutMathTest is EscrowFixture {
         vm.stopPrank();
         assertEq(one[0].balance, expectedEth);
         assertEq(usdc.balanceOf(one[0]), expectedToken);
+    }
+
+    function testFuzz_reputation_step_scales_with_the_share(uint256 stake, uint16 first, uint16 second) public {
+        first = uint16(bound(first, 0, 10_000));
+        second = uint16(bound(second, 0, 10_000));
+        stake = bound(stake, 1, 0.05 ether);
+        address contributor = _sortedContributors(1, stake)[0];
+        _completeLora(_createEth(JobEscrow.JobKind.LoRA, 1 ether), contributor, first);
+        uint256 rep1 = escrow.reputationOf(contributor);
+
+        uint256 pool = stake - stake * FEE_BPS / 10_000;
+        uint256 unit = escrow.DEFAULT_ETH_REPUTATION_UNIT();
+        uint256 step = pool >= unit ? 2_500 : 2_500 * pool / unit;
+        assertEq(escrow.reputationStepOf(ETH, pool, 1), step);
+        _completeLora(_createEth(JobEscrow.JobKind.LoRA, stake), contributor, second);
+        uint256 rep2 = escrow.reputationOf(contributor);
+        assertEq(rep2, (rep1 * (10_000 - step) + uint256(second) * step) / 10_000);
+        // Never further from the old value than the step allows, rounding down by under 1.
+        uint256 moved = rep2 > rep1 ? rep2 - rep1 : rep1 - rep2;
+        uint256 gap = second > rep1 ? second - rep1 : rep1 - second;
+        assertLe(moved, gap * step / 10_000 + 1);
+    }
+
+    /// A requester paying itself (a second address) `jobs` LoRA jobs of `stake` each gains no
+    /// more reputation than the jobs' steps add up to, and no more than a real contributor of
+    /// one job worth all of them together, as long as that job stays under the reputation unit
+    /// (above it the single job's step is capped at 25%, while the EMA of many capped steps is
+    /// not: there, see EscrowV2Test.test_farming_a_high_reputation_costs_the_fee_on_real_value).
+    function testFuzz_self_dealing_buys_no_more_reputation_than_real_value(uint256 stake, uint8 jobs) public {
+        uint256 k = bound(jobs, 1, 30);
+        stake = bound(stake, 1, escrow.DEFAULT_ETH_REPUTATION_UNIT() / k);
+        address sock = makeAddr("sockPuppet");
+        address real = makeAddr("realContributor");
+        for (uint256 i; i < k; ++i) {
+            _completeLora(_createEth(JobEscrow.JobKind.LoRA, stake), sock, 10_000);
+        }
+        uint256 farmerFees = escrow.withdrawable(treasury, ETH);
+        _completeLora(_createEth(JobEscrow.JobKind.LoRA, k * stake), real, 10_000);
+        uint256 realFee = escrow.withdrawable(treasury, ETH) - farmerFees;
+
+        uint256 farmed = escrow.reputationOf(sock);
+        uint256 stepEach = escrow.reputationStepOf(ETH, stake - stake * FEE_BPS / 10_000, 1);
+        assertLe(farmed, k * stepEach, "more than the steps paid for");
+        assertLe(farmed, escrow.reputationOf(real), "the farmer out-earned real value");
+        assertGe(farmerFees + k, realFee, "the farmer paid (within rounding) the same fee");
+    }
+
+    /// Pays a started job in batches of `batchSize`, dividing by `announced`; returns what the
+    /// contributors, the treasury and the requester were credited.
+    function _payBatchedWith(
+        uint256 jobId,
+        address[] memory contributors,
+        uint16[] memory scores,
+        uint256 announced,
+        uint256 batchSize
+    ) internal returns (uint256 paid, uint256 fee, uint256 dust) {
+        uint256 n = contributors.length;
+        uint256[] memory before = new uint256[](n + 2);
+        for (uint256 i; i < n; ++i) {
+            before[i] = escrow.withdrawable(contributors[i], ETH);
+        }
+        before[n] = escrow.withdrawable(treasury, ETH);
+        before[n + 1] = escrow.withdrawable(requester, ETH);
+        vm.prank(validator);
+        escrow.beginFederatedPayout(jobId, "a", "m", uint32(n), uint64(announced));
+        for (uint256 from; from < n; from += batchSize) {
+            uint256 to = from + batchSize < n ? from + batchSize : n;
+            vm.prank(validator);
+            escrow.payFederatedBatch(jobId, _slice(contributors, from, to), _slice(scores, from, to));
+        }
+        for (uint256 i; i < n; ++i) {
+            paid += escrow.withdrawable(contributors[i], ETH) - before[i];
+        }
+        fee = escrow.withdrawable(treasury, ETH) - before[n];
+        dust = escrow.withdrawable(requester, ETH) - before[n + 1];
+    }
+
+    function testFuzz_batched_payout_never_pays_more_than_the_pool(
+        uint256 stake,
+        uint8 n,
+        uint256 seed,
+        uint256 announced,
+        uint8 batchSize
+    ) public {
+        n = uint8(bound(n, 1, MAX_N));
+        batchSize = uint8(bound(batchSize, 1, n));
+        stake = bound(stake, 1, 500 ether);
+        address[] memory contributors = _sortedContributors(n, seed);
+        _warmUp(contributors, seed, seed % 3);
+        uint16[] memory scores = _scores(n, seed);
+
+        uint256 jobId = _createEth(JobEscrow.JobKind.Federated, stake);
+        _start(jobId);
+        uint256 trueWeight = escrow.weigh(jobId, contributors, scores);
+        // Anything from 0 to three times the true divisor: a validator's mistake must not
+        // let the contract pay out more than the pool.
+        announced = bound(announced, 0, 3 * trueWeight);
+        (uint256 paid, uint256 fee, uint256 dust) = _payBatchedWith(jobId, contributors, scores, announced, batchSize);
+
+        assertEq(fee, stake * FEE_BPS / 10_000, "fee");
+        assertLe(paid, stake - fee, "paid more than the pool");
+        assertEq(escrow.payoutOf(jobId).paid, paid);
+        assertEq(paid + fee + dust, stake, "payouts + fee + dust != stake");
+        if (announced == trueWeight && trueWeight > 0) assertLt(dust, n, "exact divisor: dust < 1 wei each");
     }
 }

@@ -35,6 +35,19 @@ async fn cancel_and_refund_return_the_stake_to_the_requester() {
 }
 
 #[tokio::test]
+async fn abort_refunds_the_whole_stake_at_once() {
+    suite::abort_refunds_the_whole_stake_at_once(&ledger()).await;
+}
+
+/// The embedded chain runs Osaka with EIP-7825's cap, like anvil in the JSON-RPC suite: three
+/// batches here (anvil's suite pays 10,000).
+#[tokio::test]
+async fn large_payout_is_batched_under_the_gas_cap() {
+    let gas = suite::large_payout_is_batched_under_the_gas_cap(&ledger(), 1_200).await;
+    assert_eq!(gas.transactions, 1 + 3, "{gas:?}");
+}
+
+#[tokio::test]
 async fn events_from_a_block_on_are_typed_and_ordered() {
     suite::events_from_a_block_on_are_typed_and_ordered(Arc::new(ledger())).await;
 }
@@ -66,6 +79,7 @@ async fn reopening_the_state_file_keeps_jobs_balances_and_clock() {
         spec_cid: "bafyspec".into(),
         deadline,
         kind: JobKind::Lora,
+        max_fee_bps: 1_000,
     };
     let (job_id, _) = ledger.create_job(escrow, requester, &job).await.unwrap();
     let requester_balance = ledger.eth_balance(requester).await.unwrap();

@@ -233,7 +233,7 @@ async function main() {
     let account;
     let chainIdHex;
     await step('anvil answers JSON-RPC', async () => {
-      const anvil = start('anvil', anvilBin, ['--port', String(anvilPort), '--host', '127.0.0.1', '--chain-id', '31337']);
+      const anvil = start('anvil', anvilBin, ['--port', String(anvilPort), '--host', '127.0.0.1', '--chain-id', '31337', '--hardfork', 'osaka', '--enable-tx-gas-limit']);
       await waitFor('anvil', async () => (await rpc(anvilUrl, 'eth_chainId')).result, 30_000, anvil);
       chainIdHex = (await rpc(anvilUrl, 'eth_chainId')).result;
       account = (await rpc(anvilUrl, 'eth_accounts')).result[REQUESTER_INDEX];

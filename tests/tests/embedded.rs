@@ -262,6 +262,85 @@ async fn five_workers_with_one_cheat_of_each_kind_pay_only_the_honest() {
     }
 }
 
+/// Every worker of a job fails its work (all submit noise, every submission rejected): once a
+/// task has used up its attempts the job cannot finish, and instead of locking the stake until
+/// the deadline (two hours away here) the API has the escrow end it (`abortJob`) and refund the
+/// requester in full, in minutes. Nobody is paid, no fee is taken, the chain says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_whose_every_worker_fails_is_refunded_long_before_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let output = Command::new(shardwork_tests::binary())
+        .args(["demo", "--json", "--timeout-secs", "900"])
+        .args([
+            "--workers",
+            "2",
+            "--adversaries",
+            "2",
+            "--adversary",
+            "noise",
+        ])
+        .args(["--sample-model", "--shards", "2", "--rounds", "1"])
+        .env("SHARDWORK_DATA_DIR", dir.path())
+        .env(
+            "SHARDWORK_API__BIND",
+            format!("127.0.0.1:{}", shardwork_tests::free_port()),
+        )
+        .env("SHARDWORK_LOG", "warn")
+        .output()
+        .expect("run shardwork demo");
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    // The demo exits non-zero for a job that did not complete, after its report.
+    assert!(!output.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("the demo job ended refunded"),
+        "{stdout}\n{stderr}"
+    );
+    let report = report(&stdout);
+    assert_eq!(report["status"], "refunded", "{report}");
+    let refund = &report["refund"];
+    assert!(
+        refund["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("used up its 3 attempts")),
+        "{report}"
+    );
+    assert_eq!(refund["stake_wei"], "1000000000000000000", "{report}");
+    assert!(
+        elapsed < std::time::Duration::from_secs(30 * 60),
+        "refunded after {elapsed:?}; the deadline is 2 h away"
+    );
+
+    let ledger = EmbeddedLedger::open(dir.path().join("chain.json")).unwrap();
+    let escrow_file = std::fs::read_to_string(dir.path().join("escrow-31337.toml")).unwrap();
+    let escrow: alloy::primitives::Address = escrow_file
+        .lines()
+        .find_map(|l| l.strip_prefix("address = "))
+        .map(|v| v.trim_matches('"').parse().unwrap())
+        .unwrap();
+    let info = ledger.job(escrow, U256::from(1)).await.unwrap();
+    assert_eq!(info.status, shardwork_contracts::ledger::JobStatus::Aborted);
+    assert!(
+        info.deadline > ledger.block_timestamp().await.unwrap() + 3_600,
+        "aborted well before the deadline"
+    );
+    // The development funder paid the stake and has all of it back; nobody else has a wei.
+    let dev = shardwork_contracts::dev_keys::dev_addresses();
+    assert_eq!(
+        ledger.withdrawable(escrow, dev[2], ETH).await.unwrap(),
+        info.stake
+    );
+    for other in [dev[0], dev[1], dev[3], dev[4], dev[5], dev[6]] {
+        assert_eq!(
+            ledger.withdrawable(escrow, other, ETH).await.unwrap(),
+            U256::ZERO,
+            "{other}"
+        );
+    }
+}
+
 /// A lazy worker trains a chat SFT task on a tenth of its shard: a real update in a sensible
 /// direction that beats the base model (on the sample classifier it does not even do that). The
 /// validator, told to spot-check every submission, trains each task again: the honest ones

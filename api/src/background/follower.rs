@@ -6,14 +6,12 @@
 //! the next batch starts, so a crash re-reads exactly the blocks whose effects were not committed:
 //! every event takes effect once.
 
-use std::collections::BTreeMap;
-
 use alloy::primitives::U256;
 use chrono::{DateTime, TimeZone, Utc};
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
-    TransactionTrait,
+    QueryOrder, TransactionTrait,
 };
 use shardwork_contracts::bindings::JobEscrow::{self, JobEscrowEvents};
 use shardwork_contracts::ledger::EscrowEvent;
@@ -23,7 +21,7 @@ use crate::background::error::BackgroundError;
 use crate::chain::{Chain, address_text};
 use crate::domain::flow::rounds::open_round;
 use crate::domain::lifecycle::{self, JobStatus, Transition, record_event};
-use crate::entities::{chain_cursor, job, reputation_event, worker};
+use crate::entities::{chain_cursor, job, job_event, reputation_event, worker};
 
 /// Blocks read per batch (providers cap `eth_getLogs` ranges).
 const MAX_BLOCK_RANGE: u64 = 2_000;
@@ -58,9 +56,8 @@ pub async fn follow_once(
     let events = chain.ledger.events(chain.escrow, next, Some(to)).await?;
     let now = Utc::now();
     let txn = db.begin().await?;
-    let mut payouts: BTreeMap<U256, Vec<events::Payout>> = BTreeMap::new();
     for event in &events {
-        apply(&txn, chain, event, &mut payouts, max_attempts, now).await?;
+        apply(&txn, chain, event, max_attempts, now).await?;
     }
     chain_cursor::Entity::insert(chain_cursor::ActiveModel {
         name: Set(name),
@@ -97,7 +94,6 @@ async fn apply<C: ConnectionTrait>(
     txn: &C,
     chain: &Chain,
     event: &EscrowEvent,
-    payouts: &mut BTreeMap<U256, Vec<events::Payout>>,
     max_attempts: i32,
     now: DateTime<Utc>,
 ) -> Result<(), BackgroundError> {
@@ -120,27 +116,68 @@ async fn apply<C: ConnectionTrait>(
                 .await?;
             }
         }
-        JobEscrowEvents::ContributorPaid(paid) => {
-            on_paid(txn, chain, paid, &tx_hash, now).await?;
-            payouts.entry(paid.jobId).or_default().push(events::Payout {
-                address: address_text(paid.contributor),
-                amount_wei: paid.amount.to_string(),
-                reputation: u32::from(paid.reputation),
-            });
+        JobEscrowEvents::PayoutStarted(started) => {
+            // The result is known from the payout's first transaction; the job completes when
+            // its last batch lands.
+            job::Entity::update_many()
+                .col_expr(
+                    job::Column::ResultAdapterCid,
+                    Expr::value(started.adapterCid.clone()),
+                )
+                .filter(job::Column::EscrowAddress.eq(address_text(chain.escrow)))
+                .filter(job::Column::EscrowJobId.eq(started.jobId.to_string()))
+                .exec(txn)
+                .await?;
+        }
+        JobEscrowEvents::ContributorsPaid(batch) => {
+            let Some(job) = job_by_escrow_id(txn, chain, batch.jobId).await? else {
+                return Ok(());
+            };
+            let mut payouts = Vec::with_capacity(batch.payouts.len() / 2);
+            for pair in batch.payouts.chunks(2) {
+                let paid = decode_payout(pair).ok_or_else(|| {
+                    BackgroundError::Corrupt(format!(
+                        "ContributorsPaid of escrow job {} has an odd or malformed entry",
+                        batch.jobId
+                    ))
+                })?;
+                on_paid(txn, &job, batch.jobId, &paid, &tx_hash, now).await?;
+                payouts.push(events::Payout {
+                    address: address_text(paid.contributor),
+                    amount_wei: paid.amount.to_string(),
+                    reputation: u32::from(paid.reputation),
+                });
+            }
+            record_event(
+                txn,
+                job.id,
+                &JobEvent::Paid(events::Paid {
+                    tx_hash: tx_hash.clone(),
+                    payouts,
+                }),
+                false,
+                now,
+            )
+            .await?;
         }
         JobEscrowEvents::JobCompleted(done) => {
             let Some(job) = job_by_escrow_id(txn, chain, done.jobId).await? else {
                 return Ok(());
             };
-            let paid = payouts.remove(&done.jobId).unwrap_or_default();
-            job::Entity::update_many()
-                .col_expr(
-                    job::Column::ResultAdapterCid,
-                    Expr::value(done.adapterCid.clone()),
-                )
-                .filter(job::Column::Id.eq(job.id))
-                .exec(txn)
-                .await?;
+            // Every batch's `paid` event is in by now (this transaction or an earlier one).
+            let mut paid = Vec::new();
+            for row in job_event::Entity::find()
+                .filter(job_event::Column::JobId.eq(job.id))
+                .filter(job_event::Column::Kind.eq("paid"))
+                .order_by_asc(job_event::Column::Id)
+                .all(txn)
+                .await?
+            {
+                if let Ok(JobEvent::Paid(batch)) = JobEvent::from_parts(&row.kind, row.payload) {
+                    paid.extend(batch.payouts);
+                }
+            }
+            let adapter_cid = job.result_adapter_cid.clone().unwrap_or_default();
             lifecycle::apply(
                 txn,
                 &job,
@@ -149,7 +186,7 @@ async fn apply<C: ConnectionTrait>(
                     JobEvent::Completed(events::Completed {
                         from: change.from,
                         to: change.to,
-                        adapter_cid: done.adapterCid.clone(),
+                        adapter_cid: adapter_cid.clone(),
                         tx_hash: tx_hash.clone(),
                         payouts: paid,
                         fee_wei: done.fee.to_string(),
@@ -159,6 +196,26 @@ async fn apply<C: ConnectionTrait>(
                 now,
             )
             .await?;
+        }
+        JobEscrowEvents::JobAborted(aborted) => {
+            if let Some(job) = job_by_escrow_id(txn, chain, aborted.jobId).await? {
+                lifecycle::apply(
+                    txn,
+                    &job,
+                    Transition::Refund,
+                    |change| {
+                        JobEvent::Refunded(events::Refunded {
+                            from: change.from,
+                            to: change.to,
+                            tx_hash: tx_hash.clone(),
+                            stake_wei: aborted.stake.to_string(),
+                            reason: Some(aborted.reason.clone()),
+                        })
+                    },
+                    now,
+                )
+                .await?;
+            }
         }
         JobEscrowEvents::JobRefunded(refunded) => {
             if let Some(job) = job_by_escrow_id(txn, chain, refunded.jobId).await? {
@@ -172,6 +229,7 @@ async fn apply<C: ConnectionTrait>(
                             to: change.to,
                             tx_hash: tx_hash.clone(),
                             stake_wei: refunded.stake.to_string(),
+                            reason: Some("the deadline passed before the job finished".into()),
                         })
                     },
                     now,
@@ -338,10 +396,32 @@ async fn on_created<C: ConnectionTrait>(
     Ok(())
 }
 
+/// One contributor's entry of a `ContributorsPaid` event.
+struct PaidEntry {
+    contributor: alloy::primitives::Address,
+    reputation: u16,
+    amount: U256,
+}
+
+/// `[contributor | reputation << 160, amount]`, as the escrow packs each contributor.
+fn decode_payout(pair: &[U256]) -> Option<PaidEntry> {
+    let [head, amount] = pair else {
+        return None;
+    };
+    let bytes = head.to_be_bytes::<32>();
+    let reputation = u16::try_from(*head >> 160).ok()?;
+    Some(PaidEntry {
+        contributor: alloy::primitives::Address::from_slice(&bytes[12..]),
+        reputation,
+        amount: *amount,
+    })
+}
+
 async fn on_paid<C: ConnectionTrait>(
     txn: &C,
-    chain: &Chain,
-    paid: &JobEscrow::ContributorPaid,
+    job: &job::Model,
+    escrow_job_id: U256,
+    paid: &PaidEntry,
     tx_hash: &str,
     now: DateTime<Utc>,
 ) -> Result<(), BackgroundError> {
@@ -365,16 +445,14 @@ async fn on_paid<C: ConnectionTrait>(
         .filter(worker::Column::Id.eq(w.id))
         .exec(txn)
         .await?;
-    let job_id = job_by_escrow_id(txn, chain, paid.jobId)
-        .await?
-        .map(|j| j.id);
+    let job_id = Some(job.id);
     reputation_event::Entity::insert(reputation_event::ActiveModel {
         worker_id: Set(w.id),
         job_id: Set(job_id),
         delta: Set(reputation - w.reputation),
         reason: Set(format!(
-            "paid {} wei for escrow job {}",
-            paid.amount, paid.jobId
+            "paid {} wei for escrow job {escrow_job_id}",
+            paid.amount
         )),
         tx_hash: Set(Some(tx_hash.to_owned())),
         created_at: Set(now),

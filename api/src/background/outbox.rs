@@ -5,8 +5,11 @@
 //! |------------------|---------------------------------------------------------------------|
 //! | `round_opened`   | round 1: `markStarted` on chain; then publish the round's tasks     |
 //! | `task_requeued`  | publish the task again (a new attempt)                              |
-//! | `finalize`       | `completeFederatedJob` / `completeJob` with the contributions       |
+//! | `finalize`       | the payout: `completeJob`, or `completeFederatedJob` when the          |
+//! |                  | contributors fit one transaction, else `beginFederatedPayout` and   |
+//! |                  | `payFederatedBatch`es (resumed from the escrow's `payoutOf`)        |
 //! | `refund_due`     | `refund` on chain                                                   |
+//! | `abort_due`      | `abortJob` on chain: the whole stake back to the requester now      |
 //!
 //! Every effect is safe to repeat, because a crash after the effect and before the stamp repeats
 //! it: publications carry an idempotency key per attempt (the queue drops a duplicate still in
@@ -163,6 +166,10 @@ impl Dispatcher {
                 let chain = chain.ok_or(BackgroundError::NoChain)?;
                 refund(db, chain, row.job_id).await
             }
+            JobEvent::AbortDue(due) => {
+                let chain = chain.ok_or(BackgroundError::NoChain)?;
+                abort(db, chain, row.job_id, &due.reason).await
+            }
             other => Err(BackgroundError::Corrupt(format!(
                 "event {} of kind {:?} is marked for dispatch, but nothing dispatches it",
                 row.id,
@@ -261,15 +268,18 @@ async fn complete(
 ) -> Result<(), BackgroundError> {
     let (job, id) = escrow_id(db, job_id).await?;
     let info = chain.ledger.job(chain.escrow, id).await?;
-    if matches!(
-        info.status,
-        EscrowStatus::Completed | EscrowStatus::Refunded | EscrowStatus::Cancelled
-    ) {
+    if !matches!(info.status, EscrowStatus::Started | EscrowStatus::Paying) {
+        // Done already (Completed), ended another way (Refunded, Cancelled, Aborted), or never
+        // started, which `round_opened` makes impossible: nothing to pay.
         return Ok(());
     }
+    // The escrow refuses a payout that names the job's requester (the account that funded it
+    // on chain, which dev funding makes another than the poster); such work is not paid.
+    let requester = address_text(info.requester);
     let contributions: Vec<ChainContribution> = finalize
         .contributions
         .iter()
+        .filter(|c| !c.address.eq_ignore_ascii_case(&requester))
         .map(|c| {
             c.address
                 .parse::<Address>()
@@ -280,7 +290,7 @@ async fn complete(
                 .map_err(|e| BackgroundError::Corrupt(format!("contributor {}: {e}", c.address)))
         })
         .collect::<Result<_, _>>()?;
-    let outcome = if job.kind == JobKind::Lora {
+    let outcomes = if job.kind == JobKind::Lora {
         // One shard, so one accepted contributor; rejected earlier attempts are not listed.
         let best = contributions
             .iter()
@@ -296,7 +306,8 @@ async fn complete(
                 &finalize.adapter_cid,
                 best,
             )
-            .await?
+            .await
+            .map(|outcome| vec![outcome])?
     } else {
         let completion = FederatedCompletion {
             job_id: id,
@@ -306,10 +317,37 @@ async fn complete(
         };
         chain
             .ledger
-            .complete_federated_job(chain.escrow, chain.operator, &completion)
+            .pay_federated_job(
+                chain.escrow,
+                chain.operator,
+                &completion,
+                chain.payout_limits,
+            )
             .await?
     };
-    record_tx(db, chain, job_id, "complete", &outcome).await
+    for outcome in &outcomes {
+        record_tx(db, chain, job_id, "complete", outcome).await?;
+    }
+    Ok(())
+}
+
+/// `abortJob`, unless the escrow already shows the job ended.
+async fn abort(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    job_id: Uuid,
+    reason: &str,
+) -> Result<(), BackgroundError> {
+    let (_, id) = escrow_id(db, job_id).await?;
+    let info = chain.ledger.job(chain.escrow, id).await?;
+    if !matches!(info.status, EscrowStatus::Open | EscrowStatus::Started) {
+        return Ok(());
+    }
+    let outcome = chain
+        .ledger
+        .abort_job(chain.escrow, chain.operator, id, reason)
+        .await?;
+    record_tx(db, chain, job_id, "abort", &outcome).await
 }
 
 async fn refund(

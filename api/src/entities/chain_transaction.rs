@@ -11,7 +11,8 @@ pub struct Model {
     pub id: Uuid,
     /// The job the transaction was for, if any.
     pub job_id: Option<Uuid>,
-    /// What the call did: `mark_started`, `complete` or `refund`.
+    /// What the call did: `mark_started`, `complete` (one per payout transaction), `refund` or
+    /// `abort`.
     pub kind: String,
     /// Where the transaction stands (`mined` once its receipt is in).
     pub status: String,

@@ -120,6 +120,7 @@ pub async fn test_chain() -> shardwork_api::chain::Chain {
         poll_interval: std::time::Duration::from_millis(50),
         confirmations: 0,
         start_block: 0,
+        payout_limits: Default::default(),
     }
 }
 

@@ -87,6 +87,19 @@ pub trait Ledger: Send + Sync {
         transact(self, escrow, admin, call, U256::ZERO, "setTokenAllowed").await
     }
 
+    /// Sets the share of a job in `token` ([`ETH`] included) that moves a contributor's
+    /// reputation a full step; admin only.
+    async fn set_reputation_unit(
+        &self,
+        escrow: Address,
+        admin: Address,
+        token: Address,
+        unit: U256,
+    ) -> Result<TxOutcome> {
+        let call = JobEscrow::setReputationUnitCall { token, unit };
+        transact(self, escrow, admin, call, U256::ZERO, "setReputationUnit").await
+    }
+
     /// Escrows a new job's stake and returns its id. For an ERC-20 the requester's allowance is
     /// raised to the stake first when it is lower (a separate `approve` transaction).
     async fn create_job(
@@ -129,6 +142,7 @@ pub trait Ledger: Send + Sync {
             specCid: job.spec_cid.clone(),
             deadline: job.deadline,
             kind: job.kind.into(),
+            maxFeeBps: job.max_fee_bps,
         };
         let outcome = transact(self, escrow, requester, call, value, "createJob").await?;
         let job_id = outcome
@@ -190,7 +204,135 @@ pub trait Ledger: Send + Sync {
         .await
     }
 
-    /// Completes a federated job (validator only), paying contributors by quality x reputation.
+    /// Ends a job that cannot finish (validator only): the whole stake goes back to the
+    /// requester now, with `reason` recorded in the `JobAborted` event.
+    async fn abort_job(
+        &self,
+        escrow: Address,
+        validator: Address,
+        job_id: U256,
+        reason: &str,
+    ) -> Result<TxOutcome> {
+        let call = JobEscrow::abortJobCall {
+            jobId: job_id,
+            reason: reason.to_owned(),
+        };
+        transact(
+            self,
+            escrow,
+            validator,
+            call,
+            U256::ZERO,
+            format!("abortJob({job_id})"),
+        )
+        .await
+    }
+
+    /// Where a federated payout of `job_id` stands.
+    async fn payout_progress(&self, escrow: Address, job_id: U256) -> Result<PayoutProgress> {
+        let p = view(
+            self,
+            escrow,
+            JobEscrow::payoutOfCall { jobId: job_id },
+            "payoutOf",
+        )
+        .await?;
+        Ok(PayoutProgress {
+            expected: p.expected,
+            paid_count: p.paidCount,
+            last_contributor: p.lastContributor,
+            paid: U256::from(p.paid),
+            total_weight: p.totalWeight,
+        })
+    }
+
+    /// Pays a federated job's contributors (validator only) in as few transactions as the
+    /// chain's per-transaction gas cap allows: one `completeFederatedJob` when they fit one,
+    /// else `beginFederatedPayout` and `payFederatedBatch`es of
+    /// [`PayoutLimits::contributors_per_batch`]. Safe to call again after a crash: it reads
+    /// [`Ledger::payout_progress`] and sends only the batches not yet mined (a batch sent
+    /// twice reverts on chain instead of paying twice); a job already completed sends nothing.
+    /// Returns the transactions it sent.
+    async fn pay_federated_job(
+        &self,
+        escrow: Address,
+        validator: Address,
+        completion: &FederatedCompletion,
+        limits: PayoutLimits,
+    ) -> Result<Vec<TxOutcome>> {
+        let job_id = completion.job_id;
+        let mut contributions = completion.contributions.clone();
+        contributions.sort_by_key(|c| c.contributor);
+        let per_batch = limits.contributors_per_batch();
+        let mut sent = Vec::new();
+        if self.job(escrow, job_id).await?.status == JobStatus::Completed {
+            // Paid already (by an earlier call that crashed before it was recorded).
+            return Ok(sent);
+        }
+        let mut progress = self.payout_progress(escrow, job_id).await?;
+        if progress.expected == 0 {
+            if contributions.len() <= per_batch {
+                sent.push(
+                    self.complete_federated_job(escrow, validator, completion)
+                        .await?,
+                );
+                return Ok(sent);
+            }
+            let mut total_weight = U256::ZERO;
+            for chunk in contributions.chunks(per_batch) {
+                let call = JobEscrow::weighCall {
+                    jobId: job_id,
+                    contributors: chunk.iter().map(|c| c.contributor).collect(),
+                    qualityScores: chunk.iter().map(|c| c.quality).collect(),
+                };
+                total_weight += view(self, escrow, call, "weigh").await?;
+            }
+            let invalid =
+                |field: &'static str, problem: String| LedgerError::InvalidInput { field, problem };
+            let call = JobEscrow::beginFederatedPayoutCall {
+                jobId: job_id,
+                adapterCid: completion.adapter_cid.clone(),
+                manifestCid: completion.manifest_cid.clone(),
+                contributorCount: u32::try_from(contributions.len()).map_err(|_| {
+                    invalid("contributions", format!("{} entries", contributions.len()))
+                })?,
+                totalWeight: u64::try_from(total_weight)
+                    .map_err(|_| invalid("contributions", format!("weight {total_weight}")))?,
+            };
+            let action = format!("beginFederatedPayout({job_id})");
+            sent.push(transact(self, escrow, validator, call, U256::ZERO, action).await?);
+            progress = self.payout_progress(escrow, job_id).await?;
+        }
+        let done = progress.paid_count as usize;
+        if progress.expected as usize != contributions.len()
+            || (done > 0 && contributions[done - 1].contributor != progress.last_contributor)
+        {
+            return Err(LedgerError::InvalidInput {
+                field: "contributions",
+                problem: format!(
+                    "the payout under way on chain announced {} contributors and paid {} up to \
+                     {}; these {} contributions are another list",
+                    progress.expected,
+                    done,
+                    progress.last_contributor,
+                    contributions.len()
+                ),
+            });
+        }
+        for (index, chunk) in contributions[done..].chunks(per_batch).enumerate() {
+            let call = JobEscrow::payFederatedBatchCall {
+                jobId: job_id,
+                contributors: chunk.iter().map(|c| c.contributor).collect(),
+                qualityScores: chunk.iter().map(|c| c.quality).collect(),
+            };
+            let action = format!("payFederatedBatch({job_id}, batch {})", index + 1);
+            sent.push(transact(self, escrow, validator, call, U256::ZERO, action).await?);
+        }
+        Ok(sent)
+    }
+
+    /// Completes a federated job in one transaction (validator only), paying contributors by
+    /// quality x reputation; [`Ledger::pay_federated_job`] splits a long list into batches.
     async fn complete_federated_job(
         &self,
         escrow: Address,
@@ -334,6 +476,7 @@ pub trait Ledger: Send + Sync {
                 .ok_or_else(|| undecodable("status", job.status))?,
             fee_bps: job.feeBps,
             token: job.token,
+            treasury: job.treasury,
             stake: job.stake,
             spec_hash: job.specHash,
         })

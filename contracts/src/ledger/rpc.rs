@@ -24,7 +24,7 @@ use alloy::transports::TransportError;
 use alloy::transports::http::reqwest::Url;
 use async_trait::async_trait;
 
-use super::{Ledger, LedgerError, RawLog, Receipt, Result, Revert, TxRequest};
+use super::{Ledger, LedgerError, PayoutLimits, RawLog, Receipt, Result, Revert, TxRequest};
 
 /// How the JSON-RPC ledger waits for transactions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,11 +41,14 @@ pub struct RpcConfig {
     /// Gas limit = estimate x (100 + margin) / 100; state can change between estimate and
     /// inclusion (another job credits a contributor first, changing which slots are fresh).
     pub gas_margin_percent: u64,
+    /// The chain's per-transaction gas cap: the margin never lifts a gas limit above it
+    /// (a node under EIP-7825 rejects such a transaction outright).
+    pub tx_gas_cap: u64,
 }
 
 impl RpcConfig {
     /// Defaults for the node at `url`: receipts awaited up to 180 s, transactions re-sent after
-    /// 30 s, polls every 200 ms, a 25 % gas margin.
+    /// 30 s, polls every 200 ms, a 25 % gas margin, EIP-7825's gas cap of 2^24.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -53,6 +56,7 @@ impl RpcConfig {
             resend_after: Duration::from_secs(30),
             poll_interval: Duration::from_millis(200),
             gas_margin_percent: 25,
+            tx_gas_cap: PayoutLimits::default().tx_gas_cap,
         }
     }
 }
@@ -174,7 +178,11 @@ impl RpcLedger {
                 .clone()
                 .with_nonce(nonce)
                 .with_chain_id(self.chain_id)
-                .with_gas_limit(gas.saturating_mul(100 + self.config.gas_margin_percent) / 100)
+                .with_gas_limit(
+                    (gas.saturating_mul(100 + self.config.gas_margin_percent) / 100)
+                        .min(self.config.tx_gas_cap)
+                        .max(gas),
+                )
                 .with_max_fee_per_gas(fees.max_fee_per_gas)
                 .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas)
                 .build(wallet)

@@ -38,8 +38,14 @@ pub enum JobStatus {
     Completed,
     /// Cancelled by the requester before it started; stake credited back. Final.
     Cancelled,
-    /// Refunded to the requester after its deadline passed unfinished. Final.
+    /// Refunded to the requester after its deadline passed unfinished (or, for a batched payout
+    /// that stalled, what it had not paid). Final.
     Refunded,
+    /// A batched payout is under way: some batches are paid, the rest follow.
+    Paying,
+    /// Ended early by the validator because it could not finish; the whole stake went back to
+    /// the requester. Final.
+    Aborted,
 }
 
 impl JobStatus {
@@ -51,6 +57,8 @@ impl JobStatus {
             3 => JobStatus::Completed,
             4 => JobStatus::Cancelled,
             5 => JobStatus::Refunded,
+            6 => JobStatus::Paying,
+            7 => JobStatus::Aborted,
             _ => return None,
         })
     }
@@ -69,6 +77,9 @@ pub struct NewJob {
     pub deadline: u64,
     /// Single-contributor LoRA or federated.
     pub kind: JobKind,
+    /// The highest platform fee (basis points) the requester accepts; `createJob` reverts
+    /// (`FeeAboveMaximum`) when the fee was raised above it before the job landed.
+    pub max_fee_bps: u16,
 }
 
 /// A job as the contract stores it.
@@ -86,6 +97,8 @@ pub struct JobInfo {
     pub fee_bps: u16,
     /// [`ETH`] or the ERC-20 the stake is in.
     pub token: Address,
+    /// Who the fee goes to, fixed when the job was created.
+    pub treasury: Address,
     /// Amount escrowed, in the token's smallest unit.
     pub stake: U256,
     /// keccak256 of the spec CID.
@@ -109,10 +122,58 @@ pub struct FederatedCompletion {
     pub job_id: U256,
     /// CID of the merged adapter the job produced.
     pub adapter_cid: String,
-    /// CID of the job's manifest; recorded in the `JobCompleted` event.
+    /// CID of the job's manifest; recorded in the `PayoutStarted` event.
     pub manifest_cid: String,
     /// Who is paid, with their quality scores; in any order.
     pub contributions: Vec<Contribution>,
+}
+
+/// Where a federated payout stands on chain (`payoutOf`); all zero before one began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PayoutProgress {
+    /// Contributors the payout announced.
+    pub expected: u32,
+    /// Contributors paid so far.
+    pub paid_count: u32,
+    /// The last contributor paid; the next batch starts above it.
+    pub last_contributor: Address,
+    /// What was credited to contributors so far.
+    pub paid: U256,
+    /// The divisor of every share.
+    pub total_weight: u64,
+}
+
+/// How large one payout transaction may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PayoutLimits {
+    /// The target chain's gas cap per transaction: 2^24 under EIP-7825 (Osaka), else the
+    /// block gas limit.
+    pub tx_gas_cap: u64,
+}
+
+impl PayoutLimits {
+    /// Gas one contributor can cost a payout at worst: a fresh account slot (22.1k) plus
+    /// parking unwithdrawn credit in another token (a second fresh slot, ~8.4k more than a
+    /// new contributor all told), calldata and the event; measured at ~30.9k, rounded up.
+    pub const WORST_GAS_PER_CONTRIBUTOR: u64 = 32_000;
+    /// Gas of a payout batch besides its contributors: 21k intrinsic, the job and payout
+    /// slots, the fee and dust credits, the completion events; measured under 100k.
+    pub const BATCH_OVERHEAD_GAS: u64 = 200_000;
+
+    /// Contributors one transaction pays: as many as fit the cap at worst-case cost.
+    pub fn contributors_per_batch(&self) -> usize {
+        let room = self.tx_gas_cap.saturating_sub(Self::BATCH_OVERHEAD_GAS);
+        (room / Self::WORST_GAS_PER_CONTRIBUTOR).max(1) as usize
+    }
+}
+
+impl Default for PayoutLimits {
+    /// EIP-7825's cap, the smallest of any chain the escrow targets.
+    fn default() -> Self {
+        PayoutLimits {
+            tx_gas_cap: 1 << 24,
+        }
+    }
 }
 
 /// A transaction for the adapters to sign and send (or to run as a call).

@@ -1,4 +1,5 @@
-//! Starts the pinned anvil (scripts/install/npm-tools) on a free port for one test.
+//! Starts the pinned anvil (scripts/install/npm-tools) on a free port for one test, as an
+//! Osaka chain with EIP-7825's per-transaction gas cap.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -34,8 +35,11 @@ impl Anvil {
 
     fn spawn(binary: &std::path::Path) -> std::io::Result<Self> {
         // Port 0: the OS picks a free port and anvil prints it, so parallel tests never clash.
+        // Osaka with EIP-7825's per-transaction cap of 2^24 gas, which anvil leaves off unless
+        // asked: the escrow's payouts must fit the strictest chain it targets.
         let mut child = Command::new(binary)
             .args(["--port", "0", "--host", "127.0.0.1"])
+            .args(["--hardfork", "osaka", "--enable-tx-gas-limit"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()?;

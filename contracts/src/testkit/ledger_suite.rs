@@ -81,7 +81,42 @@ async fn job(ledger: &dyn Ledger, token: Address, stake: U256, kind: JobKind) ->
         spec_cid: "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku".into(),
         deadline: ledger.block_timestamp().await.unwrap() + 3_600,
         kind,
+        max_fee_bps: FEE_BPS,
     }
+}
+
+/// Creates `new_job` and marks it started, as the API does before leasing its first task.
+async fn started(ledger: &dyn Ledger, escrow: Address, p: &Parties, new_job: &NewJob) -> U256 {
+    let (job_id, _) = ledger
+        .create_job(escrow, p.requester, new_job)
+        .await
+        .unwrap();
+    ledger
+        .mark_started(escrow, p.validator, job_id)
+        .await
+        .unwrap();
+    job_id
+}
+
+/// The `(contributor, reputation, amount)` entries of every `ContributorsPaid` in `events`.
+pub fn paid_entries(events: &[EscrowEvent]) -> Vec<(Address, u16, U256)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            JobEscrowEvents::ContributorsPaid(batch) => Some(batch.payouts.clone()),
+            _ => None,
+        })
+        .flat_map(|words| {
+            words
+                .chunks(2)
+                .map(|pair| {
+                    let head = pair[0].to_be_bytes::<32>();
+                    let reputation = u16::try_from(pair[0] >> 160).expect("16-bit reputation");
+                    (Address::from_slice(&head[12..]), reputation, pair[1])
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 fn revert_of(result: Result<impl std::fmt::Debug, LedgerError>) -> JobEscrowErrors {
@@ -134,10 +169,27 @@ pub async fn eth_lora_job_pays_contributor_and_treasury(ledger: &dyn Ledger) {
         contributor: worker,
         quality: 8_000,
     };
+    // Only a started job can be completed: a requester can never cancel ahead of a payout.
+    let open = ledger
+        .complete_job(escrow, p.validator, job_id, "bafyadapter", contribution)
+        .await;
+    assert!(matches!(revert_of(open), JobEscrowErrors::WrongJobStatus(e) if e.status == 1));
     ledger
+        .mark_started(escrow, p.validator, job_id)
+        .await
+        .unwrap();
+    let outcome = ledger
         .complete_job(escrow, p.validator, job_id, "bafyadapter", contribution)
         .await
         .unwrap();
+    assert_eq!(
+        paid_entries(&outcome.events),
+        [(
+            worker,
+            2_000,
+            stake - stake * U256::from(FEE_BPS) / U256::from(10_000)
+        )]
+    );
 
     let fee = stake * U256::from(FEE_BPS) / U256::from(10_000);
     assert_eq!(
@@ -203,10 +255,12 @@ pub async fn erc20_federated_job_splits_stake_by_quality(ledger: &dyn Ledger) {
         .set_token_allowed(escrow, p.admin, token, true)
         .await
         .unwrap();
-    let (job_id, _) = ledger
-        .create_job(escrow, p.requester, &new_job)
+    // A share of 100,000 units or more moves reputation a full step (ERC-20s start at none).
+    ledger
+        .set_reputation_unit(escrow, p.admin, token, U256::from(100_000u64))
         .await
         .unwrap();
+    let job_id = started(ledger, escrow, &p, &new_job).await;
     assert_eq!(ledger.token_balance(token, escrow).await.unwrap(), stake);
     assert_eq!(
         ledger.token_balance(token, p.requester).await.unwrap(),
@@ -238,18 +292,11 @@ pub async fn erc20_federated_job_splits_stake_by_quality(ledger: &dyn Ledger) {
         .complete_federated_job(escrow, p.validator, &completion)
         .await
         .unwrap();
-    let paid: Vec<(Address, U256)> = outcome
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            JobEscrowEvents::ContributorPaid(c) => Some((c.contributor, c.amount)),
-            _ => None,
-        })
-        .collect();
+    let paid = paid_entries(&outcome.events);
     assert_eq!(
         paid.len(),
         3,
-        "one ContributorPaid per contributor: {:?}",
+        "one ContributorsPaid entry per contributor: {:?}",
         outcome.events
     );
 
@@ -291,10 +338,23 @@ pub async fn erc20_federated_job_splits_stake_by_quality(ledger: &dyn Ledger) {
     });
     let completed = completed.expect("JobCompleted event");
     assert_eq!(
-        (completed.fee, completed.dust, completed.contributorsPaid),
-        (fee, U256::ZERO, first + second)
+        (
+            completed.fee,
+            completed.dust,
+            completed.paid,
+            completed.contributors
+        ),
+        (fee, U256::ZERO, first + second, U256::from(3))
     );
-    assert_eq!(completed.manifestCid, "bafymanifest");
+    let begun = outcome.events.iter().find_map(|e| match &e.event {
+        JobEscrowEvents::PayoutStarted(s) => Some(s.clone()),
+        _ => None,
+    });
+    let begun = begun.expect("PayoutStarted event");
+    assert_eq!(
+        (begun.adapterCid.as_str(), begun.manifestCid.as_str()),
+        ("bafymerged", "bafymanifest")
+    );
     assert_eq!(
         ledger.reputation(escrow, p.workers[0]).await.unwrap(),
         2_500
@@ -340,14 +400,13 @@ pub async fn reverts_are_decoded_into_contract_errors(ledger: &dyn Ledger) {
         matches!(revert_of(refused), JobEscrowErrors::DeadlineNotInFuture(e) if e.deadline == U256::from(1))
     );
 
-    let (job_id, _) = ledger
-        .create_job(
-            escrow,
-            p.requester,
-            &job(ledger, ETH, ether(1), JobKind::Lora).await,
-        )
-        .await
-        .unwrap();
+    let job_id = started(
+        ledger,
+        escrow,
+        &p,
+        &job(ledger, ETH, ether(1), JobKind::Lora).await,
+    )
+    .await;
     let contribution = Contribution {
         contributor: p.workers[0],
         quality: 9_000,
@@ -383,14 +442,13 @@ pub async fn reverts_are_decoded_into_contract_errors(ledger: &dyn Ledger) {
         matches!(revert_of(twice), JobEscrowErrors::WrongJobStatus(e) if e.jobId == job_id && e.status == 3)
     );
 
-    let (federated, _) = ledger
-        .create_job(
-            escrow,
-            p.requester,
-            &job(ledger, ETH, ether(1), JobKind::Federated).await,
-        )
-        .await
-        .unwrap();
+    let federated = started(
+        ledger,
+        escrow,
+        &p,
+        &job(ledger, ETH, ether(1), JobKind::Federated).await,
+    )
+    .await;
     let duplicate = FederatedCompletion {
         job_id: federated,
         adapter_cid: "bafy".into(),
@@ -403,11 +461,33 @@ pub async fn reverts_are_decoded_into_contract_errors(ledger: &dyn Ledger) {
     assert!(
         matches!(revert_of(refused), JobEscrowErrors::ContributorsNotSorted(e) if e.index == U256::from(1))
     );
-    // Nothing of the refused completion stuck: the job is still open and completable.
+    // Nothing of the refused completion stuck: the job is still started and completable.
     assert_eq!(
         ledger.job(escrow, federated).await.unwrap().status,
-        JobStatus::Open
+        JobStatus::Started
     );
+    let own = FederatedCompletion {
+        contributions: vec![Contribution {
+            contributor: p.requester,
+            quality: 9_000,
+        }],
+        ..duplicate
+    };
+    let refused = ledger
+        .complete_federated_job(escrow, p.validator, &own)
+        .await;
+    assert!(matches!(
+        revert_of(refused),
+        JobEscrowErrors::RequesterIsContributor(_)
+    ));
+
+    let mut greedy = job(ledger, ETH, ether(1), JobKind::Lora).await;
+    greedy.max_fee_bps = FEE_BPS - 1;
+    let refused = ledger.create_job(escrow, p.requester, &greedy).await;
+    assert!(matches!(
+        revert_of(refused),
+        JobEscrowErrors::FeeAboveMaximum(e) if e.feeBps == U256::from(FEE_BPS)
+    ));
 
     let stranger = Address::repeat_byte(0x5a);
     let unsigned = ledger.cancel(escrow, stranger, federated).await;
@@ -505,6 +585,286 @@ pub async fn cancel_and_refund_return_the_stake_to_the_requester(ledger: &dyn Le
     let (paid, _) = ledger.withdraw(escrow, p.requester, ETH).await.unwrap();
     assert_eq!(paid, stake + stake);
     assert_eq!(ledger.eth_balance(escrow).await.unwrap(), U256::ZERO);
+}
+
+/// A started job that cannot finish is ended by the validator: the whole stake goes back to
+/// the requester at once, no fee, and nothing can complete it afterwards.
+pub async fn abort_refunds_the_whole_stake_at_once(ledger: &dyn Ledger) {
+    let p = Parties::of(ledger);
+    let escrow = deploy(ledger, &p).await;
+    let stake = ether(3);
+    let job_id = started(
+        ledger,
+        escrow,
+        &p,
+        &job(ledger, ETH, stake, JobKind::Federated).await,
+    )
+    .await;
+    let stranger = ledger
+        .abort_job(escrow, p.requester, job_id, "not mine to end")
+        .await;
+    assert!(matches!(
+        revert_of(stranger),
+        JobEscrowErrors::AccessControlUnauthorizedAccount(_)
+    ));
+    let reason = "task 7 used up its 3 attempts";
+    let outcome = ledger
+        .abort_job(escrow, p.validator, job_id, reason)
+        .await
+        .unwrap();
+    assert!(matches!(
+        &outcome.events[0].event,
+        JobEscrowEvents::JobAborted(e) if e.stake == stake && e.reason == reason
+    ));
+    assert_eq!(
+        ledger.job(escrow, job_id).await.unwrap().status,
+        JobStatus::Aborted
+    );
+    assert_eq!(
+        ledger.withdrawable(escrow, p.requester, ETH).await.unwrap(),
+        stake
+    );
+    assert_eq!(
+        ledger.withdrawable(escrow, p.treasury, ETH).await.unwrap(),
+        U256::ZERO,
+        "no fee for a job that delivered nothing"
+    );
+    let completion = FederatedCompletion {
+        job_id,
+        adapter_cid: "a".into(),
+        manifest_cid: "m".into(),
+        contributions: vec![Contribution {
+            contributor: p.workers[0],
+            quality: 10_000,
+        }],
+    };
+    let late = ledger
+        .complete_federated_job(escrow, p.validator, &completion)
+        .await;
+    assert!(matches!(revert_of(late), JobEscrowErrors::WrongJobStatus(e) if e.status == 7));
+}
+
+/// A Ledger that fails every transaction after its first `sends` ones, as a validator that
+/// crashes halfway through a payout would.
+struct CrashingAfter<'a> {
+    inner: &'a dyn Ledger,
+    sends: std::sync::atomic::AtomicUsize,
+    /// Gas of each transaction it did send.
+    gas_used: std::sync::Mutex<Vec<u64>>,
+}
+
+#[async_trait::async_trait]
+impl Ledger for CrashingAfter<'_> {
+    fn accounts(&self) -> Vec<Address> {
+        self.inner.accounts()
+    }
+    async fn chain_id(&self) -> crate::ledger::Result<u64> {
+        self.inner.chain_id().await
+    }
+    async fn block_number(&self) -> crate::ledger::Result<u64> {
+        self.inner.block_number().await
+    }
+    async fn block_timestamp(&self) -> crate::ledger::Result<u64> {
+        self.inner.block_timestamp().await
+    }
+    async fn send_transaction(
+        &self,
+        tx: crate::ledger::TxRequest,
+    ) -> crate::ledger::Result<crate::ledger::Receipt> {
+        use std::sync::atomic::Ordering;
+        if self
+            .sends
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_err()
+        {
+            return Err(LedgerError::Rpc {
+                method: "eth_sendRawTransaction",
+                detail: "the validator crashed".into(),
+            });
+        }
+        let receipt = self.inner.send_transaction(tx).await?;
+        self.gas_used.lock().unwrap().push(receipt.gas_used);
+        Ok(receipt)
+    }
+    async fn call(
+        &self,
+        tx: crate::ledger::TxRequest,
+    ) -> crate::ledger::Result<alloy::primitives::Bytes> {
+        self.inner.call(tx).await
+    }
+    async fn logs(
+        &self,
+        address: Address,
+        from_block: u64,
+        to_block: u64,
+    ) -> crate::ledger::Result<Vec<crate::ledger::RawLog>> {
+        self.inner.logs(address, from_block, to_block).await
+    }
+    async fn eth_balance(&self, account: Address) -> crate::ledger::Result<U256> {
+        self.inner.eth_balance(account).await
+    }
+    async fn code_at(&self, address: Address) -> crate::ledger::Result<alloy::primitives::Bytes> {
+        self.inner.code_at(address).await
+    }
+    async fn advance_time(&self, seconds: u64) -> crate::ledger::Result<()> {
+        self.inner.advance_time(seconds).await
+    }
+}
+
+/// Gas of a payout, as its receipts say.
+#[derive(Debug, Clone, Copy)]
+pub struct PayoutGas {
+    /// Contributors paid.
+    pub contributors: usize,
+    /// Transactions sent (begin and batches, or the one completion).
+    pub transactions: usize,
+    /// Sum of the receipts' gas.
+    pub total: u64,
+    /// The largest receipt.
+    pub largest: u64,
+}
+
+/// A federated job of `n` new contributors is paid through [`Ledger::pay_federated_job`] in
+/// batches that each fit EIP-7825's 2^24 gas; a validator that crashes after the first batch
+/// resumes where it stopped, and nobody is paid twice: every contributor exactly its share,
+/// fee + shares + dust = stake. Returns what the payout cost (for the gas figures).
+pub async fn large_payout_is_batched_under_the_gas_cap(ledger: &dyn Ledger, n: usize) -> PayoutGas {
+    let p = Parties::of(ledger);
+    let escrow = deploy(ledger, &p).await;
+    let stake = ether(10);
+    let job_id = started(
+        ledger,
+        escrow,
+        &p,
+        &job(ledger, ETH, stake, JobKind::Federated).await,
+    )
+    .await;
+    // Addresses 0x...01 upward: fresh accounts, none the requester. Qualities vary so shares
+    // differ and rounding dust appears.
+    let contributions: Vec<Contribution> = (1..=n)
+        .map(|i| {
+            let mut bytes = [0u8; 20];
+            bytes[12..].copy_from_slice(&(0x1000_0000u64 + i as u64).to_be_bytes());
+            Contribution {
+                contributor: Address::from(bytes),
+                quality: (1 + (i * 7_919) % 10_000) as u16,
+            }
+        })
+        .collect();
+    let completion = FederatedCompletion {
+        job_id,
+        adapter_cid: "bafymerged".into(),
+        manifest_cid: "bafymanifest".into(),
+        contributions: contributions.clone(),
+    };
+    let limits = crate::ledger::PayoutLimits::default();
+    let per_batch = limits.contributors_per_batch();
+    let mut outcomes = Vec::new();
+    if n > per_batch {
+        // Begin and one batch, then the validator crashes.
+        let crashing = CrashingAfter {
+            inner: ledger,
+            sends: 2.into(),
+            gas_used: Default::default(),
+        };
+        let crashed = crashing
+            .pay_federated_job(escrow, p.validator, &completion, limits)
+            .await;
+        assert!(
+            matches!(crashed, Err(LedgerError::Rpc { .. })),
+            "{crashed:?}"
+        );
+        let progress = ledger.payout_progress(escrow, job_id).await.unwrap();
+        assert_eq!(
+            (progress.expected as usize, progress.paid_count as usize),
+            (n, per_batch)
+        );
+        assert_eq!(
+            ledger.job(escrow, job_id).await.unwrap().status,
+            JobStatus::Paying
+        );
+        outcomes.extend(crashing.gas_used.into_inner().unwrap());
+    }
+    let resumed = ledger
+        .pay_federated_job(escrow, p.validator, &completion, limits)
+        .await
+        .unwrap();
+    // Sending the whole payout again pays nobody twice: it finds the job completed on chain
+    // and sends nothing.
+    let again = ledger
+        .pay_federated_job(escrow, p.validator, &completion, limits)
+        .await;
+    assert!(
+        matches!(&again, Ok(sent) if sent.is_empty()),
+        "a completed payout was sent again: {again:?}"
+    );
+    assert_eq!(
+        ledger.job(escrow, job_id).await.unwrap().status,
+        JobStatus::Completed
+    );
+
+    let all = ledger.events(escrow, 0, None).await.unwrap();
+    let paid = paid_entries(&all);
+    assert_eq!(paid.len(), n, "one entry per contributor");
+    let mut seen: Vec<Address> = paid.iter().map(|(a, _, _)| *a).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), n, "somebody was paid twice");
+    let fee = stake * U256::from(FEE_BPS) / U256::from(10_000);
+    let pool = stake - fee;
+    let total_weight: u64 = contributions
+        .iter()
+        .map(|c| u64::from(c.quality) * 10_000)
+        .sum();
+    let mut sum = U256::ZERO;
+    for (who, _, amount) in &paid {
+        let quality = contributions
+            .iter()
+            .find(|c| c.contributor == *who)
+            .unwrap()
+            .quality;
+        let exact = pool * U256::from(u64::from(quality) * 10_000) / U256::from(total_weight);
+        assert_eq!(*amount, exact, "{who}'s share");
+        sum += *amount;
+    }
+    let completed = all
+        .iter()
+        .find_map(|e| match &e.event {
+            JobEscrowEvents::JobCompleted(c) if c.jobId == job_id => Some(c.clone()),
+            _ => None,
+        })
+        .expect("JobCompleted");
+    assert_eq!(completed.paid, sum);
+    assert_eq!(completed.fee + completed.paid + completed.dust, stake);
+    assert_eq!(
+        ledger.withdrawable(escrow, p.requester, ETH).await.unwrap(),
+        completed.dust
+    );
+
+    let mut gas = PayoutGas {
+        contributors: n,
+        transactions: 0,
+        total: 0,
+        largest: 0,
+    };
+    let mut add = |used: u64| {
+        gas.transactions += 1;
+        gas.total += used;
+        gas.largest = gas.largest.max(used);
+    };
+    for outcome in &resumed {
+        add(outcome.gas_used);
+    }
+    for used in outcomes {
+        add(used);
+    }
+    assert!(
+        gas.largest <= limits.tx_gas_cap,
+        "a payout transaction used {} gas, above the cap {}",
+        gas.largest,
+        limits.tx_gas_cap
+    );
+    gas
 }
 
 /// `events` lists typed events from a block on, in order; the stream delivers the same,

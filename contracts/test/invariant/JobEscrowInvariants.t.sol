@@ -9,12 +9,14 @@ import {FeeOnTransferToken} from "../mocks/FeeOnTransferToken.sol";
 import {EscrowHandler} from "./EscrowHandler.sol";
 
 /// Money is conserved under any sequence of calls: for every token, the escrow holds exactly
-/// the stakes of unfinished jobs plus every credit not yet withdrawn.
+/// what unfinished jobs still hold (the stake, or stake - paid so far of a batched payout under
+/// way) plus every credit not yet withdrawn.
 contract JobEscrowInvariants is TestBase {
     JobEscrow internal escrow;
     MockERC20 internal usdc;
     FeeOnTransferToken internal fot;
     EscrowHandler internal handler;
+    uint256 internal constant ACTIONS = 17;
     address internal treasury = makeAddr("treasury");
 
     function setUp() public {
@@ -29,9 +31,9 @@ contract JobEscrowInvariants is TestBase {
         escrow.setTokenAllowed(address(usdc), true);
         escrow.setTokenAllowed(address(fot), true);
         vm.stopPrank();
-        handler = new EscrowHandler(escrow, usdc, fot, validator, feeManager, treasury);
+        handler = new EscrowHandler(escrow, usdc, fot, admin, validator, feeManager, treasury);
         targetContract(address(handler));
-        bytes4[] memory actions = new bytes4[](9);
+        bytes4[] memory actions = new bytes4[](ACTIONS);
         actions[0] = EscrowHandler.createJob.selector;
         actions[1] = EscrowHandler.markStarted.selector;
         actions[2] = EscrowHandler.complete.selector;
@@ -41,6 +43,16 @@ contract JobEscrowInvariants is TestBase {
         actions[6] = EscrowHandler.walletWithdrawTo.selector;
         actions[7] = EscrowHandler.setFee.selector;
         actions[8] = EscrowHandler.warp.selector;
+        actions[9] = EscrowHandler.abort.selector;
+        actions[10] = EscrowHandler.beginPayout.selector;
+        actions[11] = EscrowHandler.payBatch.selector;
+        actions[12] = EscrowHandler.setTreasury.selector;
+        actions[13] = EscrowHandler.refundStalledPayout.selector;
+        // Drawn twice as often: jobs end fast (aborts, cancels, refunds), and a batched payout
+        // needs a live federated job, then several batches.
+        actions[14] = EscrowHandler.createJob.selector;
+        actions[15] = EscrowHandler.beginPayout.selector;
+        actions[16] = EscrowHandler.payBatch.selector;
         targetSelector(FuzzSelector({addr: address(handler), selectors: actions}));
     }
 
@@ -71,8 +83,14 @@ contract JobEscrowInvariants is TestBase {
         assertEq(fot.balanceOf(address(escrow)), 0);
     }
 
+    /// One-transaction completions, batched payouts as a whole, aborts and refunds each credit
+    /// exactly what they owe, once; every batch credits what it paid; no batch is paid twice.
     function invariant_each_completion_credits_exactly_the_stake_once() public view {
         assertEq(handler.ghostBrokenCompletions(), 0);
+    }
+
+    function invariant_no_payout_exceeds_its_pool() public view {
+        assertEq(handler.overpaidJobs(), 0);
     }
 
     function invariant_reentrant_attacker_never_gets_in() public view {
@@ -85,8 +103,9 @@ contract JobEscrowInvariants is TestBase {
         }
     }
 
-    /// At the end of every run, everything must be able to leave: refund what is unfinished,
-    /// let everyone withdraw everything, and the escrow must be empty in every token.
+    /// At the end of every run, everything must be able to leave: refund what is unfinished
+    /// (a batched payout under way once its grace has passed), let everyone withdraw
+    /// everything, and the escrow must be empty in every token.
     function afterInvariant() public {
         handler.drainEverything();
         for (uint256 t; t < 3; ++t) {
@@ -98,28 +117,55 @@ contract JobEscrowInvariants is TestBase {
     /// handler whose calls all failed would make the invariants above pass vacuously) and that
     /// the invariants hold on it.
     function test_handler_reaches_every_path_in_a_fixed_sequence() public {
-        for (uint256 i; i < 400; ++i) {
+        for (uint256 i; i < 600; ++i) {
             uint256 r = uint256(keccak256(abi.encode(i)));
-            uint256 action = r % 9;
-            if (action == 0) handler.createJob(r >> 8, r >> 16, r >> 24, r >> 32, (r >> 40) & 1 == 1);
-            else if (action == 1) handler.markStarted(r >> 8);
-            else if (action == 2) handler.complete(r >> 8, r >> 16, r >> 24);
-            else if (action == 3) handler.cancel(r >> 8, (r >> 16) & 1 == 1, r >> 24);
-            else if (action == 4) handler.refund(r >> 8, r >> 16);
-            else if (action == 5) handler.withdraw(r >> 8, r >> 16, (r >> 24) & 3 == 0);
-            else if (action == 6) handler.walletWithdrawTo(r >> 8);
-            else if (action == 7) handler.setFee(r >> 8);
-            else handler.warp(r >> 8);
+            uint256 action = r % ACTIONS;
+            if (action == 0 || action == 14) {
+                handler.createJob(r >> 8, r >> 16, r >> 24, r >> 32, (r >> 40) & 1 == 1);
+            } else if (action == 1) {
+                handler.markStarted(r >> 8);
+            } else if (action == 2) {
+                handler.complete(r >> 8, r >> 16, r >> 24, (r >> 32) & 1 == 1);
+            } else if (action == 3) {
+                handler.cancel(r >> 8, (r >> 16) & 1 == 1, r >> 24);
+            } else if (action == 4) {
+                handler.refund(r >> 8, r >> 16);
+            } else if (action == 5) {
+                handler.withdraw(r >> 8, r >> 16, (r >> 24) & 3 == 0);
+            } else if (action == 6) {
+                handler.walletWithdrawTo(r >> 8);
+            } else if (action == 7) {
+                handler.setFee(r >> 8);
+            } else if (action == 8) {
+                handler.warp(r >> 8);
+            } else if (action == 9) {
+                handler.abort(r >> 8, (r >> 16) & 1 == 1);
+            } else if (action == 10 || action == 15) {
+                handler.beginPayout(r >> 8, r >> 16, r >> 24, r >> 32, (r >> 40) & 1 == 1);
+            } else if (action == 11 || action == 16) {
+                handler.payBatch(r >> 8, r >> 16);
+            } else if (action == 12) {
+                handler.setTreasury((r >> 8) & 1 == 1);
+            } else {
+                handler.refundStalledPayout(r >> 8, r >> 16);
+            }
         }
         assertGt(handler.jobCount(), 0, "no job created");
         assertGt(handler.ghostCompletions(), 0, "no completion");
         assertGt(handler.ghostCancels(), 0, "no cancel");
         assertGt(handler.ghostRefunds(), 0, "no refund");
         assertGt(handler.ghostWithdrawals(), 0, "no withdrawal");
+        assertGt(handler.ghostAborts(), 0, "no abort");
+        assertGt(handler.ghostPayoutsBegun(), 0, "no batched payout begun");
+        assertGt(handler.ghostBatches(), handler.ghostBatchedCompletions(), "no batch short of completion");
+        assertGt(handler.ghostBatchedCompletions(), 0, "no batched payout completed");
+        assertGt(handler.ghostPayingRefunds(), 0, "no stalled payout refunded");
+        assertGt(handler.ghostFeeRefusals(), 0, "no job refused for its fee");
         assertGt(handler.attacker().reentryAttempts(), 0, "attacker never re-entered");
         invariant_balance_equals_escrowed_stakes_plus_unwithdrawn_credits();
         invariant_balance_equals_deposits_minus_withdrawals();
         invariant_each_completion_credits_exactly_the_stake_once();
+        invariant_no_payout_exceeds_its_pool();
         invariant_reentrant_attacker_never_gets_in();
         afterInvariant();
     }

@@ -23,7 +23,9 @@ contract ReentrantAttacker {
     }
 
     function createJob(uint256 stake, uint64 deadline) external payable returns (uint256) {
-        return escrow.createJob{value: msg.value}(address(0), stake, "bafy-attacker", deadline, JobEscrow.JobKind.LoRA);
+        return escrow.createJob{value: msg.value}(
+            address(0), stake, "bafy-attacker", deadline, JobEscrow.JobKind.LoRA, escrow.MAX_FEE_BPS()
+        );
     }
 
     function cancel(uint256 jobId) external {

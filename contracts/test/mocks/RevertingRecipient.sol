@@ -23,7 +23,7 @@ contract RevertingRecipient {
         payable
         returns (uint256)
     {
-        return escrow.createJob{value: msg.value}(token, stake, "bafy-reverting", deadline, kind);
+        return escrow.createJob{value: msg.value}(token, stake, "bafy-reverting", deadline, kind, escrow.MAX_FEE_BPS());
     }
 
     function cancel(uint256 jobId) external {

@@ -18,6 +18,13 @@ interface Vm {
         uint64 gasRemaining;
     }
 
+    /// A log `recordLogs` captured.
+    struct Log {
+        bytes32[] topics;
+        bytes data;
+        address emitter;
+    }
+
     // ------------------------------------------------------------------ environment
 
     function warp(uint256 newTimestamp) external;
@@ -28,6 +35,11 @@ interface Vm {
     function snapshotState() external returns (uint256 snapshotId);
     function revertToState(uint256 snapshotId) external returns (bool success);
     function lastCallGas() external view returns (Gas memory gas);
+    /// Marks `target`'s account and every storage slot of it cold again (EIP-2929), so the next
+    /// call pays cold-access gas as it would in a transaction of its own.
+    function cool(address target) external;
+    function recordLogs() external;
+    function getRecordedLogs() external returns (Log[] memory logs);
 
     // ------------------------------------------------------------------ expectations
 

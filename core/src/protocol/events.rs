@@ -48,10 +48,16 @@ pub enum JobEvent {
     Aggregated(Aggregated),
     /// The last round was merged: the payout is being sent on chain.
     Finalize(Finalize),
+    /// One batch of the payout was mined (a payout too large for one transaction comes in
+    /// several): who was paid what.
+    Paid(Paid),
     /// The payout was mined; the job is complete.
     Completed(Completed),
     /// The deadline passed unfinished: the refund is being sent on chain.
     RefundDue(RefundDue),
+    /// The job cannot finish (a task used up its attempts): the escrow is asked to end it and
+    /// refund the requester now, not at the deadline.
+    AbortDue(AbortDue),
     /// The refund was mined.
     Refunded(Refunded),
 }
@@ -74,8 +80,10 @@ impl JobEvent {
             JobEvent::RoundReady(_) => "round_ready",
             JobEvent::Aggregated(_) => "aggregated",
             JobEvent::Finalize(_) => "finalize",
+            JobEvent::Paid(_) => "paid",
             JobEvent::Completed(_) => "completed",
             JobEvent::RefundDue(_) => "refund_due",
+            JobEvent::AbortDue(_) => "abort_due",
             JobEvent::Refunded(_) => "refunded",
         }
     }
@@ -401,6 +409,16 @@ pub struct Payout {
     pub reputation: u32,
 }
 
+/// Payload of `paid`: one payout transaction's contributors.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Paid {
+    /// The transaction (0x-hex): `completeFederatedJob`, `completeJob` or a `payFederatedBatch`.
+    pub tx_hash: String,
+    /// What each contributor of this batch was paid.
+    pub payouts: Vec<Payout>,
+}
+
 /// Payload of `completed`: the job's result and what each contributor was paid.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -411,9 +429,9 @@ pub struct Completed {
     pub to: JobStatus,
     /// The final adapter, as recorded on chain.
     pub adapter_cid: String,
-    /// The `completeJob` or `completeFederatedJob` transaction (0x-hex).
+    /// The transaction that completed the payout (0x-hex): the only one, or its last batch.
     pub tx_hash: String,
-    /// What each contributor was paid.
+    /// What each contributor was paid, over every batch.
     pub payouts: Vec<Payout>,
     /// The platform's fee, in wei (decimal).
     pub fee_wei: String,
@@ -431,6 +449,16 @@ pub struct RefundDue {
     pub round: u32,
 }
 
+/// Payload of `abort_due`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbortDue {
+    /// Why the job cannot finish; recorded on chain in `JobAborted`.
+    pub reason: String,
+    /// The round the job had reached.
+    pub round: u32,
+}
+
 /// Payload of `refunded`.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -443,6 +471,9 @@ pub struct Refunded {
     pub tx_hash: String,
     /// The stake returned, in wei (decimal).
     pub stake_wei: String,
+    /// Why: the deadline passed, or why the validator ended the job early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[cfg(test)]
@@ -551,7 +582,15 @@ mod tests {
             deadline: DateTime::<Utc>::from_timestamp(0, 0).unwrap(),
             round: 1,
         });
-        for event in [verdict, refund] {
+        let abort = JobEvent::AbortDue(AbortDue {
+            reason: "task 1 used up its attempts".into(),
+            round: 1,
+        });
+        let paid = JobEvent::Paid(Paid {
+            tx_hash: "0x1".into(),
+            payouts: Vec::new(),
+        });
+        for event in [verdict, refund, abort, paid] {
             assert_eq!(
                 serde_json::to_value(&event).unwrap()["kind"],
                 json!(event.kind())

@@ -289,6 +289,22 @@ pub struct Stake {
     /// ERC-20 contract; absent for ETH.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<EthAddress>,
+    /// The highest platform fee, in basis points, the requester accepts: the escrow refuses the
+    /// funding (`FeeAboveMaximum`) if its fee was raised above it. Absent: the escrow's own
+    /// ceiling, [`Stake::ESCROW_MAX_FEE_BPS`].
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1000))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_fee_bps: Option<u16>,
+}
+
+impl Stake {
+    /// The escrow contract's `MAX_FEE_BPS`: no fee is ever above 10 %.
+    pub const ESCROW_MAX_FEE_BPS: u16 = 1_000;
+
+    /// The `maxFeeBps` argument of `createJob` for this stake.
+    pub fn max_fee_bps(&self) -> u16 {
+        self.max_fee_bps.unwrap_or(Self::ESCROW_MAX_FEE_BPS)
+    }
 }
 
 /// A fine-tuning job as the requester posts it.
@@ -384,6 +400,16 @@ impl JobSpec {
             self.stake.token != Some(EthAddress::ZERO),
             "stake.token",
             || "the zero address is not a token; omit `token` to stake ETH".into(),
+        );
+        e.check(
+            self.stake.max_fee_bps.unwrap_or(0) <= Stake::ESCROW_MAX_FEE_BPS,
+            "stake.max_fee_bps",
+            || {
+                format!(
+                    "at most {} (the escrow never charges more than 10 %)",
+                    Stake::ESCROW_MAX_FEE_BPS
+                )
+            },
         );
         e.into_result()
     }
@@ -695,6 +721,13 @@ pub(crate) mod tests {
         let mut v = valid_json();
         v["stake"]["token"] = "0x00".into();
         assert_eq!(paths(&parse(v).unwrap_err()), ["stake.token"]);
+
+        let mut v = valid_json();
+        v["stake"]["max_fee_bps"] = 1_001.into();
+        assert_eq!(paths(&parse(v).unwrap_err()), ["stake.max_fee_bps"]);
+        let mut v = valid_json();
+        v["stake"]["max_fee_bps"] = 250.into();
+        assert_eq!(parse(v).unwrap().stake.max_fee_bps(), 250);
     }
 
     #[test]

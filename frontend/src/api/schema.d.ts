@@ -727,6 +727,16 @@ export type components = {
             /** @description `queued` for another attempt, or `failed` when its attempts are used up. */
             status: components["schemas"]["TaskStatus"];
         };
+        /** @description Payload of `abort_due`. */
+        AbortDue: {
+            /** @description Why the job cannot finish; recorded on chain in `JobAborted`. */
+            reason: string;
+            /**
+             * Format: int32
+             * @description The round the job had reached.
+             */
+            round: number;
+        };
         /** @description One accepted adapter of a ready round, with what the merge weighs it by. */
         AcceptedAdapter: {
             /** @description The adapter's bundle. */
@@ -893,11 +903,11 @@ export type components = {
             fee_wei: string;
             /** @description Always `open`. */
             from: components["schemas"]["JobStatus"];
-            /** @description What each contributor was paid. */
+            /** @description What each contributor was paid, over every batch. */
             payouts: components["schemas"]["Payout"][];
             /** @description Always `completed`. */
             to: components["schemas"]["JobStatus"];
-            /** @description The `completeJob` or `completeFederatedJob` transaction (0x-hex). */
+            /** @description The transaction that completed the payout (0x-hex): the only one, or its last batch. */
             tx_hash: string;
         };
         /**
@@ -1101,7 +1111,10 @@ export type components = {
             /** @description The `createJob` transaction (0x-hex). */
             tx_hash: string;
         };
-        /** @description `createJob(token, stake, specCid, deadline, kind)` for a job, payable with `stake` in ETH. */
+        /**
+         * @description `createJob(token, stake, specCid, deadline, kind, maxFeeBps)` for a job, payable with
+         *     `stake` in ETH.
+         */
         FundingTerms: {
             /**
              * Format: int64
@@ -1113,6 +1126,12 @@ export type components = {
              * @description 0 = lora, 1 = federated.
              */
             kind: number;
+            /**
+             * Format: int32
+             * @description The highest fee (basis points) the requester accepts: the job spec's
+             *     `stake.max_fee_bps`, else the escrow's ceiling of 1,000.
+             */
+            max_fee_bps: number;
             /** @description The job's manifest CID: it names the job, so the API can match the escrow to it. */
             spec_cid: string;
             /** @description The `stake` argument, in wei. */
@@ -1216,6 +1235,14 @@ export type components = {
             payload: components["schemas"]["Finalize"];
         } | {
             /** @enum {string} */
+            kind: "paid";
+            /**
+             * @description One batch of the payout was mined (a payout too large for one transaction comes in
+             *     several): who was paid what.
+             */
+            payload: components["schemas"]["Paid"];
+        } | {
+            /** @enum {string} */
             kind: "completed";
             /** @description The payout was mined; the job is complete. */
             payload: components["schemas"]["Completed"];
@@ -1224,6 +1251,14 @@ export type components = {
             kind: "refund_due";
             /** @description The deadline passed unfinished: the refund is being sent on chain. */
             payload: components["schemas"]["RefundDue"];
+        } | {
+            /** @enum {string} */
+            kind: "abort_due";
+            /**
+             * @description The job cannot finish (a task used up its attempts): the escrow is asked to end it and
+             *     refund the requester now, not at the deadline.
+             */
+            payload: components["schemas"]["AbortDue"];
         } | {
             /** @enum {string} */
             kind: "refunded";
@@ -1515,6 +1550,13 @@ export type components = {
             /** @description The value for the message's `Nonce`; spendable once. */
             nonce: string;
         };
+        /** @description Payload of `paid`: one payout transaction's contributors. */
+        Paid: {
+            /** @description What each contributor of this batch was paid. */
+            payouts: components["schemas"]["Payout"][];
+            /** @description The transaction (0x-hex): `completeFederatedJob`, `completeJob` or a `payFederatedBatch`. */
+            tx_hash: string;
+        };
         /** @description What one contributor was paid on chain. */
         Payout: {
             /** @description The contributor's address. */
@@ -1774,6 +1816,8 @@ export type components = {
         Refunded: {
             /** @description `awaiting_funding` or `open`. */
             from: components["schemas"]["JobStatus"];
+            /** @description Why: the deadline passed, or why the validator ended the job early. */
+            reason?: string | null;
             /** @description The stake returned, in wei (decimal). */
             stake_wei: string;
             /** @description Always `refunded`. */
@@ -1857,6 +1901,13 @@ export type components = {
         Stake: {
             /** @description The amount, in the token's smallest unit (wei for ETH). */
             amount: components["schemas"]["WeiAmount"];
+            /**
+             * Format: int32
+             * @description The highest platform fee, in basis points, the requester accepts: the escrow refuses the
+             *     funding (`FeeAboveMaximum`) if its fee was raised above it. Absent: the escrow's own
+             *     ceiling, [`Stake::ESCROW_MAX_FEE_BPS`].
+             */
+            max_fee_bps?: number | null;
             token?: null | components["schemas"]["EthAddress"];
         };
         /** @description Payload of `started`. */

@@ -22,6 +22,9 @@ export const SPEC_LIMITS = {
     r: { minimum: 1, maximum: 256 },
     target_modules: { minItems: 1 },
   },
+  Stake: {
+    max_fee_bps: { minimum: 0, maximum: 1000 },
+  },
   TrainingArgs: {
     batch_size: { minimum: 1, maximum: 4096 },
     epochs: { minimum: 1, maximum: 100 },

@@ -125,7 +125,11 @@ describe('applyEvents', () => {
 
   it('records a refund and a cancellation', () => {
     const refunded = applyEvents(EMPTY_PROGRESS, [ev('refunded', { from: 'open', to: 'refunded', tx_hash: '0xr', stake_wei: '5' })]);
-    expect(refunded.refunded).toEqual({ tx_hash: '0xr' });
+    expect(refunded.refunded).toEqual({ tx_hash: '0xr', reason: null, stake_wei: '5' });
+    const aborted = applyEvents(EMPTY_PROGRESS, [
+      ev('refunded', { from: 'open', to: 'refunded', tx_hash: '0xa', stake_wei: '7', reason: 'task t used up its 3 attempts' }),
+    ]);
+    expect(aborted.refunded).toEqual({ tx_hash: '0xa', reason: 'task t used up its 3 attempts', stake_wei: '7' });
     const cancelled = applyEvents(EMPTY_PROGRESS, [ev('cancelled', { from: 'awaiting_funding', to: 'cancelled', by: '0xq' })]);
     expect(cancelled.cancelled).toBe(true);
   });

@@ -46,7 +46,8 @@ export interface JobProgress {
   rounds: RoundView[];
   funded: { escrow_job_id: string; tx_hash: string } | null;
   completed: { adapter_cid: string; tx_hash: string; payouts: Payout[] } | null;
-  refunded: { tx_hash: string } | null;
+  /** The refund, with why: the deadline passed, or the job was ended early (a task used up its attempts). */
+  refunded: { tx_hash: string; reason: string | null; stake_wei: string } | null;
   cancelled: boolean;
   /** Events of kinds not modelled here, in order. */
   other: EventView[];
@@ -163,7 +164,11 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
         break;
       }
       case 'refunded':
-        p.refunded = { tx_hash: event.payload.tx_hash };
+        p.refunded = {
+          tx_hash: event.payload.tx_hash,
+          reason: event.payload.reason ?? null,
+          stake_wei: event.payload.stake_wei,
+        };
         break;
       case 'cancelled':
         p.cancelled = true;
@@ -176,6 +181,8 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
       case 'round_ready':
       case 'finalize':
       case 'refund_due':
+      case 'abort_due':
+      case 'paid':
         p.other.push(event);
         break;
       default:

@@ -284,7 +284,10 @@ export function JobPage({ id }: { id: string }) {
       )}
       {progress.refunded && (
         <Alert kind="info">
-          The deadline passed and the stake was refunded
+          <span data-testid="refund-reason">
+            {progress.refunded.reason ?? 'The deadline passed'}
+          </span>
+          : the stake ({progress.refunded.stake_wei} wei) was refunded to the requester
           {progress.refunded.tx_hash && (
             <>
               {' '}

@@ -8,7 +8,7 @@ import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPublicClient, createWalletClient, http, type Abi, type Address, type Hex } from 'viem';
-import { escrowJobId, ETH, sendCreateJob, waitForReceipt } from './escrow';
+import { createJobCall, escrowJobId, ETH, sendCreateJob, waitForReceipt } from './escrow';
 
 const anvilBin = process.env.ANVIL_BIN ?? resolve(__dirname, '../../../.tools/bin/anvil');
 const available = existsSync(anvilBin);
@@ -44,7 +44,9 @@ describe.runIf(available)('createJob on anvil', () => {
   beforeAll(async () => {
     const port = await freePort();
     url = `http://127.0.0.1:${port}`;
-    anvil = spawn(anvilBin, ['--port', String(port), '--host', '127.0.0.1'], { stdio: 'ignore' });
+    anvil = spawn(anvilBin, ['--port', String(port), '--host', '127.0.0.1', '--hardfork', 'osaka', '--enable-tx-gas-limit'], {
+      stdio: 'ignore',
+    });
     const client = createPublicClient({ transport: http(url) });
     for (let i = 0; i < 100; i++) {
       try {
@@ -83,6 +85,7 @@ describe.runIf(available)('createJob on anvil', () => {
       spec_cid: 'bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku',
       deadline_unix: Number(block.timestamp) + 7 * 86_400,
       kind: 1,
+      max_fee_bps: 250,
     };
     const hash = await sendCreateJob(wallet, requester!, funding);
     const receipt = await waitForReceipt(publicClient, hash);
@@ -94,5 +97,11 @@ describe.runIf(available)('createJob on anvil', () => {
     const second = await waitForReceipt(publicClient, await sendCreateJob(wallet, requester!, funding));
     expect(escrowJobId(second, escrow)).toBe(2n);
     expect(escrowJobId(second, operator!)).toBeNull();
+
+    // A requester who accepts less than the escrow's fee (250 bps) is refused, not charged.
+    const greedy = createJobCall({ ...funding, max_fee_bps: 100 });
+    await expect(publicClient.simulateContract({ ...greedy, account: requester! })).rejects.toThrow(/FeeAboveMaximum/);
+    await expect(sendCreateJob(wallet, requester!, { ...funding, max_fee_bps: 100 })).rejects.toThrow();
+    expect(await publicClient.getBalance({ address: escrow })).toBe(1000000000000000000n);
   }, 30_000);
 });

@@ -29,12 +29,13 @@ describe('createJobCall', () => {
     spec_cid: 'bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku',
     deadline_unix: 1_800_000_000,
     kind: 1,
+    max_fee_bps: 250,
   };
 
   it('sends an ETH stake as the value of the call', () => {
     const call = createJobCall(funding);
     expect(call.value).toBe(100000000000000000n);
-    expect(call.args).toEqual([funding.token, 100000000000000000n, funding.spec_cid, 1_800_000_000n, 1]);
+    expect(call.args).toEqual([funding.token, 100000000000000000n, funding.spec_cid, 1_800_000_000n, 1, 250]);
     expect(encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args })).toMatch(/^0x/);
   });
 

@@ -13,6 +13,7 @@ export const escrowAbi = [
       { name: 'specCid', type: 'string', internalType: 'string' },
       { name: 'deadline', type: 'uint64', internalType: 'uint64' },
       { name: 'kind', type: 'uint8', internalType: 'enum JobEscrow.JobKind' },
+      { name: 'maxFeeBps', type: 'uint16', internalType: 'uint16' },
     ],
     outputs: [{ name: 'jobId', type: 'uint256', internalType: 'uint256' }],
   },
@@ -32,6 +33,14 @@ export const escrowAbi = [
       { name: 'specCid', type: 'string', indexed: false, internalType: 'string' },
     ],
   },
+  {
+    type: 'error',
+    name: 'FeeAboveMaximum',
+    inputs: [
+      { name: 'feeBps', type: 'uint256', internalType: 'uint256' },
+      { name: 'requesterMaxFeeBps', type: 'uint256', internalType: 'uint256' },
+    ],
+  },
 ] as const;
 
 export const ETH: Address = '0x0000000000000000000000000000000000000000';
@@ -48,6 +57,8 @@ export interface FundingTerms {
   deadline_unix: number;
   /** JobEscrow.JobKind: 0 LoRA, 1 Federated. */
   kind: number;
+  /** The highest platform fee (basis points) the requester accepts; a higher fee reverts. */
+  max_fee_bps: number;
 }
 
 /** Terms plus where to send them. */
@@ -64,7 +75,7 @@ export function createJobCall(funding: Funding) {
     address: funding.escrow_address as Address,
     abi: escrowAbi,
     functionName: 'createJob' as const,
-    args: [token, stake, funding.spec_cid, BigInt(funding.deadline_unix), funding.kind] as const,
+    args: [token, stake, funding.spec_cid, BigInt(funding.deadline_unix), funding.kind, funding.max_fee_bps] as const,
     value: token.toLowerCase() === ETH ? stake : 0n,
   };
 }

@@ -9,8 +9,8 @@
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
-    TransactionTrait,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
+    PaginatorTrait, QueryFilter, TransactionTrait,
 };
 
 pub use shardwork_core::protocol::node::{Lease, Progress};
@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, record_event};
 use crate::domain::sealing;
-use crate::entities::{job, round, shard, submission, task, worker};
+use crate::entities::{job, job_event, round, shard, submission, task, worker};
 
 pub use shardwork_core::protocol::TaskStatus;
 
@@ -146,6 +146,14 @@ pub async fn claim(
         return Err(DomainError::Conflict(format!(
             "task {} belongs to round {}, the job is in round {}",
             task.id, task.round, job.current_round
+        )));
+    }
+    // The escrow refuses to pay a requester for its own job (no self-dealt reputation), so
+    // its work could never be paid: refuse it here, before anyone trains.
+    if worker.address.eq_ignore_ascii_case(&job.requester) {
+        return Err(DomainError::Forbidden(format!(
+            "{} posted job {}; a requester cannot work on its own job",
+            worker.address, job.id
         )));
     }
     let min_reputation = job.spec["min_reputation"].as_i64().unwrap_or(0);
@@ -515,11 +523,46 @@ pub async fn requeue<C: ConnectionTrait>(
     };
     // A failed task is the end of its attempts, nothing to publish; a requeued one is
     // published again by the outbox.
+    let reason = format!(
+        "task {} (round {}) used up its {} attempts; last: {reason}",
+        task.id, task.round, task.max_attempts
+    );
     let (event, dispatch) = if exhausted {
         (JobEvent::TaskFailed(attempt), false)
     } else {
         (JobEvent::TaskRequeued(attempt), true)
     };
     record_event(txn, task.job_id, &event, dispatch, now).await?;
+    if exhausted {
+        abort_job(txn, task.job_id, task.round as u32, reason, now).await?;
+    }
     Ok(to)
+}
+
+/// A shard with no attempts left can never be merged, so the job cannot finish: ask the
+/// escrow (through the outbox) to end it and refund the requester now rather than at the
+/// deadline. Once per job, however many of its tasks fail.
+async fn abort_job<C: ConnectionTrait>(
+    txn: &C,
+    job_id: Uuid,
+    round: u32,
+    reason: String,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
+    let already = job_event::Entity::find()
+        .filter(job_event::Column::JobId.eq(job_id))
+        .filter(job_event::Column::Kind.eq("abort_due"))
+        .count(txn)
+        .await?;
+    if already == 0 {
+        record_event(
+            txn,
+            job_id,
+            &JobEvent::AbortDue(events::AbortDue { reason, round }),
+            true,
+            now,
+        )
+        .await?;
+    }
+    Ok(())
 }

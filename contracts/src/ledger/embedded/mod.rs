@@ -32,8 +32,11 @@ pub use snapshot::Snapshot;
 /// Chain id of the embedded chain (anvil's default, so wallets configured for a local dev chain
 /// work with either).
 pub const EMBEDDED_CHAIN_ID: u64 = 31337;
-/// Gas available to one transaction; a completion of ~1,000 contributors fits.
-const TX_GAS_LIMIT: u64 = 30_000_000;
+/// Gas available to one transaction: EIP-7825's cap under Osaka (2^24), so the embedded chain
+/// refuses what a current mainnet would; the Ledger pays large jobs in batches within it.
+pub const TX_GAS_LIMIT: u64 = 1 << 24;
+/// Gas available to one block.
+const BLOCK_GAS_LIMIT: u64 = 30_000_000;
 
 /// The [`Ledger`] on an in-process revm chain, in memory or kept in a state file (see the
 /// module docs). Signs for the dev accounts only.
@@ -167,7 +170,7 @@ impl Chain {
         BlockEnv {
             number: U256::from(number),
             timestamp: U256::from(timestamp),
-            gas_limit: TX_GAS_LIMIT,
+            gas_limit: BLOCK_GAS_LIMIT,
             basefee: 0,
             ..BlockEnv::default()
         }
@@ -202,7 +205,7 @@ impl Chain {
             .with_db(db)
             .with_block(block)
             .with_cfg({
-                let mut cfg = CfgEnv::new_with_spec(SpecId::PRAGUE);
+                let mut cfg = CfgEnv::new_with_spec(SpecId::OSAKA);
                 cfg.chain_id = EMBEDDED_CHAIN_ID;
                 cfg.tx_gas_limit_cap = Some(TX_GAS_LIMIT);
                 cfg

@@ -96,6 +96,7 @@ pub async fn dev_fund(
         } else {
             JobKind::Federated
         },
+        max_fee_bps: terms.max_fee_bps,
     };
     let (escrow_job_id, outcome) = chain
         .ledger

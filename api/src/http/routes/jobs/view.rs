@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{ContentId, EthAddress, JobKind, JobSpec, WeiAmount};
+use shardwork_core::protocol::{ContentId, EthAddress, JobKind, JobSpec, Stake, WeiAmount};
 use uuid::Uuid;
 
 use crate::domain::lifecycle::JobStatus;
@@ -64,7 +64,8 @@ pub struct JobView {
     pub updated_at: DateTime<Utc>,
 }
 
-/// `createJob(token, stake, specCid, deadline, kind)` for a job, payable with `stake` in ETH.
+/// `createJob(token, stake, specCid, deadline, kind, maxFeeBps)` for a job, payable with
+/// `stake` in ETH.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FundingTerms {
     /// `0x000…0` for ETH.
@@ -77,6 +78,9 @@ pub struct FundingTerms {
     pub deadline_unix: i64,
     /// 0 = lora, 1 = federated.
     pub kind: u8,
+    /// The highest fee (basis points) the requester accepts: the job spec's
+    /// `stake.max_fee_bps`, else the escrow's ceiling of 1,000.
+    pub max_fee_bps: u16,
 }
 
 impl FundingTerms {
@@ -94,6 +98,10 @@ impl FundingTerms {
             spec_cid: m.manifest_cid.clone()?,
             deadline_unix: m.deadline.timestamp(),
             kind: m.kind.escrow_code(),
+            max_fee_bps: m.spec["stake"]["max_fee_bps"]
+                .as_u64()
+                .and_then(|fee| u16::try_from(fee).ok())
+                .unwrap_or(Stake::ESCROW_MAX_FEE_BPS),
         })
     }
 }
