@@ -74,7 +74,18 @@ pub fn describe(event: &JobEvent) -> String {
         ),
         JobEvent::TaskRequeued(e) => format!("task requeued: {}", e.reason),
         JobEvent::TaskFailed(e) => format!("task failed after {} attempts", e.attempts),
+        JobEvent::Paid(e) => format!("{} contributors paid (tx {})", e.payouts.len(), e.tx_hash),
         JobEvent::Completed(e) => format!("completed on chain (tx {})", e.tx_hash),
+        JobEvent::AbortDue(e) => format!("the job cannot finish, ending it on chain: {}", e.reason),
+        JobEvent::Refunded(e) => format!(
+            "refunded {} wei to the requester (tx {}){}",
+            e.stake_wei,
+            e.tx_hash,
+            e.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ),
         other => other.kind().to_owned(),
     }
 }

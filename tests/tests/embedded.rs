@@ -274,9 +274,9 @@ async fn a_job_whose_every_worker_fails_is_refunded_long_before_its_deadline() {
         .args(["demo", "--json", "--timeout-secs", "900"])
         .args([
             "--workers",
-            "2",
+            "3",
             "--adversaries",
-            "2",
+            "3",
             "--adversary",
             "noise",
         ])
