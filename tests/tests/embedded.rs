@@ -52,6 +52,18 @@ async fn adversarial_demo(adversary: &str, workers: usize, job: &[&str]) -> (Val
     checked_payouts(dir.path(), &report).await
 }
 
+/// The embedded chain a finished demo in `dir` left, and the escrow it deployed there.
+fn chain_of(dir: &std::path::Path) -> (EmbeddedLedger, alloy::primitives::Address) {
+    let ledger = EmbeddedLedger::open(dir.join("chain.json")).unwrap();
+    let escrow_file = std::fs::read_to_string(dir.join("escrow-31337.toml")).unwrap();
+    let escrow = escrow_file
+        .lines()
+        .find_map(|l| l.strip_prefix("address = "))
+        .map(|v| v.trim_matches('"').parse().unwrap())
+        .unwrap();
+    (ledger, escrow)
+}
+
 /// `shardwork demo --json ARGS` on embedded defaults in `dir`, run to its end; its report,
 /// checked to be a completed job whose final adapter beats the base model.
 fn demo(dir: &std::path::Path, args: &[&str]) -> Value {
@@ -109,13 +121,7 @@ async fn checked_payouts(dir: &std::path::Path, report: &Value) -> (Value, Vec<S
 
     // The chain's credits, the database's earnings and the report agree, contributor by
     // contributor; someone honest was paid.
-    let ledger = EmbeddedLedger::open(dir.join("chain.json")).unwrap();
-    let escrow_file = std::fs::read_to_string(dir.join("escrow-31337.toml")).unwrap();
-    let escrow: alloy::primitives::Address = escrow_file
-        .lines()
-        .find_map(|l| l.strip_prefix("address = "))
-        .map(|v| v.trim_matches('"').parse().unwrap())
-        .unwrap();
+    let (ledger, escrow) = chain_of(dir);
     let db = Database::connect(format!(
         "sqlite://{}?mode=ro",
         dir.join("shardwork.db").display()
@@ -313,13 +319,7 @@ async fn a_job_whose_every_worker_fails_is_refunded_long_before_its_deadline() {
         "refunded after {elapsed:?}; the deadline is 2 h away"
     );
 
-    let ledger = EmbeddedLedger::open(dir.path().join("chain.json")).unwrap();
-    let escrow_file = std::fs::read_to_string(dir.path().join("escrow-31337.toml")).unwrap();
-    let escrow: alloy::primitives::Address = escrow_file
-        .lines()
-        .find_map(|l| l.strip_prefix("address = "))
-        .map(|v| v.trim_matches('"').parse().unwrap())
-        .unwrap();
+    let (ledger, escrow) = chain_of(dir.path());
     let info = ledger.job(escrow, U256::from(1)).await.unwrap();
     assert_eq!(info.status, shardwork_contracts::ledger::JobStatus::Aborted);
     assert!(
