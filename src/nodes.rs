@@ -36,7 +36,7 @@ pub fn address_of(key: &PrivateKeySigner) -> EthAddress {
 }
 
 use shardwork_node::service::{HEARTBEAT, VALIDATOR_POLL};
-pub use shardwork_node::service::{shutdown_on_signal, training_device};
+pub use shardwork_node::service::{shutdown_on_signal, stop_signal, training_device};
 
 /// Running nodes; [`NodeSet::stop`] asks them to finish their current work and waits.
 pub struct NodeSet {
@@ -49,6 +49,22 @@ impl NodeSet {
         let _ = self.shutdown.send(true);
         for handle in self.handles {
             let _ = handle.await;
+        }
+    }
+
+    /// Asks the nodes to stop and waits at most `grace`; a node still busy then (a worker deep
+    /// in a long training run) is cut off, and its lease expires into a retry elsewhere.
+    pub async fn stop_within(self, grace: std::time::Duration) {
+        let _ = self.shutdown.send(true);
+        let deadline = tokio::time::Instant::now() + grace;
+        for mut handle in self.handles {
+            if tokio::time::timeout_at(deadline, &mut handle)
+                .await
+                .is_err()
+            {
+                tracing::warn!("a node did not stop within {grace:?}; cutting it off");
+                handle.abort();
+            }
         }
     }
 }

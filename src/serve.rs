@@ -20,6 +20,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         chain: Some(chain),
     };
     let queue_options = infra::queue_options(&config);
-    shardwork_api::serve(config.api, ports, &queue_options).await?;
+    shardwork_api::serve(config.api, ports, &queue_options, async {
+        shardwork_node::service::stop_signal().await;
+        tracing::info!("stopping: no new requests, finishing those in flight");
+    })
+    .await?;
     Ok(())
 }

@@ -16,6 +16,8 @@ use crate::infra;
 
 /// Queue used only by the start-up self-check, so real task queues are never touched.
 const SELF_CHECK_QUEUE: &str = "shardwork.self-check";
+/// How long `up` lets its nodes finish what they are doing when asked to stop.
+const NODES_GRACE: Duration = Duration::from_secs(8);
 
 /// A running marketplace: the API, its background work and the in-process nodes.
 pub struct Deployment {
@@ -33,9 +35,17 @@ pub async fn run(config: Config, workers: usize) -> anyhow::Result<()> {
         deployment.api_url
     );
     let Deployment { running, nodes, .. } = deployment;
-    let result = running.wait().await;
-    nodes.stop().await;
-    Ok(result?)
+    // One signal stops everything in order: the nodes first, while the API they talk to still
+    // answers (a validator facing a stopped API retried for minutes), then the API.
+    running
+        .run_until(async move {
+            crate::nodes::stop_signal().await;
+            println!("stopping: the validator and workers, then the API (Ctrl-C again exits now)");
+            nodes.stop_within(NODES_GRACE).await;
+        })
+        .await?;
+    println!("stopped");
+    Ok(())
 }
 
 pub async fn start(

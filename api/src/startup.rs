@@ -53,7 +53,11 @@ impl Application {
         let port = listener.local_addr()?.port();
         tracing::info!(%address, port, "API listening");
         let shared = state.clone();
+        // The process decides when to stop (`Running::run_until`): actix's own Ctrl-C handling
+        // stopped the server while the in-process nodes and background loops ran on.
         let server = HttpServer::new(move || app(shared.clone()))
+            .disable_signals()
+            .shutdown_timeout(SHUTDOWN_GRACE_SECS)
             .listen(listener)?
             .run();
         Ok(Application {
@@ -81,15 +85,34 @@ pub struct Running {
 }
 
 impl Running {
-    /// Serves until the server is stopped (Ctrl-C, or the handle's `stop`).
-    pub async fn wait(self) -> Result<(), StartupError> {
+    /// Serves until `stop` resolves (or the server ends on its own), then stops in order: the
+    /// background loops first (so nothing starts a chain call or a publish that would be cut
+    /// short), then the server, which finishes the requests in flight within
+    /// `SHUTDOWN_GRACE_SECS` and closes.
+    pub async fn run_until(
+        self,
+        stop: impl std::future::Future<Output = ()>,
+    ) -> Result<(), StartupError> {
         let Running {
-            server, background, ..
+            mut server,
+            background,
+            handle,
+            ..
         } = self;
-        let result = server
-            .await
-            .map_err(|e| StartupError::Io(std::io::Error::other(e)))?;
+        let ended = tokio::select! {
+            ended = &mut server => Some(ended),
+            () = stop => None,
+        };
         drop(background);
+        let ended = match ended {
+            Some(ended) => ended,
+            None => {
+                handle.stop(true).await;
+                server.await
+            }
+        };
+        let result = ended.map_err(|e| StartupError::Io(std::io::Error::other(e)))?;
+        tracing::info!("API stopped");
         Ok(result?)
     }
 
@@ -122,11 +145,18 @@ pub async fn start(
     })
 }
 
-/// Starts the API with its background work and serves until the process is stopped.
+/// Starts the API with its background work and serves until `stop` resolves.
 pub async fn serve(
     config: ApiConfig,
     ports: Ports,
     queue_options: &QueueOptions,
+    stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), StartupError> {
-    start(config, ports, queue_options).await?.wait().await
+    start(config, ports, queue_options)
+        .await?
+        .run_until(stop)
+        .await
 }
+
+/// How long a stopping server lets requests in flight finish.
+pub const SHUTDOWN_GRACE_SECS: u64 = 5;

@@ -42,24 +42,39 @@ pub fn signing_key(key_file: Option<&Path>, variable: &str) -> Result<PrivateKey
     })
 }
 
-/// A receiver that turns true on Ctrl-C or SIGTERM (what `docker stop` sends). Must be called
-/// inside a Tokio runtime.
+/// A receiver that turns true on Ctrl-C or SIGTERM (what `docker stop` sends); a second
+/// signal exits the process at once. Must be called inside a Tokio runtime.
 pub fn shutdown_on_signal() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
         tracing::info!("shutting down: finishing the current task");
         let _ = tx.send(true);
     });
     rx
+}
+
+/// Resolves on the first Ctrl-C or SIGTERM. From then on a second one exits the process at
+/// once (status 130), for when an orderly stop takes longer than the person waiting wants.
+pub async fn stop_signal() {
+    one_signal().await;
+    tokio::spawn(async {
+        one_signal().await;
+        eprintln!("second signal: exiting now");
+        std::process::exit(130);
+    });
+}
+
+async fn one_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
