@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { inputForPath, mapProblemToInputs, toProblem } from './problem';
+import { ApiProblem, inputForPath, isForbidden, mapProblemToInputs, toProblem } from './problem';
 
 const inputs = new Set(['lora.r', 'lora.target_modules', 'stake.amount', 'deadline', 'dataset', 'shards']);
 
@@ -79,5 +79,15 @@ describe('toProblem', () => {
 
   it('says when the server could not be reached', () => {
     expect(toProblem(0, '').detail).toBe('The server could not be reached');
+  });
+});
+
+describe('isForbidden', () => {
+  it('is true for the API refusing a signed-in address, and only for that', () => {
+    const forbidden = new ApiProblem(toProblem(403, { type: 'urn:shardwork:problem:forbidden', title: 'Forbidden', status: 403, detail: 'not a party' }, 'Forbidden'));
+    expect(isForbidden(forbidden)).toBe(true);
+    const missing = new ApiProblem(toProblem(404, { type: 'urn:shardwork:problem:not-found', title: 'Not found', status: 404, detail: 'no job' }, 'Not Found'));
+    expect(isForbidden(missing)).toBe(false);
+    expect(isForbidden(new Error('network'))).toBe(false);
   });
 });

@@ -31,6 +31,12 @@ export class ApiProblem extends Error {
   }
 }
 
+/** Whether `err` is the API saying this signed-in address may not read what it asked (403): a
+ * job's feed, curves and result belong to its parties, which the page shows without them. */
+export function isForbidden(err: unknown): boolean {
+  return err instanceof ApiProblem && err.kind === 'forbidden';
+}
+
 export function problemKind(problem: Problem): string {
   const prefix = 'urn:shardwork:problem:';
   return problem.type.startsWith(prefix) ? problem.type.slice(prefix.length) : problem.type;

@@ -4,6 +4,7 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import type { Hash, TransactionReceipt } from 'viem';
 import { unwrap } from '../api/client';
+import { isForbidden } from '../api/problem';
 import { followStream } from '../api/sse';
 import { fundingOf, isTerminal, type EventView, type JobResult, type JobView, type TrainingProgress } from '../api/types';
 import { Alert } from '../components/Alert';
@@ -29,7 +30,7 @@ export function JobPage({ id }: { id: string }) {
   const [error, setError] = useState<string | null>(null);
   const [progress, setProgress] = useState<JobProgress>(EMPTY_PROGRESS);
   const [events, setEvents] = useState<EventView[]>([]);
-  const [live, setLive] = useState<'connecting' | 'live' | 'retrying' | 'ended'>('connecting');
+  const [live, setLive] = useState<'connecting' | 'live' | 'retrying' | 'ended' | 'restricted'>('connecting');
   const signedIn = Boolean(p.session);
 
   const refetch = useCallback(async () => {
@@ -78,10 +79,14 @@ export function JobPage({ id }: { id: string }) {
         }
       })
       .catch((err: unknown) => {
-        if (!controller.signal.aborted) {
-          setLive('ended');
-          setError(errorMessage(err));
+        if (controller.signal.aborted) return;
+        if (isForbidden(err)) {
+          // Not a party to the job: the board shows it, its feed is not ours to read.
+          setLive('restricted');
+          return;
         }
+        setLive('ended');
+        setError(errorMessage(err));
       });
     return () => controller.abort();
   }, [id, signedIn, p.keeper, refetch]);
@@ -90,7 +95,7 @@ export function JobPage({ id }: { id: string }) {
   // every few seconds while the job is open.
   const merges = metricSeries(progress).length;
   const funded = Boolean(job) && job?.status !== 'awaiting_funding';
-  const training = useTraining(id, signedIn && funded, job?.status === 'open', `${job?.status}/${merges}`);
+  const training = useTraining(id, signedIn && funded && live !== 'restricted', job?.status === 'open', `${job?.status}/${merges}`);
 
   if (!p.session) return <SignInFirst what="follow this job" />;
   if (!job) return error ? <Alert kind="error">{error}</Alert> : <p role="status">Loading the job…</p>;
@@ -111,9 +116,23 @@ export function JobPage({ id }: { id: string }) {
             {statusLabel(job.status)}
           </span>{' '}
           <span className="muted" aria-live="polite">
-            {live === 'live' ? 'live' : live === 'retrying' ? 'reconnecting…' : live === 'connecting' ? 'connecting…' : 'final'}
+            {live === 'live'
+              ? 'live'
+              : live === 'retrying'
+                ? 'reconnecting…'
+                : live === 'connecting'
+                  ? 'connecting…'
+                  : live === 'restricted'
+                    ? 'public view'
+                    : 'final'}
           </span>
         </p>
+        {live === 'restricted' && (
+          <p className="muted" data-testid="restricted-note">
+            Its progress, events and result are shown to its requester, its workers (their own tasks), validators and
+            admins; this address is none of them.
+          </p>
+        )}
         <dl className="facts">
           <div>
             <dt>Job</dt>
@@ -342,7 +361,9 @@ function useTraining(id: string, enabled: boolean, running: boolean, reload: str
           setError(null);
         }
       } catch (err) {
-        if (live) setError(errorMessage(err));
+        // The curves are the requester's, validators' and admins': a worker of the job (or
+        // anyone else) sees the page without them rather than an error.
+        if (live) setError(isForbidden(err) ? null : errorMessage(err));
       } finally {
         inFlight = false;
       }
@@ -532,10 +553,11 @@ function ResultPanel({ id }: { id: string }) {
   const p = usePortal();
   const [result, setResult] = useState<JobResult | null>(null);
   const [error, setError] = useState<string | null>(null);
+  const [forbidden, setForbidden] = useState(false);
   useEffect(() => {
     unwrap(p.api.GET('/v1/jobs/{id}/result', { params: { path: { id } } }))
       .then(setResult)
-      .catch((err: unknown) => setError(errorMessage(err)));
+      .catch((err: unknown) => (isForbidden(err) ? setForbidden(true) : setError(errorMessage(err))));
   }, [p.api, id]);
 
   // Same-origin API files need the bearer token, which a plain link cannot carry.
@@ -559,6 +581,11 @@ function ResultPanel({ id }: { id: string }) {
     <section className="card" aria-labelledby="result-title" data-testid="result">
       <h2 id="result-title">Final adapter</h2>
       {error && <Alert kind="error">{error}</Alert>}
+      {forbidden && (
+        <p className="muted" data-testid="result-restricted">
+          The adapter is the requester's: it is sealed, and opened only for the requester, validators and admins.
+        </p>
+      )}
       {result && (
         <>
           <p>
