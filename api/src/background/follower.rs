@@ -198,44 +198,30 @@ async fn apply<C: ConnectionTrait>(
             .await?;
         }
         JobEscrowEvents::JobAborted(aborted) => {
-            if let Some(job) = job_by_escrow_id(txn, chain, aborted.jobId).await? {
-                lifecycle::apply(
-                    txn,
-                    &job,
-                    Transition::Refund,
-                    |change| {
-                        JobEvent::Refunded(events::Refunded {
-                            from: change.from,
-                            to: change.to,
-                            tx_hash: tx_hash.clone(),
-                            stake_wei: aborted.stake.to_string(),
-                            reason: Some(aborted.reason.clone()),
-                        })
-                    },
-                    now,
-                )
-                .await?;
-            }
+            let reason = aborted.reason.clone();
+            on_refunded(
+                txn,
+                chain,
+                aborted.jobId,
+                aborted.stake,
+                reason,
+                &tx_hash,
+                now,
+            )
+            .await?;
         }
         JobEscrowEvents::JobRefunded(refunded) => {
-            if let Some(job) = job_by_escrow_id(txn, chain, refunded.jobId).await? {
-                lifecycle::apply(
-                    txn,
-                    &job,
-                    Transition::Refund,
-                    |change| {
-                        JobEvent::Refunded(events::Refunded {
-                            from: change.from,
-                            to: change.to,
-                            tx_hash: tx_hash.clone(),
-                            stake_wei: refunded.stake.to_string(),
-                            reason: Some("the deadline passed before the job finished".into()),
-                        })
-                    },
-                    now,
-                )
-                .await?;
-            }
+            let reason = "the deadline passed before the job finished".to_owned();
+            on_refunded(
+                txn,
+                chain,
+                refunded.jobId,
+                refunded.stake,
+                reason,
+                &tx_hash,
+                now,
+            )
+            .await?;
         }
         JobEscrowEvents::JobCancelled(cancelled) => {
             if let Some(job) = job_by_escrow_id(txn, chain, cancelled.jobId).await? {
@@ -393,6 +379,39 @@ async fn on_created<C: ConnectionTrait>(
     .await?;
     let job = crate::domain::jobs::find_job(txn, job.id).await?;
     open_round(txn, &job, 1, None, max_attempts, now).await?;
+    Ok(())
+}
+
+/// The escrow gave `stake` back to the requester of escrow job `escrow_job_id` (a refund after
+/// the deadline, or an abort), for `reason`: the job ends `refunded`.
+async fn on_refunded<C: ConnectionTrait>(
+    txn: &C,
+    chain: &Chain,
+    escrow_job_id: U256,
+    stake: U256,
+    reason: String,
+    tx_hash: &str,
+    now: DateTime<Utc>,
+) -> Result<(), BackgroundError> {
+    let Some(job) = job_by_escrow_id(txn, chain, escrow_job_id).await? else {
+        return Ok(());
+    };
+    lifecycle::apply(
+        txn,
+        &job,
+        Transition::Refund,
+        |change| {
+            JobEvent::Refunded(events::Refunded {
+                from: change.from,
+                to: change.to,
+                tx_hash: tx_hash.to_owned(),
+                stake_wei: stake.to_string(),
+                reason: Some(reason),
+            })
+        },
+        now,
+    )
+    .await?;
     Ok(())
 }
 

@@ -759,7 +759,7 @@ pub async fn large_payout_is_batched_under_the_gas_cap(ledger: &dyn Ledger, n: u
     };
     let limits = crate::ledger::PayoutLimits::default();
     let per_batch = limits.contributors_per_batch();
-    let mut outcomes = Vec::new();
+    let mut crashed_run_gas = Vec::new();
     if n > per_batch {
         // Begin and one batch, then the validator crashes.
         let crashing = CrashingAfter {
@@ -783,7 +783,7 @@ pub async fn large_payout_is_batched_under_the_gas_cap(ledger: &dyn Ledger, n: u
             ledger.job(escrow, job_id).await.unwrap().status,
             JobStatus::Paying
         );
-        outcomes.extend(crashing.gas_used.into_inner().unwrap());
+        crashed_run_gas.extend(crashing.gas_used.into_inner().unwrap());
     }
     let resumed = ledger
         .pay_federated_job(escrow, p.validator, &completion, limits)
@@ -855,7 +855,7 @@ pub async fn large_payout_is_batched_under_the_gas_cap(ledger: &dyn Ledger, n: u
     for outcome in &resumed {
         add(outcome.gas_used);
     }
-    for used in outcomes {
+    for used in crashed_run_gas {
         add(used);
     }
     assert!(

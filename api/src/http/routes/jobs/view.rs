@@ -98,10 +98,8 @@ impl FundingTerms {
             spec_cid: m.manifest_cid.clone()?,
             deadline_unix: m.deadline.timestamp(),
             kind: m.kind.escrow_code(),
-            max_fee_bps: m.spec["stake"]["max_fee_bps"]
-                .as_u64()
-                .and_then(|fee| u16::try_from(fee).ok())
-                .unwrap_or(Stake::ESCROW_MAX_FEE_BPS),
+            max_fee_bps: serde_json::from_value::<Stake>(m.spec["stake"].clone())
+                .map_or(Stake::ESCROW_MAX_FEE_BPS, |stake| stake.max_fee_bps()),
         })
     }
 }
