@@ -1,10 +1,15 @@
-//! The worker service: take a task from the queue, claim its lease through the API, fetch and
-//! verify its inputs, train, heartbeat with progress while training, upload the adapter and its
-//! metrics, submit, and only then acknowledge the message.
+//! The worker service: take a task from the queue, claim its lease through the API and
+//! acknowledge the message, then fetch and verify its inputs, train, heartbeat with progress
+//! while training, upload the adapter and its metrics, and submit.
 //!
-//! A worker that dies mid-task costs only time: its message is redelivered (or republished by
-//! the API's reaper when the lease expires) and another worker takes it. A message for a task
-//! that is done, failed or leased elsewhere is dropped after the API says so (409).
+//! The message is settled as soon as the claim succeeds because from then on the lease in the
+//! API's database is the task's only source of truth: holding the delivery while training
+//! would meet the broker's consumer timeout (RabbitMQ closes the channel after 30 minutes by
+//! default and redelivers, counting towards the dead-letter limit; the table queue redelivers
+//! after its visibility timeout), while an LLM task can train for hours. A worker that dies
+//! mid-task costs only time: its lease stops being extended, expires, and the API's reaper
+//! requeues the task (a new message) for another worker. A message for a task that is done,
+//! failed or leased elsewhere is dropped after the API says so (409).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,7 +63,7 @@ pub struct WorkerNode {
 /// What one delivery came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Handled {
-    /// The task was trained, its adapter submitted and the message acknowledged.
+    /// The task was claimed (its message acknowledged), trained and its adapter submitted.
     Submitted {
         /// The task submitted.
         task: uuid::Uuid,
@@ -130,36 +135,40 @@ impl WorkerNode {
                 return Err(e.into());
             }
         };
+        // The lease is ours: settle the message now (see the module's note). Should the ack
+        // not reach the broker, the message comes back and its next claim is refused (409).
+        if let Err(e) = delivery.ack().await {
+            tracing::warn!(task = %lease.task_id, error = %e, "claimed, but the ack was lost; training anyway");
+        }
         let span = tracing::info_span!("task", task = %lease.task_id, job = %lease.task.job_id,
             round = lease.task.round, shard = lease.task.shard_index);
         // Instrumented, not entered: a span guard held across an await leaks into whatever
         // else runs on the thread (other workers' and the validator's lines came out nested
         // in this task's span).
-        async { match self.run_task(&lease).await {
-            Ok(()) => {
-                delivery.ack().await?;
-                Ok(Handled::Submitted {
+        async {
+            match self.run_task(&lease).await {
+                Ok(()) => Ok(Handled::Submitted {
                     task: lease.task_id,
-                })
-            }
-            Err(e) => {
-                // Give the task back with the reason: it is requeued at once for another worker
-                // (or failed, with this reason, once its attempts are used up). Should the API
-                // not hear it, the lease expires and the reaper does the same, later.
-                match self
-                    .api
-                    .abandon(lease.task_id, lease.lease_token, &e.to_string())
-                    .await
-                {
-                    Ok(status) => tracing::warn!(error = %e, %status, "task abandoned"),
-                    Err(report) => {
-                        tracing::warn!(error = %e, %report, "task failed; its lease will expire")
+                }),
+                Err(e) => {
+                    // Give the task back with the reason: it is requeued at once for another
+                    // worker (or failed, with this reason, once its attempts are used up).
+                    // Should the API not hear it, the lease expires and the reaper does the
+                    // same, later.
+                    match self
+                        .api
+                        .abandon(lease.task_id, lease.lease_token, &e.to_string())
+                        .await
+                    {
+                        Ok(status) => tracing::warn!(error = %e, %status, "task abandoned"),
+                        Err(report) => {
+                            tracing::warn!(error = %e, %report, "task failed; its lease will expire")
+                        }
                     }
+                    Err(e)
                 }
-                delivery.ack().await?;
-                Err(e)
             }
-        } }
+        }
         .instrument(span)
         .await
     }
