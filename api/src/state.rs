@@ -8,6 +8,7 @@ use sea_orm::DatabaseConnection;
 use shardwork_core::queue::TaskQueue;
 use shardwork_core::store::ContentStore;
 
+use crate::background::leadership::Role;
 use crate::background::wakeups::Wakeups;
 use crate::chain::Chain;
 use crate::configuration::{ApiConfig, ConfigError};
@@ -51,6 +52,8 @@ pub struct AppState {
     pub job_reads: JobReads,
     /// Signals that wake the background loops when there is work for them.
     pub wakeups: Wakeups,
+    /// Whether this replica runs the background loops now (one replica at a time).
+    pub background_role: Role,
 }
 
 impl AppState {
@@ -66,6 +69,7 @@ impl AppState {
             limiter: RateLimiter::new(config.rate_limit_per_minute),
             job_reads: job_reads(ports.db.clone()),
             wakeups: Wakeups::default(),
+            background_role: Role::default(),
             metrics: Metrics::default(),
             tokens,
             config,

@@ -177,3 +177,10 @@ pub async fn fresh_database(admin_url: &str) -> String {
     let slash = admin_url.rfind('/').expect("URL names a database");
     format!("{}/{name}", &admin_url[..slash])
 }
+
+/// A plain HTTP client for the tests' own requests (reqwest is built without a default TLS
+/// provider; this installs the one the project's client uses).
+pub fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}

@@ -1,6 +1,7 @@
 //! Starting the background loops: the outbox dispatcher, the chain follower and the reaper,
-//! each a loop that polls, acts, and sleeps. They stop when the returned handle is dropped or
-//! stopped.
+//! each a loop that polls, acts, and sleeps. They run only while this process holds the
+//! background lease (`crate::background::leadership`: one replica at a time), and stop when the
+//! returned handle is dropped or stopped.
 //!
 //! A loop with work waiting is woken at once (`crate::background::wakeups`) rather than at its
 //! next poll: a merge's next round was published up to 250 ms after it was committed, and a
@@ -16,6 +17,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::background::follower::follow_once;
+use crate::background::leadership;
 use crate::background::outbox::Dispatcher;
 use crate::background::reaper::reap_once;
 use crate::state::AppState;
@@ -49,12 +51,35 @@ impl Drop for Background {
     }
 }
 
-/// Declares the task queue and starts the loops.
+/// Declares the task queue, then runs the loops whenever this process holds the background
+/// lease: at once on SQLite, on PostgreSQL as soon as no other replica holds it.
 pub async fn start(
     state: Arc<AppState>,
     queue_options: &QueueOptions,
 ) -> Result<Background, QueueError> {
     state.queue.declare(TASK_QUEUE, queue_options).await?;
+    let supervisor = tokio::spawn(async move {
+        loop {
+            let mut lease = leadership::acquire(&state.db).await;
+            tracing::info!("background lease taken: running the outbox, follower and reaper");
+            state.background_role.set_leader(true);
+            let loops = spawn_loops(state.clone());
+            lease.lost().await;
+            // Stopped before anything else: the lock may be someone else's by the next
+            // heartbeat.
+            drop(loops);
+            state.background_role.set_leader(false);
+            tracing::warn!("background lease lost: loops stopped; standing by");
+            leadership::release(lease).await;
+        }
+    });
+    Ok(Background {
+        handles: vec![supervisor],
+    })
+}
+
+/// Spawns the three loops; dropping the result stops them.
+fn spawn_loops(state: Arc<AppState>) -> Background {
     let interval = Duration::from_millis(state.config.background_interval_ms.max(10));
     let mut handles = Vec::new();
 
@@ -107,5 +132,5 @@ pub async fn start(
             tokio::time::sleep(interval.max(Duration::from_millis(500))).await;
         }
     }));
-    Ok(Background { handles })
+    Background { handles }
 }

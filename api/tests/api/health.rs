@@ -16,6 +16,8 @@ async fn healthz_and_readyz_answer_when_the_database_does(backend: Backend) {
     let reply = send(&service, TestRequest::get().uri("/readyz")).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert!(reply.headers.contains_key("x-request-id"));
+    // The background loops were not started here: this process stands by.
+    assert_eq!(reply.body["background"], "standby");
 }
 
 async fn readyz_is_503_problem_when_the_database_is_gone(backend: Backend) {

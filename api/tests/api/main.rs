@@ -6,6 +6,7 @@ mod auth;
 mod flow;
 mod health;
 mod jobs;
+mod leadership;
 mod models;
 mod openapi;
 mod progress;

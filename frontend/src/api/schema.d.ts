@@ -1756,6 +1756,13 @@ export type components = {
         /** @description The readiness answer. */
         Readiness: {
             /**
+             * @description `leader` when this replica runs the background loops (outbox, chain follower, reaper),
+             *     `standby` while another replica does (one at a time; a standby takes over within
+             *     seconds of the leader's death). Both serve every route.
+             * @example leader
+             */
+            background: string;
+            /**
              * @description Always `ok`: an unreachable database answers 503 instead.
              * @example ok
              */

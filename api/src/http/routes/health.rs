@@ -23,6 +23,11 @@ pub struct Readiness {
     /// Always `ok`: an unreachable database answers 503 instead.
     #[schema(example = "ok")]
     pub database: &'static str,
+    /// `leader` when this replica runs the background loops (outbox, chain follower, reaper),
+    /// `standby` while another replica does (one at a time; a standby takes over within
+    /// seconds of the leader's death). Both serve every route.
+    #[schema(example = "leader")]
+    pub background: &'static str,
 }
 
 /// The process is up and serving HTTP.
@@ -56,6 +61,7 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     Ok(HttpResponse::Ok().json(Readiness {
         status: "ready",
         database: "ok",
+        background: state.background_role.name(),
     }))
 }
 
