@@ -184,3 +184,95 @@ pub fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
 }
+
+/// One JSON-RPC call to a chain node (anvil); its `result`.
+pub async fn rpc(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    params: serde_json::Value,
+) -> serde_json::Value {
+    let body: serde_json::Value = http
+        .post(url)
+        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e}"));
+    body["result"].clone()
+}
+
+/// Reads every block of the chain at `url` and checks the transactions `from` sent: none
+/// reverted, and none repeats another's call (its selector and first argument, which for the
+/// escrow's operator calls is the job id: a second `markStarted` or payout of one job). Returns
+/// how many there were.
+pub async fn distinct_successful_calls(
+    http: &reqwest::Client,
+    url: &str,
+    from: alloy::primitives::Address,
+) -> usize {
+    let from = format!("{from:#x}");
+    let last = rpc(http, url, "eth_blockNumber", serde_json::json!([])).await;
+    let last = u64::from_str_radix(last.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+    let mut calls = std::collections::BTreeSet::new();
+    for n in 0..=last {
+        let block = rpc(
+            http,
+            url,
+            "eth_getBlockByNumber",
+            serde_json::json!([format!("{n:#x}"), true]),
+        )
+        .await;
+        for tx in block["transactions"].as_array().unwrap() {
+            if tx["from"].as_str().unwrap().to_ascii_lowercase() != from {
+                continue;
+            }
+            let receipt = rpc(
+                http,
+                url,
+                "eth_getTransactionReceipt",
+                serde_json::json!([tx["hash"]]),
+            )
+            .await;
+            assert_eq!(
+                receipt["status"], "0x1",
+                "a reverted call from {from}: {tx}"
+            );
+            let input = tx["input"].as_str().unwrap();
+            let call = input[..(2 + 8 + 64).min(input.len())].to_owned();
+            assert!(
+                calls.insert(call.clone()),
+                "{from} sent this call twice: {call}"
+            );
+        }
+    }
+    calls.len()
+}
+
+/// The development escrow an API deployed and remembered in its data folder.
+pub fn remembered_escrow(data_dir: &Path) -> alloy::primitives::Address {
+    std::fs::read_to_string(data_dir.join("escrow-31337.toml"))
+        .expect("the API remembered its escrow")
+        .lines()
+        .find_map(|l| l.strip_prefix("address = "))
+        .map(|v| v.trim_matches('"').parse().expect("an address"))
+        .expect("an address line")
+}
+
+/// A federated job of the generated sample model (sentiment classification, fast to train)
+/// on `model_cid`; trained long enough per task that honest round-2 updates stay clear of the
+/// acceptance rule's margin.
+pub fn sample_spec(model_cid: &str, shards: u32, rounds: u32) -> serde_json::Value {
+    serde_json::json!({
+        "version": 1, "kind": "federated",
+        "base_model": { "cid": model_cid, "format": "safetensors", "architecture": "bert",
+                        "task": "sequence_classification", "num_labels": 2 },
+        "lora": { "r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["query", "value"] },
+        "training": { "epochs": 24, "learning_rate": 0.01, "batch_size": 16, "max_seq_len": 16, "seed": 42 },
+        "shards": shards, "rounds": rounds, "held_out_fraction": 0.2,
+        "deadline": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(),
+        "stake": { "amount": "1000000000000000000" }
+    })
+}

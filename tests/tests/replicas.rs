@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use alloy::primitives::{Address, U256};
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::Value;
 use shardwork_client::ApiClient;
 use shardwork_contracts::Ledger;
 use shardwork_contracts::dev_keys::{DEV_PRIVATE_KEYS, dev_addresses, dev_signers};
@@ -43,20 +43,6 @@ async fn background_role(http: &reqwest::Client, url: &str) -> Option<String> {
         .await
         .ok()?;
     body["background"].as_str().map(str::to_owned)
-}
-
-/// One JSON-RPC call to anvil.
-async fn rpc(http: &reqwest::Client, url: &str, method: &str, params: Value) -> Value {
-    let body: Value = http
-        .post(url)
-        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["result"].clone()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -183,18 +169,7 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
     )
     .await
     .unwrap();
-    let spec = json!({
-        "version": 1, "kind": "federated",
-        "base_model": { "cid": model_cid, "format": "safetensors", "architecture": "bert",
-                        "task": "sequence_classification", "num_labels": 2 },
-        "lora": { "r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["query", "value"] },
-        // As the single-API real-servers test trains it (with fewer epochs, honest round-2
-        // updates of this tiny model can fall below the merged start and be rejected).
-        "training": { "epochs": 24, "learning_rate": 0.01, "batch_size": 16, "max_seq_len": 16, "seed": 42 },
-        "shards": 3, "rounds": 2, "held_out_fraction": 0.2,
-        "deadline": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(),
-        "stake": { "amount": "1000000000000000000" }
-    });
+    let spec = shardwork_tests::sample_spec(&model_cid, 3, 2);
     let job = requester
         .post_job(
             &spec,
@@ -269,40 +244,10 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
         .collect();
     assert_eq!(led, vec![successor]);
 
-    // The operator's transactions: each call for the job once, none reverted.
-    let operator = format!("{:#x}", dev_addresses()[1]);
-    let last = rpc(&http, anvil.url(), "eth_blockNumber", json!([])).await;
-    let last = u64::from_str_radix(last.as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
-    let mut calls = BTreeSet::new();
-    let mut sent = 0;
-    for n in 0..=last {
-        let block = rpc(
-            &http,
-            anvil.url(),
-            "eth_getBlockByNumber",
-            json!([format!("{n:#x}"), true]),
-        )
-        .await;
-        for tx in block["transactions"].as_array().unwrap() {
-            if tx["from"].as_str().unwrap().to_ascii_lowercase() != operator {
-                continue;
-            }
-            sent += 1;
-            let receipt = rpc(
-                &http,
-                anvil.url(),
-                "eth_getTransactionReceipt",
-                json!([tx["hash"]]),
-            )
-            .await;
-            assert_eq!(receipt["status"], "0x1", "a reverted operator call: {tx}");
-            // The selector and the first argument (the escrow's job id).
-            let input = tx["input"].as_str().unwrap();
-            let call = input[..(2 + 8 + 64).min(input.len())].to_owned();
-            assert!(calls.insert(call.clone()), "sent twice: {call}");
-        }
-    }
-    // `markStarted` and one `completeFederatedJob`.
+    // The operator's transactions: each call for the job once, none reverted: `markStarted`
+    // and one `completeFederatedJob`.
+    let sent =
+        shardwork_tests::distinct_successful_calls(&http, anvil.url(), dev_addresses()[1]).await;
     assert_eq!(sent, 2, "operator transactions");
 
     let db = Database::connect(&database_url).await.unwrap();
@@ -334,12 +279,7 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
             _ => None,
         })
         .unwrap();
-    let escrow: Address = std::fs::read_to_string(shared_data.join("escrow-31337.toml"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("address = "))
-        .map(|v| v.trim_matches('"').parse().unwrap())
-        .unwrap();
+    let escrow = shardwork_tests::remembered_escrow(&shared_data);
     let ledger = RpcLedger::connect(RpcConfig::new(anvil.url()), Vec::new())
         .await
         .unwrap();
