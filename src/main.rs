@@ -29,7 +29,13 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(run()),
+        Ok(runtime) => {
+            let code = runtime.block_on(run());
+            // A stopped worker leaves its training thread behind (its task was given back):
+            // do not wait for it, as dropping the runtime would.
+            runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+            code
+        }
         Err(err) => {
             eprintln!("error: starting the async runtime: {err}");
             std::process::ExitCode::FAILURE

@@ -414,6 +414,23 @@ impl ApiClient {
         Ok(answer["status"].as_str().unwrap_or_default().to_owned())
     }
 
+    /// Gives a held task back unfinished because this worker is stopping; returns where it
+    /// went and whether its attempt was returned (the first two releases of a task).
+    pub async fn release(&self, task_id: Uuid, lease_token: Uuid) -> Result<(String, bool)> {
+        let answer: serde_json::Value = self
+            .call(
+                "POST",
+                &format!("/v1/tasks/{task_id}/release"),
+                Some(serde_json::json!({ "lease_token": lease_token })),
+                None,
+            )
+            .await?;
+        Ok((
+            answer["status"].as_str().unwrap_or_default().to_owned(),
+            answer["attempt_returned"].as_bool().unwrap_or(false),
+        ))
+    }
+
     /// Hands in a trained adapter for a leased task (worker role).
     pub async fn submit(&self, submission: &Submission) -> Result<serde_json::Value> {
         self.call(

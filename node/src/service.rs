@@ -48,7 +48,9 @@ pub fn shutdown_on_signal() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         stop_signal().await;
-        tracing::info!("shutting down: finishing the current task");
+        tracing::info!(
+            "shutting down: a worker gives its task back, the validator finishes its verdict"
+        );
         let _ = tx.send(true);
     });
     rx

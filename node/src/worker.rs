@@ -68,6 +68,11 @@ pub enum Handled {
         /// The task submitted.
         task: uuid::Uuid,
     },
+    /// The worker was stopping: the task was given back unfinished.
+    Released {
+        /// The task given back.
+        task: uuid::Uuid,
+    },
     /// Done, failed or held elsewhere: the message was dropped.
     Dropped {
         /// The API's answer, or why the message could not be decoded.
@@ -76,8 +81,8 @@ pub enum Handled {
 }
 
 impl WorkerNode {
-    /// Registers and consumes tasks until `shutdown` turns true; a task in progress is finished
-    /// (and submitted) before the loop returns.
+    /// Registers and consumes tasks until `shutdown` turns true; a task in progress then is
+    /// given back to the API (released, its attempt returned) before the loop returns.
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
         let capabilities = crate::capacity::measure(&self.device, self.memory_limit_mb)?;
         tracing::info!(%capabilities, "registering");
@@ -93,15 +98,20 @@ impl WorkerNode {
             };
             let Some(delivery) = next else { continue };
             let key = delivery.idempotency_key.clone();
-            match self.handle(delivery).await {
+            match self.handle(delivery, &mut shutdown).await {
                 Ok(outcome) => tracing::info!(%key, ?outcome, "task message handled"),
                 Err(e) => tracing::warn!(%key, error = %e, "task not trained"),
             }
         }
     }
 
-    /// Handles one delivery end to end and settles it.
-    pub async fn handle(&self, delivery: Delivery) -> Result<Handled, NodeError> {
+    /// Handles one delivery end to end and settles it; a task in progress when `shutdown`
+    /// turns true is given back ([`Handled::Released`]).
+    async fn handle(
+        &self,
+        delivery: Delivery,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Handled, NodeError> {
         let message: TaskMessage = match TaskMessage::decode(&delivery.payload) {
             Ok(m) => m,
             Err(e) => {
@@ -146,11 +156,35 @@ impl WorkerNode {
         // else runs on the thread (other workers' and the validator's lines came out nested
         // in this task's span).
         async {
-            match self.run_task(&lease).await {
-                Ok(()) => Ok(Handled::Submitted {
+            let finished = tokio::select! {
+                finished = self.run_task(&lease) => Some(finished),
+                _ = shutdown.wait_for(|stop| *stop) => None,
+            };
+            match finished {
+                // Stopping: the training is left behind (its thread ends with the process) and
+                // the task goes back at once, its attempt returned, rather than holding the
+                // process for as long as the task trains or leaving it to the lease's expiry,
+                // which would count an attempt.
+                None => {
+                    match self.api.release(lease.task_id, lease.lease_token).await {
+                        Ok((status, attempt_returned)) => tracing::info!(
+                            %status,
+                            attempt_returned,
+                            "stopping: task given back"
+                        ),
+                        Err(e) => tracing::warn!(
+                            error = %e,
+                            "stopping: the task could not be given back; its lease will expire"
+                        ),
+                    }
+                    Ok(Handled::Released {
+                        task: lease.task_id,
+                    })
+                }
+                Some(Ok(())) => Ok(Handled::Submitted {
                     task: lease.task_id,
                 }),
-                Err(e) => {
+                Some(Err(e)) => {
                     // Give the task back with the reason: it is requeued at once for another
                     // worker (or failed, with this reason, once its attempts are used up).
                     // Should the API not hear it, the lease expires and the reaper does the

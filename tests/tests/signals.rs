@@ -136,3 +136,159 @@ fn serve_stops_on_one_sigint_and_exits_0() {
         "the last log line is not the API's stop: {stderr:#?}"
     );
 }
+
+/// `shardwork-node worker` sent SIGINT while it trains: it gives the task back (released, its
+/// attempt returned) and exits 0 at once instead of training on; another worker then trains
+/// the task on the same attempt number and the job completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_mid_task_gives_its_task_back_on_one_sigint_and_exits_0() {
+    use shardwork_core::protocol::JobEvent;
+    use shardwork_core::testkit::services::{Service, service_url};
+    use shardwork_tests::{Process, eventually, free_port, wait_healthy};
+    use std::sync::Arc;
+
+    let Some(amqp) = service_url(Service::RabbitMq, "a worker stopped mid-task") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let api_url = format!("http://127.0.0.1:{port}");
+    let env: Vec<(String, String)> = [
+        (
+            "SHARDWORK_DATA_DIR",
+            dir.path().join("data").display().to_string(),
+        ),
+        ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
+        ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
+        ("SHARDWORK_QUEUE__AMQP_URL", amqp.clone()),
+        ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
+        ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let mut up = Process::start(&["up", "--workers", "0"], &env, &dir.path().join("up.log"));
+    wait_healthy(&api_url, &mut up, Duration::from_secs(120)).await;
+    let worker = |key: usize| {
+        Process::start_binary(
+            &shardwork_tests::node_binary(),
+            &[
+                "worker",
+                "--work-dir",
+                &dir.path()
+                    .join(format!("worker-{key}"))
+                    .display()
+                    .to_string(),
+            ],
+            &[
+                ("SHARDWORK_API_URL".to_owned(), api_url.clone()),
+                ("SHARDWORK_QUEUE__AMQP_URL".to_owned(), amqp.clone()),
+                ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
+                (
+                    "SHARDWORK_NODE_KEY".to_owned(),
+                    shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[key].to_owned(),
+                ),
+            ],
+            &dir.path().join(format!("worker-{key}.log")),
+        )
+    };
+    let mut stopping = worker(5);
+
+    let requester = Arc::new(
+        shardwork_client::ApiClient::new(
+            &api_url,
+            shardwork_contracts::dev_keys::dev_signers()[3].clone(),
+            &[],
+        )
+        .unwrap(),
+    );
+    let model_dir = dir.path().join("model");
+    shardwork_trainer::sample::write_model(&model_dir, 42).unwrap();
+    let model_cid = shardwork_node::content::put_bundle(
+        &shardwork_node::content::ApiBlobs(requester.clone()),
+        "model",
+        &model_dir,
+        &["config.json", "model.safetensors", "tokenizer.json"],
+        None,
+    )
+    .await
+    .unwrap();
+    // One task that trains for tens of seconds.
+    let mut spec = shardwork_tests::sample_spec(&model_cid, 1, 1);
+    spec["training"]["epochs"] = 100.into();
+    let job = requester
+        .post_job(
+            &spec,
+            bytes::Bytes::from(shardwork_trainer::sample::dataset(600, 7)),
+        )
+        .await
+        .unwrap();
+    let job_id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    requester.dev_fund(job_id).await.unwrap();
+    let r = requester.clone();
+    eventually("worker 5 claims the task", Duration::from_secs(60), || {
+        let r = r.clone();
+        async move {
+            let events = r.events(job_id, 0).await.ok()?;
+            events
+                .iter()
+                .any(|e| matches!(e.event, JobEvent::TaskClaimed(_)))
+                .then_some(())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let status = Command::new("kill")
+        .args(["-INT", &stopping.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let signalled = Instant::now();
+    let exit = loop {
+        if let Some(exit) = stopping.child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(15),
+            "the worker still runs 15 s after SIGINT:\n{}",
+            stopping.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let stopped_in = signalled.elapsed();
+    assert!(exit.success(), "exited {exit:?}:\n{}", stopping.log_text());
+    let log = stopping.log_text();
+    assert!(log.contains("stopping: task given back"), "{log}");
+
+    // Another worker trains it, on the attempt the first one returned.
+    let _other = worker(6);
+    let r = requester.clone();
+    eventually("the job completes", Duration::from_secs(180), || {
+        let r = r.clone();
+        async move {
+            let job = r.job(job_id).await.ok()?;
+            (job["status"] == "completed").then_some(())
+        }
+    })
+    .await;
+    let events = requester.events(job_id, 0).await.unwrap();
+    let claims: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            JobEvent::TaskClaimed(c) => Some(c.attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        claims,
+        vec![1, 1],
+        "the second claim reuses the returned attempt"
+    );
+    assert!(
+        events.iter().any(|e| matches!(&e.event,
+            JobEvent::TaskRequeued(a) if a.reason.contains("released it; the attempt was returned"))),
+        "{events:#?}"
+    );
+    println!("worker stopped {stopped_in:?} after SIGINT, its task given back");
+}

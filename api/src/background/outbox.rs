@@ -190,7 +190,7 @@ async fn publish(
         let payload = serde_json::to_vec(&message)
             .map_err(|e| BackgroundError::Corrupt(format!("encoding task {}: {e}", t.id)))?;
         messages.push(OutgoingMessage {
-            idempotency_key: message.publication_key(t.attempts),
+            idempotency_key: message.publication_key(t.attempts, t.releases),
             payload: Bytes::from(payload),
             delay: None,
         });

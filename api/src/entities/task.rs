@@ -28,6 +28,9 @@ pub struct Model {
     pub attempts: i32,
     /// Claims allowed before the task fails.
     pub max_attempts: i32,
+    /// Times a stopping worker gave it back with its attempt returned
+    /// (at most `MAX_FREE_RELEASES`; `crate::domain::flow::tasks::release`).
+    pub releases: i32,
     /// The last heartbeat's progress (step, loss, tokens/s).
     pub progress: Option<Json>,
     /// When the task was created (its round opened).

@@ -160,6 +160,10 @@ fn routes(cfg: &mut web::ServiceConfig) {
                     vec![web::post().to(tasks::abandon)],
                 ))
                 .service(resource(
+                    "/tasks/{id}/release",
+                    vec![web::post().to(tasks::release)],
+                ))
+                .service(resource(
                     "/tasks/{id}/submit",
                     vec![web::post().to(tasks::submit)],
                 ))

@@ -112,6 +112,7 @@ pub const BEARER: &str = "bearer";
         routes::tasks::claim,
         routes::tasks::extend,
         routes::tasks::abandon,
+        routes::tasks::release,
         routes::tasks::submit,
         routes::validator::pending,
         routes::validator::verdict,

@@ -651,6 +651,91 @@ async fn expired_leases_go_back_to_the_queue_until_attempts_run_out(backend: Bac
     assert!(kinds.contains(&"task_failed"), "{kinds:?}");
 }
 
+async fn a_stopping_worker_releases_its_task_with_the_attempt_returned_twice(backend: Backend) {
+    let mut cfg = config();
+    cfg.task_max_attempts = 2;
+    let Some(app) = TestApp::with_config_and_chain(backend, cfg, true).await else {
+        return;
+    };
+    let service = app.service().await;
+    app.state
+        .queue
+        .declare(TASK_QUEUE, &QueueOptions::default())
+        .await
+        .unwrap();
+    let mut dispatcher = Dispatcher::default();
+    let requester = access_token(&service, &requester_key(), &[]).await;
+    let worker = access_token(&service, &worker_key(), &["worker"]).await;
+    send(
+        &service,
+        post_json(
+            &worker,
+            "/v1/workers/register",
+            json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
+        ),
+    )
+    .await;
+    let mut s = spec();
+    s["shards"] = json!(1);
+    s["rounds"] = json!(1);
+    let reply = send(&service, post_job(&requester, &s, &dataset(20))).await;
+    let job_id = reply.body["id"].as_str().unwrap().to_owned();
+    send(
+        &service,
+        post_json(
+            &requester,
+            &format!("/v1/jobs/{job_id}/dev-fund"),
+            json!({}),
+        ),
+    )
+    .await;
+    step(&app, &mut dispatcher).await;
+    let task = take_tasks(&app, 1).await.remove(0);
+    let claim_path = format!("/v1/tasks/{}/claim", task.task_id);
+    // Two releases give the attempt back; the task is published again each time.
+    for _ in 0..2 {
+        let lease = send(&service, post_json(&worker, &claim_path, json!({}))).await;
+        assert_eq!(lease.body["attempt"], 1, "{}", lease.text);
+        let token = lease.body["lease_token"].as_str().unwrap().to_owned();
+        let path = format!("/v1/tasks/{}/release", task.task_id);
+        // Only under its own lease token.
+        send(
+            &service,
+            post_json(&worker, &path, json!({"lease_token": uuid::Uuid::new_v4()})),
+        )
+        .await
+        .problem(409, "conflict");
+        let released = send(
+            &service,
+            post_json(&worker, &path, json!({"lease_token": token})),
+        )
+        .await;
+        assert_eq!(released.status, 200, "{}", released.text);
+        assert_eq!(released.body["status"], "queued");
+        assert_eq!(released.body["attempt_returned"], true);
+        step(&app, &mut dispatcher).await;
+        assert_eq!(take_tasks(&app, 1).await[0].task_id, task.task_id);
+    }
+    // The third counts: attempt 1 used, attempt 2 is the last.
+    let lease = send(&service, post_json(&worker, &claim_path, json!({}))).await;
+    let token = lease.body["lease_token"].as_str().unwrap().to_owned();
+    let released = send(
+        &service,
+        post_json(
+            &worker,
+            &format!("/v1/tasks/{}/release", task.task_id),
+            json!({"lease_token": token}),
+        ),
+    )
+    .await;
+    assert_eq!(released.body["status"], "queued", "{}", released.text);
+    assert_eq!(released.body["attempt_returned"], false);
+    step(&app, &mut dispatcher).await;
+    assert_eq!(take_tasks(&app, 1).await[0].task_id, task.task_id);
+    let last = send(&service, post_json(&worker, &claim_path, json!({}))).await;
+    assert_eq!(last.body["attempt"], 2, "{}", last.text);
+}
+
 async fn workers_cannot_read_the_held_out_set_or_the_raw_dataset(backend: Backend) {
     let Some(app) = TestApp::with_chain(backend).await else {
         return;
@@ -779,6 +864,7 @@ async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
 on_both_databases!(
     federated_job_runs_from_funding_to_payout,
     expired_leases_go_back_to_the_queue_until_attempts_run_out,
+    a_stopping_worker_releases_its_task_with_the_attempt_returned_twice,
     workers_cannot_read_the_held_out_set_or_the_raw_dataset,
     a_job_past_its_deadline_is_refunded_on_chain,
 );

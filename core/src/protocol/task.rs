@@ -49,9 +49,14 @@ impl TaskMessage {
 
     /// The key of one publication of the task: a task requeued after a lost lease or a
     /// rejected adapter is a new message (its earlier one was settled), while a publish
-    /// repeated by the outbox after a crash is the same message and the queue drops it.
-    pub fn publication_key(&self, attempt: i32) -> String {
-        format!("{}/attempt/{attempt}", self.idempotency_key())
+    /// repeated by the outbox after a crash is the same message and the queue drops it. A task
+    /// released by a stopping worker gets its attempt back, so its release count tells that
+    /// publication from the one before it.
+    pub fn publication_key(&self, attempt: i32, releases: i32) -> String {
+        match releases {
+            0 => format!("{}/attempt/{attempt}", self.idempotency_key()),
+            n => format!("{}/attempt/{attempt}/release/{n}", self.idempotency_key()),
+        }
     }
 
     /// Decodes a task from a queue payload and checks it.

@@ -567,6 +567,28 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/release": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Gives a leased task back unfinished because the worker is stopping (Ctrl-C, SIGTERM, a
+         *     deploy): requeued at once for another worker with the attempt returned, twice per task;
+         *     later releases of the task count like an abandoned attempt.
+         * @description **Role:** `worker`.
+         */
+        post: operations["release_task"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{id}/submit": {
         parameters: {
             query?: never;
@@ -1836,6 +1858,24 @@ export type components = {
         RegisterRequest: {
             /** @description What the worker can train on; replaces any earlier statement. */
             capabilities: components["schemas"]["Capabilities"];
+        };
+        /** @description A stopping worker's release of its lease. */
+        ReleaseRequest: {
+            /**
+             * Format: uuid
+             * @description The lease token from the claim: proves the caller still holds the task.
+             */
+            lease_token: string;
+        };
+        /** @description Where the released task went. */
+        ReleaseResponse: {
+            /**
+             * @description True when the attempt was given back (the first two releases of a task); false when
+             *     the release counted like an abandoned attempt.
+             */
+            attempt_returned: boolean;
+            /** @description `queued` for another worker, or `failed` when a counted release used up its attempts. */
+            status: components["schemas"]["TaskStatus"];
         };
         /** @description One file of the final adapter. */
         ResultFile: {
@@ -3935,6 +3975,81 @@ export interface operations {
             };
             429: components["responses"]["RateLimited"];
             /** @description The lease could not be written */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    release_task: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The task id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReleaseRequest"];
+            };
+        };
+        responses: {
+            /** @description Where the task went */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReleaseResponse"];
+                };
+            };
+            /** @description The body is not JSON or a field has the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description No task has this id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The caller does not hold the lease */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body exceeds the JSON limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["RateLimited"];
+            /** @description The task could not be written */
             500: {
                 headers: {
                     [name: string]: unknown;

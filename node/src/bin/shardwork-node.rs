@@ -113,18 +113,31 @@ struct QueueArgs {
     memory_mb: Option<u64>,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWORK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
-    match run(Cli::parse()).await {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = match runtime.block_on(run(Cli::parse())) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             std::process::ExitCode::FAILURE
         }
-    }
+    };
+    // A stopped worker leaves its training thread behind (the task was given back): do not
+    // wait for it, as dropping the runtime would.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    code
 }
 
 async fn run(cli: Cli) -> Result<(), NodeError> {

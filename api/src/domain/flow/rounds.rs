@@ -60,6 +60,7 @@ pub async fn open_round<C: ConnectionTrait>(
             lease_expires_at: Set(None),
             attempts: Set(0),
             max_attempts: Set(max_attempts),
+            releases: Set(0),
             progress: Set(None),
             created_at: Set(now),
             updated_at: Set(now),

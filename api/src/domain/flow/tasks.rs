@@ -370,6 +370,87 @@ pub async fn abandon(
     Ok(status)
 }
 
+/// Uncounted releases a task allows: enough for its workers' restarts and deploys, few enough
+/// that holding a task over and over costs its attempts like any other failure.
+pub const MAX_FREE_RELEASES: i32 = 2;
+
+/// A stopping worker (Ctrl-C, SIGTERM, a deploy) gives its task back unfinished: it is
+/// requeued at once with the attempt returned, so stopping a worker is not a failure that
+/// counts towards ending the job. After [`MAX_FREE_RELEASES`] such releases of the task a
+/// release counts like [`abandon`]. Returns where the task went and whether the attempt was
+/// returned.
+pub async fn release(
+    db: &DatabaseConnection,
+    task_id: Uuid,
+    worker: &worker::Model,
+    token: Uuid,
+    now: DateTime<Utc>,
+) -> Result<(TaskStatus, bool), DomainError> {
+    let txn = db.begin().await?;
+    let task = find_task(&txn, task_id).await?;
+    check_holder(&task, worker, token)?;
+    if task.releases >= MAX_FREE_RELEASES {
+        let status = requeue(
+            &txn,
+            &task,
+            &format!(
+                "{} stopped and released it (the task's {MAX_FREE_RELEASES} uncounted releases are used)",
+                worker.address
+            ),
+            now,
+        )
+        .await?;
+        txn.commit().await?;
+        return Ok((status, false));
+    }
+    let updated = task::Entity::update_many()
+        .col_expr(
+            task::Column::Status,
+            Expr::value(TaskStatus::Queued.as_str()),
+        )
+        .col_expr(task::Column::LeaseHolder, Expr::value(Option::<Uuid>::None))
+        .col_expr(task::Column::LeaseToken, Expr::value(Option::<Uuid>::None))
+        .col_expr(
+            task::Column::LeaseExpiresAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(task::Column::Attempts, Expr::value(task.attempts - 1))
+        .col_expr(task::Column::Releases, Expr::value(task.releases + 1))
+        .col_expr(task::Column::UpdatedAt, Expr::value(now))
+        .filter(task::Column::Id.eq(task.id))
+        .filter(task::Column::Status.eq(task.status))
+        .filter(task::Column::Attempts.eq(task.attempts))
+        .exec(&txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "task {} changed while being released",
+            task.id
+        )));
+    }
+    // Published again by the outbox; the attempt number of the next claim is this one's.
+    let attempt = events::TaskAttempt {
+        task_id: task.id,
+        round: task.round as u32,
+        attempts: (task.attempts - 1) as u32,
+        max_attempts: task.max_attempts as u32,
+        reason: format!(
+            "{} stopped and released it; the attempt was returned",
+            worker.address
+        ),
+    };
+    record_event(
+        &txn,
+        task.job_id,
+        &JobEvent::TaskRequeued(attempt),
+        true,
+        now,
+    )
+    .await?;
+    txn.commit().await?;
+    Ok((TaskStatus::Queued, true))
+}
+
 /// Records `submission` for the task: idempotent (the same submission again answers with the
 /// stored one), and refused once the lease has passed to someone else.
 pub async fn submit(

@@ -170,6 +170,66 @@ pub async fn abandon(
     Ok(HttpResponse::Ok().json(AbandonResponse { status }))
 }
 
+/// A stopping worker's release of its lease.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    /// The lease token from the claim: proves the caller still holds the task.
+    pub lease_token: Uuid,
+}
+
+/// Where the released task went.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReleaseResponse {
+    /// `queued` for another worker, or `failed` when a counted release used up its attempts.
+    pub status: TaskStatus,
+    /// True when the attempt was given back (the first two releases of a task); false when
+    /// the release counted like an abandoned attempt.
+    pub attempt_returned: bool,
+}
+
+/// Gives a leased task back unfinished because the worker is stopping (Ctrl-C, SIGTERM, a
+/// deploy): requeued at once for another worker with the attempt returned, twice per task;
+/// later releases of the task count like an abandoned attempt.
+#[utoipa::path(
+    post,
+    path = "/v1/tasks/{id}/release",
+    operation_id = "release_task",
+    tag = "tasks",
+    extensions(("x-shardwork-role" = json!("worker"))),
+    params(("id" = Uuid, Path, description = "The task id")),
+    request_body = ReleaseRequest,
+    responses(
+        (status = 200, description = "Where the task went", body = ReleaseResponse),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The caller does not hold the lease", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The task could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn release(
+    state: web::Data<AppState>,
+    caller: Authenticated<WorkerRole>,
+    id: web::Path<Uuid>,
+    Json(body): Json<ReleaseRequest>,
+) -> Result<HttpResponse, ApiError> {
+    let worker = tasks::registered_worker(&state.db, &caller.claims.sub.to_string()).await?;
+    let (status, attempt_returned) = tasks::release(
+        &state.db,
+        id.into_inner(),
+        &worker,
+        body.lease_token,
+        Utc::now(),
+    )
+    .await?;
+    tracing::info!(worker = %worker.address, %status, attempt_returned, "task released");
+    Ok(HttpResponse::Ok().json(ReleaseResponse {
+        status,
+        attempt_returned,
+    }))
+}
+
 /// A submission as recorded, with the validator's verdict once there is one.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SubmissionView {
