@@ -276,3 +276,123 @@ pub fn sample_spec(model_cid: &str, shards: u32, rounds: u32) -> serde_json::Val
         "stake": { "amount": "1000000000000000000" }
     })
 }
+
+/// The settings of an API replica (`shardwork serve`) on real servers, as the replica tests and
+/// the chaos harness run them: one PostgreSQL database, RabbitMQ and anvil shared by every
+/// replica, one data folder shared too (the embedded store and the development escrow's
+/// address), the validator dev account 4, 8-second leases, no rate limit.
+pub fn replica_env(
+    database_url: &str,
+    data_dir: &Path,
+    amqp: &str,
+    anvil_url: &str,
+    port: u16,
+) -> Vec<(String, String)> {
+    [
+        ("SHARDWORK_DATABASE_URL", database_url.to_owned()),
+        ("SHARDWORK_DATA_DIR", data_dir.display().to_string()),
+        ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
+        ("SHARDWORK_QUEUE__AMQP_URL", amqp.to_owned()),
+        ("SHARDWORK_CHAIN__KIND", "rpc".into()),
+        ("SHARDWORK_CHAIN__RPC_URL", anvil_url.to_owned()),
+        ("SHARDWORK_CHAIN__POLL_INTERVAL_MS", "200".into()),
+        ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
+        (
+            "SHARDWORK_API__JWT_SECRET",
+            "replicas-jwt-secret-of-at-least-32-bytes".into(),
+        ),
+        (
+            "SHARDWORK_API__SEALING_SECRET",
+            "replicas-sealing-secret-at-least-32-byte".into(),
+        ),
+        (
+            "SHARDWORK_API__VALIDATOR_ADDRESSES",
+            format!(
+                "[\"{:#x}\"]",
+                shardwork_contracts::dev_keys::dev_addresses()[4]
+            ),
+        ),
+        ("SHARDWORK_API__LEASE_SECS", "8".into()),
+        ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
+        ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// Writes the generated sample model (a 2-layer BERT classifier) under `dir` and uploads it
+/// through the API as a requester would; returns its bundle's CID.
+pub async fn put_sample_model(
+    api: &std::sync::Arc<shardwork_client::ApiClient>,
+    dir: &Path,
+) -> String {
+    let model_dir = dir.join("model");
+    shardwork_trainer::sample::write_model(&model_dir, 42).expect("write the sample model");
+    shardwork_node::content::put_bundle(
+        &shardwork_node::content::ApiBlobs(api.clone()),
+        "model",
+        &model_dir,
+        &["config.json", "model.safetensors", "tokenizer.json"],
+        None,
+    )
+    .await
+    .expect("upload the sample model")
+}
+
+/// Starts `shardwork-node ROLE` (`worker` or `validator`) with dev account `key`, talking to
+/// the API at `api_url` and to RabbitMQ at `amqp`; its work folder and log
+/// (`ROLE-KEY[.log]`) under `dir`.
+pub fn start_node(role: &str, key: usize, api_url: &str, amqp: &str, dir: &Path) -> Process {
+    start_node_logging_to(role, key, api_url, amqp, dir, &format!("{role}-{key}.log"))
+}
+
+/// As [`start_node`], logging to `dir/log` (a restarted node's next log, say).
+pub fn start_node_logging_to(
+    role: &str,
+    key: usize,
+    api_url: &str,
+    amqp: &str,
+    dir: &Path,
+    log: &str,
+) -> Process {
+    Process::start_binary(
+        &node_binary(),
+        &[
+            role,
+            "--work-dir",
+            &dir.join(format!("{role}-{key}")).display().to_string(),
+        ],
+        &[
+            ("SHARDWORK_API_URL".to_owned(), api_url.to_owned()),
+            ("SHARDWORK_QUEUE__AMQP_URL".to_owned(), amqp.to_owned()),
+            ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
+            (
+                "SHARDWORK_NODE_KEY".to_owned(),
+                shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[key].to_owned(),
+            ),
+        ],
+        &dir.join(log),
+    )
+}
+
+/// `shardwork up --workers 0` on RabbitMQ (SQLite, the embedded chain and store; the validator
+/// in-process), data and log under `dir`, once it answers; with its URL.
+pub async fn up_on_rabbitmq(amqp: &str, dir: &Path) -> (Process, String) {
+    let port = free_port();
+    let api_url = format!("http://127.0.0.1:{port}");
+    let env: Vec<(String, String)> = [
+        ("SHARDWORK_DATA_DIR", dir.join("data").display().to_string()),
+        ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
+        ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
+        ("SHARDWORK_QUEUE__AMQP_URL", amqp.to_owned()),
+        ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
+        ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let mut up = Process::start(&["up", "--workers", "0"], &env, &dir.join("up.log"));
+    wait_healthy(&api_url, &mut up, Duration::from_secs(120)).await;
+    (up, api_url)
+}

@@ -24,14 +24,13 @@ use alloy::primitives::U256;
 use bytes::Bytes;
 use shardwork_client::ApiClient;
 use shardwork_contracts::Ledger;
-use shardwork_contracts::dev_keys::{DEV_PRIVATE_KEYS, dev_addresses, dev_signers};
+use shardwork_contracts::dev_keys::{dev_addresses, dev_signers};
 use shardwork_contracts::ledger::ETH;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::testkit::anvil::Anvil;
 use shardwork_core::protocol::{JobEvent, TASK_QUEUE};
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
-use shardwork_node::content::{ApiBlobs, put_bundle};
 use shardwork_tests::{Process, eventually, free_port, fresh_database, wait_healthy};
 
 /// xorshift64*: a seeded schedule without a dependency.
@@ -117,22 +116,13 @@ impl Cluster {
                     Role::Worker(i) => ("worker", 5 + i),
                     Role::Api(_) => unreachable!(),
                 };
-                Process::start_binary(
-                    &shardwork_tests::node_binary(),
-                    &[
-                        name,
-                        "--work-dir",
-                        &self.dir.join(format!("{name}-{key}")).display().to_string(),
-                    ],
-                    &[
-                        ("SHARDWORK_API_URL".to_owned(), self.api_of(role).to_owned()),
-                        ("SHARDWORK_QUEUE__AMQP_URL".to_owned(), self.amqp.clone()),
-                        ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
-                        (
-                            "SHARDWORK_NODE_KEY".to_owned(),
-                            DEV_PRIVATE_KEYS[key].to_owned(),
-                        ),
-                    ],
+                let log = log.file_name().unwrap().to_string_lossy().into_owned();
+                shardwork_tests::start_node_logging_to(
+                    name,
+                    key,
+                    self.api_of(role),
+                    &self.amqp,
+                    &self.dir,
                     &log,
                 )
             }
@@ -233,34 +223,7 @@ async fn chaos_kills_and_disconnects_lose_nothing_and_pay_no_one_twice() {
     let api_env = ports
         .iter()
         .map(|port| {
-            [
-                ("SHARDWORK_DATABASE_URL", database_url.clone()),
-                ("SHARDWORK_DATA_DIR", shared_data.display().to_string()),
-                ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
-                ("SHARDWORK_QUEUE__AMQP_URL", amqp.clone()),
-                ("SHARDWORK_CHAIN__KIND", "rpc".into()),
-                ("SHARDWORK_CHAIN__RPC_URL", anvil.url().to_owned()),
-                ("SHARDWORK_CHAIN__POLL_INTERVAL_MS", "200".into()),
-                ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
-                (
-                    "SHARDWORK_API__JWT_SECRET",
-                    "chaos-jwt-secret-of-at-least-32-bytes!!".into(),
-                ),
-                (
-                    "SHARDWORK_API__SEALING_SECRET",
-                    "chaos-sealing-secret-of-at-least-32-byte".into(),
-                ),
-                (
-                    "SHARDWORK_API__VALIDATOR_ADDRESSES",
-                    format!("[\"{:#x}\"]", dev_addresses()[4]),
-                ),
-                ("SHARDWORK_API__LEASE_SECS", "8".into()),
-                ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
-                ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect()
+            shardwork_tests::replica_env(&database_url, &shared_data, &amqp, anvil.url(), *port)
         })
         .collect();
     let mut cluster = Cluster {
@@ -281,17 +244,7 @@ async fn chaos_kills_and_disconnects_lose_nothing_and_pay_no_one_twice() {
 
     let requester =
         Arc::new(ApiClient::new(&cluster.urls[1], dev_signers()[3].clone(), &[]).unwrap());
-    let model_dir = dir.path().join("model");
-    shardwork_trainer::sample::write_model(&model_dir, 42).unwrap();
-    let model_cid = put_bundle(
-        &ApiBlobs(requester.clone()),
-        "model",
-        &model_dir,
-        &["config.json", "model.safetensors", "tokenizer.json"],
-        None,
-    )
-    .await
-    .unwrap();
+    let model_cid = shardwork_tests::put_sample_model(&requester, dir.path()).await;
     let post = |n: u64| {
         let requester = requester.clone();
         let model_cid = model_cid.clone();

@@ -27,10 +27,10 @@ use shardwork_core::queue::{
     Consumer, Delivery, OutgoingMessage, QueueError, QueueOptions, TaskQueue,
 };
 use shardwork_core::testkit::services::{Service, service_url, services_required};
-use shardwork_node::content::{ApiBlobs, put_bundle};
+use shardwork_node::content::ApiBlobs;
 use shardwork_node::models::WorkDir;
 use shardwork_node::worker::{Behaviour, WorkerNode};
-use shardwork_tests::{Process, eventually, free_port, wait_healthy};
+use shardwork_tests::eventually;
 
 /// The consumer timeout the worker's channel gets.
 const CONSUMER_TIMEOUT_MS: u64 = 2_000;
@@ -140,24 +140,7 @@ async fn a_task_longer_than_the_consumer_timeout_is_trained_once_and_not_redeliv
     // The API and the validator in one process (SQLite, the embedded chain and store), on
     // RabbitMQ; the one worker runs in this test.
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let api_url = format!("http://127.0.0.1:{port}");
-    let env: Vec<(String, String)> = [
-        (
-            "SHARDWORK_DATA_DIR",
-            dir.path().join("data").display().to_string(),
-        ),
-        ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
-        ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
-        ("SHARDWORK_QUEUE__AMQP_URL", amqp.clone()),
-        ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
-        ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    let mut up = Process::start(&["up", "--workers", "0"], &env, &dir.path().join("up.log"));
-    wait_healthy(&api_url, &mut up, Duration::from_secs(120)).await;
+    let (up, api_url) = shardwork_tests::up_on_rabbitmq(&amqp, dir.path()).await;
 
     let deliveries = Arc::new(Mutex::new(HashMap::new()));
     let queue = Counted {
@@ -186,17 +169,7 @@ async fn a_task_longer_than_the_consumer_timeout_is_trained_once_and_not_redeliv
     let running = tokio::spawn(async move { worker.run(stopped).await });
 
     let requester = Arc::new(ApiClient::new(&api_url, dev_signers()[3].clone(), &[]).unwrap());
-    let model_dir = dir.path().join("model");
-    shardwork_trainer::sample::write_model(&model_dir, 42).unwrap();
-    let model_cid = put_bundle(
-        &ApiBlobs(requester.clone()),
-        "model",
-        &model_dir,
-        &["config.json", "model.safetensors", "tokenizer.json"],
-        None,
-    )
-    .await
-    .unwrap();
+    let model_cid = shardwork_tests::put_sample_model(&requester, dir.path()).await;
     // One shard, trained for many epochs: seconds of training, several consumer timeouts.
     let spec = json!({
         "version": 1, "kind": "federated",

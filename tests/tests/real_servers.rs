@@ -33,10 +33,6 @@ use shardwork_node::content::{ApiBlobs, put_bundle};
 use shardwork_tests::fresh_database;
 use shardwork_tests::{Process, eventually, free_port, wait_healthy};
 
-fn key_hex(index: usize) -> String {
-    shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[index].to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and_api() {
     let Some(pg) = service_url(Service::Postgres, "end to end on real servers") else {
@@ -103,26 +99,8 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
     // The nodes run the standalone `shardwork-node` binary (no database driver in it) and get
     // no database URL: the API, the queue and their key are all they have.
-    let node_binary = shardwork_tests::node_binary();
-    let node = |name: &str, key: usize| {
-        Process::start_binary(
-            &node_binary,
-            &[
-                name,
-                "--work-dir",
-                &dir.path()
-                    .join(format!("{name}-{key}"))
-                    .display()
-                    .to_string(),
-            ],
-            &[
-                ("SHARDWORK_API_URL".to_owned(), api_url.clone()),
-                ("SHARDWORK_QUEUE__AMQP_URL".to_owned(), amqp.clone()),
-                ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
-                ("SHARDWORK_NODE_KEY".to_owned(), key_hex(key)),
-            ],
-            &dir.path().join(format!("{name}-{key}.log")),
-        )
+    let node = |role: &str, key: usize| {
+        shardwork_tests::start_node(role, key, &api_url, &amqp, dir.path())
     };
     let _validator = node("validator", 4);
     let doomed = node("worker", 5);

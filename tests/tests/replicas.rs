@@ -22,14 +22,13 @@ use bytes::Bytes;
 use serde_json::Value;
 use shardwork_client::ApiClient;
 use shardwork_contracts::Ledger;
-use shardwork_contracts::dev_keys::{DEV_PRIVATE_KEYS, dev_addresses, dev_signers};
+use shardwork_contracts::dev_keys::{dev_addresses, dev_signers};
 use shardwork_contracts::ledger::ETH;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::testkit::anvil::Anvil;
 use shardwork_core::protocol::JobEvent;
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
-use shardwork_node::content::{ApiBlobs, put_bundle};
 use shardwork_tests::{Process, eventually, free_port, fresh_database, wait_healthy};
 
 /// What `/readyz` says of the replica's background role, or `None` if it does not answer.
@@ -65,35 +64,8 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))
         .collect();
-    let replica_env = |port: u16| -> Vec<(String, String)> {
-        [
-            ("SHARDWORK_DATABASE_URL", database_url.clone()),
-            ("SHARDWORK_DATA_DIR", shared_data.display().to_string()),
-            ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
-            ("SHARDWORK_QUEUE__AMQP_URL", amqp.clone()),
-            ("SHARDWORK_CHAIN__KIND", "rpc".into()),
-            ("SHARDWORK_CHAIN__RPC_URL", anvil.url().to_owned()),
-            ("SHARDWORK_CHAIN__POLL_INTERVAL_MS", "200".into()),
-            ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
-            (
-                "SHARDWORK_API__JWT_SECRET",
-                "replicas-jwt-secret-of-at-least-32-bytes".into(),
-            ),
-            (
-                "SHARDWORK_API__SEALING_SECRET",
-                "replicas-sealing-secret-at-least-32-byte".into(),
-            ),
-            (
-                "SHARDWORK_API__VALIDATOR_ADDRESSES",
-                format!("[\"{:#x}\"]", dev_addresses()[4]),
-            ),
-            ("SHARDWORK_API__LEASE_SECS", "8".into()),
-            ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
-            ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect()
+    let replica_env = |port: u16| {
+        shardwork_tests::replica_env(&database_url, &shared_data, &amqp, anvil.url(), port)
     };
     let start = |i: usize| {
         Process::start(
@@ -125,29 +97,8 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
         );
     }
 
-    let node_binary = shardwork_tests::node_binary();
-    let node = |name: &str, key: usize, api_url: &str| {
-        Process::start_binary(
-            &node_binary,
-            &[
-                name,
-                "--work-dir",
-                &dir.path()
-                    .join(format!("{name}-{key}"))
-                    .display()
-                    .to_string(),
-            ],
-            &[
-                ("SHARDWORK_API_URL".to_owned(), api_url.to_owned()),
-                ("SHARDWORK_QUEUE__AMQP_URL".to_owned(), amqp.clone()),
-                ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
-                (
-                    "SHARDWORK_NODE_KEY".to_owned(),
-                    DEV_PRIVATE_KEYS[key].to_owned(),
-                ),
-            ],
-            &dir.path().join(format!("{name}-{key}.log")),
-        )
+    let node = |role: &str, key: usize, api_url: &str| {
+        shardwork_tests::start_node(role, key, api_url, &amqp, dir.path())
     };
     let _validator = node("validator", 4, &urls[1]);
     let _worker_5 = node("worker", 5, &urls[1]);
@@ -158,17 +109,7 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
     let requester_on =
         |url: &str| Arc::new(ApiClient::new(url, dev_signers()[3].clone(), &[]).unwrap());
     let requester = requester_on(&urls[2]);
-    let model_dir = dir.path().join("model");
-    shardwork_trainer::sample::write_model(&model_dir, 42).unwrap();
-    let model_cid = put_bundle(
-        &ApiBlobs(requester.clone()),
-        "model",
-        &model_dir,
-        &["config.json", "model.safetensors", "tokenizer.json"],
-        None,
-    )
-    .await
-    .unwrap();
+    let model_cid = shardwork_tests::put_sample_model(&requester, dir.path()).await;
     let spec = shardwork_tests::sample_spec(&model_cid, 3, 2);
     let job = requester
         .post_job(

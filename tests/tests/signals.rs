@@ -144,54 +144,16 @@ fn serve_stops_on_one_sigint_and_exits_0() {
 async fn a_worker_mid_task_gives_its_task_back_on_one_sigint_and_exits_0() {
     use shardwork_core::protocol::JobEvent;
     use shardwork_core::testkit::services::{Service, service_url};
-    use shardwork_tests::{Process, eventually, free_port, wait_healthy};
+    use shardwork_tests::eventually;
     use std::sync::Arc;
 
     let Some(amqp) = service_url(Service::RabbitMq, "a worker stopped mid-task") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let api_url = format!("http://127.0.0.1:{port}");
-    let env: Vec<(String, String)> = [
-        (
-            "SHARDWORK_DATA_DIR",
-            dir.path().join("data").display().to_string(),
-        ),
-        ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
-        ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
-        ("SHARDWORK_QUEUE__AMQP_URL", amqp.clone()),
-        ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
-        ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    let mut up = Process::start(&["up", "--workers", "0"], &env, &dir.path().join("up.log"));
-    wait_healthy(&api_url, &mut up, Duration::from_secs(120)).await;
-    let worker = |key: usize| {
-        Process::start_binary(
-            &shardwork_tests::node_binary(),
-            &[
-                "worker",
-                "--work-dir",
-                &dir.path()
-                    .join(format!("worker-{key}"))
-                    .display()
-                    .to_string(),
-            ],
-            &[
-                ("SHARDWORK_API_URL".to_owned(), api_url.clone()),
-                ("SHARDWORK_QUEUE__AMQP_URL".to_owned(), amqp.clone()),
-                ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
-                (
-                    "SHARDWORK_NODE_KEY".to_owned(),
-                    shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[key].to_owned(),
-                ),
-            ],
-            &dir.path().join(format!("worker-{key}.log")),
-        )
-    };
+    let (_up, api_url) = shardwork_tests::up_on_rabbitmq(&amqp, dir.path()).await;
+    let worker =
+        |key: usize| shardwork_tests::start_node("worker", key, &api_url, &amqp, dir.path());
     let mut stopping = worker(5);
 
     let requester = Arc::new(
@@ -202,17 +164,7 @@ async fn a_worker_mid_task_gives_its_task_back_on_one_sigint_and_exits_0() {
         )
         .unwrap(),
     );
-    let model_dir = dir.path().join("model");
-    shardwork_trainer::sample::write_model(&model_dir, 42).unwrap();
-    let model_cid = shardwork_node::content::put_bundle(
-        &shardwork_node::content::ApiBlobs(requester.clone()),
-        "model",
-        &model_dir,
-        &["config.json", "model.safetensors", "tokenizer.json"],
-        None,
-    )
-    .await
-    .unwrap();
+    let model_cid = shardwork_tests::put_sample_model(&requester, dir.path()).await;
     // One task that trains for tens of seconds.
     let mut spec = shardwork_tests::sample_spec(&model_cid, 1, 1);
     spec["training"]["epochs"] = 100.into();

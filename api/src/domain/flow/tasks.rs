@@ -403,31 +403,15 @@ pub async fn release(
         txn.commit().await?;
         return Ok((status, false));
     }
-    let updated = task::Entity::update_many()
-        .col_expr(
-            task::Column::Status,
-            Expr::value(TaskStatus::Queued.as_str()),
-        )
-        .col_expr(task::Column::LeaseHolder, Expr::value(Option::<Uuid>::None))
-        .col_expr(task::Column::LeaseToken, Expr::value(Option::<Uuid>::None))
-        .col_expr(
-            task::Column::LeaseExpiresAt,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        )
-        .col_expr(task::Column::Attempts, Expr::value(task.attempts - 1))
-        .col_expr(task::Column::Releases, Expr::value(task.releases + 1))
-        .col_expr(task::Column::UpdatedAt, Expr::value(now))
-        .filter(task::Column::Id.eq(task.id))
-        .filter(task::Column::Status.eq(task.status))
-        .filter(task::Column::Attempts.eq(task.attempts))
-        .exec(&txn)
-        .await?;
-    if updated.rows_affected != 1 {
-        return Err(DomainError::Conflict(format!(
-            "task {} changed while being released",
-            task.id
-        )));
-    }
+    unlease(
+        &txn,
+        &task,
+        TaskStatus::Queued,
+        task.attempts - 1,
+        task.releases + 1,
+        now,
+    )
+    .await?;
     // Published again by the outbox; the attempt number of the next claim is this one's.
     let attempt = events::TaskAttempt {
         task_id: task.id,
@@ -575,26 +559,7 @@ pub async fn requeue<C: ConnectionTrait>(
     } else {
         TaskStatus::Queued
     };
-    let updated = task::Entity::update_many()
-        .col_expr(task::Column::Status, Expr::value(to.as_str()))
-        .col_expr(task::Column::LeaseHolder, Expr::value(Option::<Uuid>::None))
-        .col_expr(task::Column::LeaseToken, Expr::value(Option::<Uuid>::None))
-        .col_expr(
-            task::Column::LeaseExpiresAt,
-            Expr::value(Option::<DateTime<Utc>>::None),
-        )
-        .col_expr(task::Column::UpdatedAt, Expr::value(now))
-        .filter(task::Column::Id.eq(task.id))
-        .filter(task::Column::Status.eq(task.status))
-        .filter(task::Column::Attempts.eq(task.attempts))
-        .exec(txn)
-        .await?;
-    if updated.rows_affected != 1 {
-        return Err(DomainError::Conflict(format!(
-            "task {} changed while being requeued",
-            task.id
-        )));
-    }
+    unlease(txn, task, to, task.attempts, task.releases, now).await?;
     let attempt = events::TaskAttempt {
         task_id: task.id,
         round: task.round as u32,
@@ -618,6 +583,41 @@ pub async fn requeue<C: ConnectionTrait>(
         abort_job(txn, task.job_id, task.round as u32, reason, now).await?;
     }
     Ok(to)
+}
+
+/// Ends a task's lease: the task becomes `to` with `attempts` and `releases` as given, if it
+/// is still as `task` read it (a concurrent claim, submission or expiry wins otherwise).
+async fn unlease<C: ConnectionTrait>(
+    txn: &C,
+    task: &task::Model,
+    to: TaskStatus,
+    attempts: i32,
+    releases: i32,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
+    let updated = task::Entity::update_many()
+        .col_expr(task::Column::Status, Expr::value(to.as_str()))
+        .col_expr(task::Column::LeaseHolder, Expr::value(Option::<Uuid>::None))
+        .col_expr(task::Column::LeaseToken, Expr::value(Option::<Uuid>::None))
+        .col_expr(
+            task::Column::LeaseExpiresAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(task::Column::Attempts, Expr::value(attempts))
+        .col_expr(task::Column::Releases, Expr::value(releases))
+        .col_expr(task::Column::UpdatedAt, Expr::value(now))
+        .filter(task::Column::Id.eq(task.id))
+        .filter(task::Column::Status.eq(task.status))
+        .filter(task::Column::Attempts.eq(task.attempts))
+        .exec(txn)
+        .await?;
+    if updated.rows_affected != 1 {
+        return Err(DomainError::Conflict(format!(
+            "task {} changed while its lease was being ended",
+            task.id
+        )));
+    }
+    Ok(())
 }
 
 /// A shard with no attempts left can never be merged, so the job cannot finish: ask the
