@@ -396,3 +396,18 @@ pub async fn up_on_rabbitmq(amqp: &str, dir: &Path) -> (Process, String) {
     wait_healthy(&api_url, &mut up, Duration::from_secs(120)).await;
     (up, api_url)
 }
+
+/// Waits for `job` to reach a terminal status (the protocol's `JobStatus::is_terminal`) as
+/// `api` reads it, and returns that status; panics after `within`.
+pub async fn job_end(
+    api: &shardwork_client::ApiClient,
+    job: uuid::Uuid,
+    within: Duration,
+) -> shardwork_core::protocol::JobStatus {
+    eventually(&format!("job {job} ends"), within, || async move {
+        let view = api.job(job).await.ok()?;
+        shardwork_core::protocol::JobStatus::parse(view["status"].as_str()?)
+            .filter(|s| s.is_terminal())
+    })
+    .await
+}

@@ -28,7 +28,7 @@ use shardwork_contracts::dev_keys::{dev_addresses, dev_signers};
 use shardwork_contracts::ledger::ETH;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::testkit::anvil::Anvil;
-use shardwork_core::protocol::{JobEvent, TASK_QUEUE};
+use shardwork_core::protocol::{JobEvent, JobStatus, TASK_QUEUE};
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
 use shardwork_tests::{Process, eventually, free_port, fresh_database, wait_healthy};
@@ -291,7 +291,6 @@ async fn chaos_kills_and_disconnects_lose_nothing_and_pay_no_one_twice() {
     }
 
     // The schedule: every 1-5 s, one disruption; a killed process comes back after 0.2-3 s.
-    let finished = |status: &str| matches!(status, "completed" | "refunded" | "cancelled");
     let mut done = 0;
     let mut kills: BTreeMap<Role, usize> = BTreeMap::new();
     let mut disconnects = 0;
@@ -317,7 +316,11 @@ async fn chaos_kills_and_disconnects_lose_nothing_and_pay_no_one_twice() {
         let mut open = 0;
         for id in &jobs {
             match requester.job(*id).await {
-                Ok(job) if job["status"].as_str().is_some_and(finished) => {}
+                Ok(job)
+                    if job["status"]
+                        .as_str()
+                        .and_then(JobStatus::parse)
+                        .is_some_and(JobStatus::is_terminal) => {}
                 _ => open += 1,
             }
         }
@@ -331,19 +334,10 @@ async fn chaos_kills_and_disconnects_lose_nothing_and_pay_no_one_twice() {
     // Every job ends.
     let mut statuses = BTreeMap::new();
     for id in &jobs {
-        let r = requester.clone();
-        let status = eventually(
-            &format!("job {id} finishes after the chaos"),
-            Duration::from_secs(600),
-            || {
-                let r = r.clone();
-                async move {
-                    let s = r.job(*id).await.ok()?["status"].as_str()?.to_owned();
-                    finished(&s).then_some(s)
-                }
-            },
-        )
-        .await;
+        let status = shardwork_tests::job_end(&requester, *id, Duration::from_secs(600))
+            .await
+            .as_str()
+            .to_owned();
         assert_ne!(status, "cancelled", "job {id}");
         statuses.insert(*id, status);
     }

@@ -30,7 +30,6 @@ use shardwork_core::testkit::services::{Service, service_url, services_required}
 use shardwork_node::content::ApiBlobs;
 use shardwork_node::models::WorkDir;
 use shardwork_node::worker::{Behaviour, WorkerNode};
-use shardwork_tests::eventually;
 
 /// The consumer timeout the worker's channel gets.
 const CONSUMER_TIMEOUT_MS: u64 = 2_000;
@@ -191,16 +190,9 @@ async fn a_task_longer_than_the_consumer_timeout_is_trained_once_and_not_redeliv
     let job_id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
     requester.dev_fund(job_id).await.unwrap();
 
-    let r = requester.clone();
-    let status = eventually("the job finishes", Duration::from_secs(300), || {
-        let r = r.clone();
-        async move {
-            let job = r.job(job_id).await.ok()?;
-            let s = job["status"].as_str()?.to_owned();
-            matches!(s.as_str(), "completed" | "refunded" | "cancelled").then_some(s)
-        }
-    })
-    .await;
+    let status = shardwork_tests::job_end(&requester, job_id, Duration::from_secs(300))
+        .await
+        .as_str();
     assert_eq!(status, "completed", "log:\n{}", up.log_text());
 
     // The task trained for longer than the timeout took to be enforced...

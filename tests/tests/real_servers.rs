@@ -188,16 +188,9 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
     let mut api = Process::start(&["serve"], &api_env, &dir.path().join("api-restarted.log"));
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
 
-    let r = requester.clone();
-    let status = eventually("the job finishes", Duration::from_secs(600), || {
-        let r = r.clone();
-        async move {
-            let job = r.job(job_id).await.ok()?;
-            let s = job["status"].as_str()?.to_owned();
-            matches!(s.as_str(), "completed" | "refunded" | "cancelled").then_some(s)
-        }
-    })
-    .await;
+    let status = shardwork_tests::job_end(&requester, job_id, Duration::from_secs(600))
+        .await
+        .as_str();
     assert_eq!(status, "completed", "api log:\n{}", api.log_text());
     let events = requester.events(job_id, 0).await.unwrap();
     assert!(

@@ -157,16 +157,9 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
     let handover = killed.elapsed();
     println!("replica {successor} took the background lease {handover:?} after the kill");
 
-    let r = requester.clone();
-    let status = eventually("the job finishes", Duration::from_secs(400), || {
-        let r = r.clone();
-        async move {
-            let job = r.job(job_id).await.ok()?;
-            let s = job["status"].as_str()?.to_owned();
-            matches!(s.as_str(), "completed" | "refunded" | "cancelled").then_some(s)
-        }
-    })
-    .await;
+    let status = shardwork_tests::job_end(&requester, job_id, Duration::from_secs(400))
+        .await
+        .as_str();
     let logs = || {
         (0..3)
             .map(|i| {
