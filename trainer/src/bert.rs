@@ -681,7 +681,7 @@ impl BertClassifier {
             "relu" => inter.relu()?,
             "gelu_new" => inter.gelu()?,
             _ if pass == Pass::Infer => inference::gelu_erf(&inter)?,
-            _ => inter.gelu_erf()?,
+            _ => crate::fused::gelu::gelu_erf(&inter)?,
         };
         let out = self.dropout(
             &l.output.forward(&inter, train)?,

@@ -31,6 +31,7 @@ pub mod eval;
 pub mod experiment;
 #[cfg(feature = "experiments")]
 pub mod fixtures;
+pub mod fused;
 pub mod generate;
 pub mod gguf;
 pub mod inference;

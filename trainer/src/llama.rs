@@ -5,9 +5,10 @@
 //! Weights are named exactly as in a Hugging Face checkpoint (`model.layers.3.self_attn.q_proj.weight`),
 //! so the same `load` serves safetensors files and GGUF files renamed by [`crate::gguf`].
 //!
-//! Every operation on the training path is built from differentiable tensor ops: candle's fused
-//! `rms_norm`, `rope` and `softmax_last_dim` kernels have no backward pass and would silently cut
-//! the gradient to the LoRA factors.
+//! Every operation on the training path has a backward pass: candle's fused `rms_norm`, `rope`
+//! and `softmax_last_dim` kernels have none and would silently cut the gradient to the LoRA
+//! factors, so the norms, rotary embeddings, attention and SwiGLU gate run through
+//! [`crate::fused`]'s kernels (which do), and generation with a cache through composed ops.
 
 use std::path::{Path, PathBuf};
 
@@ -297,14 +298,12 @@ impl RmsNorm {
     }
 
     fn forward(&self, xs: &Tensor) -> candle_core::Result<Tensor> {
-        let mean_sq = xs.sqr()?.mean_keepdim(D::Minus1)?;
-        let normed = xs.broadcast_div(&(mean_sq + self.eps)?.sqrt()?)?;
-        normed.broadcast_mul(&self.weight)
+        crate::fused::norm::rms_norm(xs, &self.weight, self.eps)
     }
 }
 
-/// Precomputed RoPE tables, shaped (positions, head_dim) with each half repeated, as HF's
-/// `rotate_half` formulation expects.
+/// Precomputed RoPE tables, shaped (positions, head_dim / 2): one angle per pair of features
+/// `(i, i + head_dim / 2)`, as HF's `rotate_half` formulation pairs them.
 #[derive(Debug, Clone)]
 struct Rotary {
     cos: Tensor,
@@ -322,22 +321,20 @@ impl Rotary {
             .to_dtype(DType::F32)?
             .unsqueeze(1)?;
         let freqs = positions.broadcast_mul(&inv_freq)?;
-        let freqs = Tensor::cat(&[&freqs, &freqs], D::Minus1)?;
         Ok(Self {
             cos: freqs.cos()?,
             sin: freqs.sin()?,
         })
     }
 
-    /// Rotates `xs` (batch, heads, seq, head_dim) for positions `offset..offset + seq`.
+    /// Rotates `xs` (batch, seq, heads, head_dim) for positions `offset..offset + seq`.
     fn apply(&self, xs: &Tensor, offset: usize) -> candle_core::Result<Tensor> {
-        let (_, _, seq, dim) = xs.dims4()?;
-        let cos = self.cos.narrow(0, offset, seq)?;
-        let sin = self.sin.narrow(0, offset, seq)?;
-        let x1 = xs.narrow(D::Minus1, 0, dim / 2)?;
-        let x2 = xs.narrow(D::Minus1, dim / 2, dim / 2)?;
-        let rotated = Tensor::cat(&[&x2.neg()?, &x1], D::Minus1)?;
-        xs.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?
+        let seq = xs.dim(1)?;
+        crate::fused::rotary::rotary(
+            xs,
+            &self.cos.narrow(0, offset, seq)?,
+            &self.sin.narrow(0, offset, seq)?,
+        )
     }
 }
 
@@ -415,26 +412,33 @@ impl Attention {
         train: bool,
     ) -> Result<Tensor, LlamaError> {
         let (b, t, _) = xs.dims3()?;
+        // (batch, seq, heads, head_dim): the projections' own layout, no copy.
         let heads = |p: &Proj, n: usize| -> Result<Tensor, LlamaError> {
-            Ok(p.forward(xs, train)?
-                .reshape((b, t, n, self.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()?)
+            Ok(p.forward(xs, train)?.reshape((b, t, n, self.head_dim))?)
         };
         let q = rotary.apply(&heads(&self.q_proj, self.num_heads)?, offset)?;
-        let mut k = rotary.apply(&heads(&self.k_proj, self.num_kv_heads)?, offset)?;
-        let mut v = heads(&self.v_proj, self.num_kv_heads)?;
-        if let Some(slot) = cache {
-            if let Some((pk, pv)) = slot.as_ref() {
-                k = Tensor::cat(&[pk, &k], 2)?;
-                v = Tensor::cat(&[pv, &v], 2)?;
-            }
-            *slot = Some((k.clone(), v.clone()));
+        let k = rotary.apply(&heads(&self.k_proj, self.num_kv_heads)?, offset)?;
+        let v = heads(&self.v_proj, self.num_kv_heads)?;
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let Some(slot) = cache else {
+            // A whole sequence: the fused kernel keeps only q, k and v for the backward pass.
+            let out = crate::fused::attention::causal_attention(&q, &k, &v, scale)?;
+            return self
+                .o_proj
+                .forward(&out.reshape((b, t, self.num_heads * self.head_dim))?, train);
+        };
+        // Generation: new positions attend to the cached ones, in (batch, heads, seq, dim).
+        let q = q.transpose(1, 2)?.contiguous()?;
+        let mut k = k.transpose(1, 2)?.contiguous()?;
+        let mut v = v.transpose(1, 2)?.contiguous()?;
+        if let Some((pk, pv)) = slot.as_ref() {
+            k = Tensor::cat(&[pk, &k], 2)?;
+            v = Tensor::cat(&[pv, &v], 2)?;
         }
+        *slot = Some((k.clone(), v.clone()));
         let k = repeat_kv(&k, self.num_heads / self.num_kv_heads)?;
         let v = repeat_kv(&v, self.num_heads / self.num_kv_heads)?;
         let total = k.dim(2)?;
-        let scale = 1.0 / (self.head_dim as f64).sqrt();
         let mut scores = (q.matmul(&k.t()?)? * scale)?;
         if t > 1 {
             scores = scores.broadcast_add(&causal_mask(t, total, xs.device())?)?;
@@ -491,9 +495,11 @@ impl Mlp {
     }
 
     fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, LlamaError> {
-        let gate = candle_nn::ops::silu(&self.gate_proj.forward(xs, train)?)?;
-        self.down_proj
-            .forward(&(gate * self.up_proj.forward(xs, train)?)?, train)
+        let gated = crate::fused::swiglu::swiglu(
+            &self.gate_proj.forward(xs, train)?,
+            &self.up_proj.forward(xs, train)?,
+        )?;
+        self.down_proj.forward(&gated, train)
     }
 }
 
@@ -654,6 +660,15 @@ impl Llama {
             xs = layer.forward(&xs, &self.rotary, 0, None, train)?;
         }
         Ok(self.norm.forward(&xs)?)
+    }
+
+    /// The frozen output projection (vocab, hidden) and its bias: `lm_head`, or the input
+    /// embeddings it is tied to.
+    pub fn head(&self) -> (&Tensor, Option<&Tensor>) {
+        match &self.lm_head {
+            Some(head) => (head.weight(), head.bias()),
+            None => (self.embed_tokens.embeddings(), None),
+        }
     }
 
     /// Vocabulary logits for hidden states of any leading shape.

@@ -3,10 +3,11 @@
 //! candle-nn's fused `ops::layer_norm`, `ops::rms_norm` and `ops::softmax_last_dim` (and
 //! `LayerNorm::forward` on contiguous input, which calls the fused op) are registered with
 //! `apply_op*_no_bwd`: gradients silently stop at them. A LoRA layer below a frozen norm would
-//! then never learn. Training code must use these composed versions instead.
+//! then never learn. Training code must use these versions instead: [`crate::fused`]'s kernels,
+//! which have backward passes, or candle's composed ops where those do not apply.
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp2, D, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
 use crate::error::Result;
 
@@ -58,21 +59,20 @@ impl CustomOp2 for FrozenMatmulT {
     }
 }
 
-/// `(x - mean) / sqrt(var + eps) * weight + bias` over the last dimension.
+/// `(x - mean) / sqrt(var + eps) * weight + bias` over the last dimension (fused on the CPU:
+/// [`crate::fused::norm`]).
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f64) -> Result<Tensor> {
-    Ok(candle_nn::ops::layer_norm_slow(
-        x, weight, bias, eps as f32,
-    )?)
+    Ok(crate::fused::norm::layer_norm(x, weight, bias, eps)?)
 }
 
-/// `x / sqrt(mean(x²) + eps) * weight` over the last dimension.
+/// `x / sqrt(mean(x²) + eps) * weight` over the last dimension (fused on the CPU).
 pub fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor> {
-    Ok(candle_nn::ops::rms_norm_slow(x, weight, eps as f32)?)
+    Ok(crate::fused::norm::rms_norm(x, weight, eps)?)
 }
 
-/// Softmax over the last dimension.
+/// Softmax over the last dimension (fused on the CPU: [`crate::fused::softmax`]).
 pub fn softmax_last(x: &Tensor) -> Result<Tensor> {
-    Ok(candle_nn::ops::softmax(x, D::Minus1)?)
+    Ok(crate::fused::softmax::softmax_last(x)?)
 }
 
 #[cfg(test)]

@@ -120,7 +120,9 @@ impl Batch {
 }
 
 /// Mean cross-entropy over the batch's learned predictions. Only those positions go through
-/// the vocabulary projection, the largest matmul of a small model.
+/// the vocabulary projection, the largest matmul of a small model, and never all at once: the
+/// fused kernel projects and scores them in chunks (and, when training, takes the gradient in
+/// the same pass), so the (tokens × vocab) logits are never held.
 pub fn batch_loss(model: &Llama, batch: &Batch, train: bool) -> Result<Tensor> {
     let hidden = model
         .forward_hidden(&batch.input, train)
@@ -129,8 +131,14 @@ pub fn batch_loss(model: &Llama, batch: &Batch, train: bool) -> Result<Tensor> {
     let picked = hidden
         .reshape(((), width))?
         .index_select(&batch.positions, 0)?;
-    let logits = model.logits(&picked).map_err(model_err)?;
-    Ok(candle_nn::loss::cross_entropy(&logits, &batch.targets)?)
+    let (head, bias) = model.head();
+    Ok(crate::fused::cross_entropy::linear_cross_entropy(
+        &picked,
+        head,
+        bias,
+        &batch.targets,
+        train,
+    )?)
 }
 
 /// Loss and perplexity on held-out examples, weighted per learned token.
