@@ -6,6 +6,7 @@ pub mod federated;
 pub mod llm;
 pub mod queue;
 pub mod store;
+pub mod train;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,6 +69,64 @@ pub enum BenchCommand {
         /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
         #[arg(long)]
         gguf: Option<PathBuf>,
+    },
+    /// LoRA training tokens/s and peak memory of the trainer (candle) beside PyTorch + PEFT on
+    /// the same configurations, alternating in one run, with the ratios (goal: candle at least
+    /// as fast and no larger). The reference stack comes from scripts/reference-stack (several
+    /// GB, installed once into .tools/torch).
+    Train {
+        /// Configurations to run (default: all three).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        configs: Vec<train::TrainConfig>,
+        /// Rounds; the stacks alternate within each.
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        /// Measured optimiser steps per run.
+        #[arg(long, default_value_t = 3)]
+        steps: usize,
+        /// Unmeasured optimiser steps before them.
+        #[arg(long, default_value_t = 1)]
+        warmup: usize,
+        /// Threads for each stack (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
+        #[arg(long)]
+        gguf: Option<PathBuf>,
+        /// all-MiniLM-L6-v2 folder; by default the one from scripts/install/python-fixtures.
+        #[arg(long)]
+        minilm: Option<PathBuf>,
+        /// The reference stack's Python; by default the one scripts/reference-stack installs.
+        #[arg(long)]
+        python: Option<PathBuf>,
+        /// Measure candle only (no PyTorch).
+        #[arg(long)]
+        candle_only: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One candle measurement of `bench train`, run in a child process of it.
+    #[command(hide = true)]
+    TrainChild {
+        /// (Not `--config`: that is the CLI's global settings file.)
+        #[arg(long, value_enum)]
+        workload: train::TrainConfig,
+        #[arg(long)]
+        gguf: PathBuf,
+        #[arg(long)]
+        minilm: PathBuf,
+        #[arg(long)]
+        batch_size: usize,
+        #[arg(long)]
+        seq_len: usize,
+        #[arg(long)]
+        steps: usize,
+        #[arg(long)]
+        warmup: usize,
+        /// Set through RAYON_NUM_THREADS by the parent; accepted for symmetry with the script.
+        #[arg(long)]
+        threads: usize,
     },
     /// Content addressing (Kubo-compatible CIDs) in MB/s beside `sha256sum` on the same file.
     Store {
@@ -179,6 +238,82 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 tokio::task::spawn_blocking(move || llm::run_llm_bench(&config, &device)).await??;
             println!("{report}");
         }
+        BenchCommand::Train {
+            configs,
+            rounds,
+            steps,
+            warmup,
+            threads,
+            gguf,
+            minilm,
+            python,
+            candle_only,
+            json,
+        } => {
+            anyhow::ensure!(
+                rounds >= 1 && steps >= 1,
+                "bench train: --rounds and --steps must be at least 1"
+            );
+            let gguf = gguf
+                .or_else(shardwork_trainer::fixtures::smollm2_gguf)
+                .context(
+                    "SmolLM2 GGUF not found: run scripts/install/python-fixtures or pass --gguf",
+                )?;
+            let minilm = minilm
+                .or_else(shardwork_trainer::fixtures::minilm_dir)
+                .context(
+                    "all-MiniLM-L6-v2 not found: run scripts/install/python-fixtures or pass --minilm",
+                )?;
+            let python = match (candle_only, python) {
+                (true, _) => None,
+                (false, Some(python)) => Some(python),
+                (false, None) => Some(reference_python()?),
+            };
+            let bench = train::TrainBenchConfig {
+                configs: if configs.is_empty() {
+                    train::TrainConfig::ALL.to_vec()
+                } else {
+                    configs
+                },
+                rounds,
+                steps,
+                warmup,
+                threads: threads
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
+                gguf,
+                minilm,
+                python,
+                script: PathBuf::from("scripts/bench_train_reference.py"),
+            };
+            let report = tokio::task::spawn_blocking(move || train::run(&bench)).await??;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+        }
+        BenchCommand::TrainChild {
+            workload: config,
+            gguf,
+            minilm,
+            batch_size,
+            seq_len,
+            steps,
+            warmup,
+            threads: _,
+        } => {
+            let args = train::ChildArgs {
+                config,
+                gguf,
+                minilm,
+                batch_size,
+                seq_len,
+                steps,
+                warmup,
+            };
+            let figures = tokio::task::spawn_blocking(move || train::run_child(&args)).await??;
+            println!("{}", serde_json::to_string(&figures)?);
+        }
         BenchCommand::Store {
             file,
             size_mib,
@@ -231,4 +366,27 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
         }
     }
     Ok(())
+}
+
+/// The reference stack's interpreter from scripts/reference-stack (run from the repository
+/// root; it installs the pinned stack into .tools/torch the first time).
+fn reference_python() -> anyhow::Result<PathBuf> {
+    let script = PathBuf::from("scripts/reference-stack");
+    anyhow::ensure!(
+        script.exists(),
+        "bench train: run it from the repository root (scripts/reference-stack not found), pass --python, or --candle-only"
+    );
+    let output = std::process::Command::new("bash")
+        .arg(&script)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running scripts/reference-stack")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "scripts/reference-stack failed ({})",
+        output.status
+    );
+    Ok(PathBuf::from(
+        String::from_utf8_lossy(&output.stdout).trim(),
+    ))
 }

@@ -1,0 +1,500 @@
+//! `shardwork bench train`: LoRA training speed and peak memory of Shardwork's trainer (candle)
+//! beside PyTorch + PEFT on the same configurations, same machine, same run (issue 17).
+//!
+//! Each measurement is a child process that loads one configuration, trains `warmup` unmeasured
+//! and `steps` measured optimiser steps and prints one JSON line ([`StackFigures`]); the parent
+//! alternates the two stacks, candle first in odd rounds and PyTorch first in even ones, so drift
+//! in the machine's speed falls on both. Peak memory is each child's own peak resident set
+//! (`VmHWM`), read the same way on both sides. Both sides train f32 weights with AdamW (lr 1e-4,
+//! weight decay 0.01, gradient clipping at 1.0) and LoRA r = 8, alpha = 16, no LoRA dropout.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::Context;
+use candle_core::{DType, Device, Tensor};
+use clap::ValueEnum;
+use serde::{Deserialize, Serialize};
+use shardwork_trainer::bert::{BertClassifier, BertWeights, ClassifierSpec};
+use shardwork_trainer::gguf::GgufFile;
+use shardwork_trainer::llama::{Config, Llama};
+use shardwork_trainer::lora::LoraConfig;
+use shardwork_trainer::optim::{AdamW, OptimConfig};
+use shardwork_trainer::train::sft::{self, SftConfig};
+use shardwork_trainer::train::sft_data::SftExample;
+
+/// The configurations of issue 17.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainConfig {
+    /// SmolLM2-135M-Instruct (the GGUF fixture, dequantized to f32): causal-LM SFT, LoRA on
+    /// q_proj and v_proj, batch 8 × 128 tokens, every position learned.
+    Smollm2,
+    /// all-MiniLM-L6-v2: sequence classification, LoRA on query and value plus the trained
+    /// head, batch 16 × 32 tokens.
+    Minilm,
+    /// A 1B-class Llama shape with random weights (Llama 3.2 1B: hidden 2048, 16 layers, 32
+    /// heads / 8 KV heads, MLP 8192, vocab 128,256, tied head): SFT, LoRA on q_proj and v_proj,
+    /// batch 4 × 512 tokens.
+    Llama1b,
+}
+
+impl TrainConfig {
+    pub const ALL: [TrainConfig; 3] = [Self::Smollm2, Self::Minilm, Self::Llama1b];
+
+    /// (batch size, tokens per sequence).
+    pub fn shape(self) -> (usize, usize) {
+        match self {
+            Self::Smollm2 => (8, 128),
+            Self::Minilm => (16, 32),
+            Self::Llama1b => (4, 512),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Smollm2 => "smollm2",
+            Self::Minilm => "minilm",
+            Self::Llama1b => "llama1b",
+        }
+    }
+
+    pub fn describe(self) -> String {
+        let (b, t) = self.shape();
+        match self {
+            Self::Smollm2 => format!("SmolLM2-135M SFT, q_proj+v_proj, batch {b} x {t}"),
+            Self::Minilm => {
+                format!("all-MiniLM-L6-v2 classification, query+value+head, batch {b} x {t}")
+            }
+            Self::Llama1b => {
+                format!("1B Llama shape (random weights) SFT, q_proj+v_proj, batch {b} x {t}")
+            }
+        }
+    }
+}
+
+/// What one child process measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StackFigures {
+    /// The stack and its versions, as the child names itself.
+    pub stack: String,
+    pub config: TrainConfig,
+    pub steps: usize,
+    pub seconds_per_step: f64,
+    /// Trained tokens (batch × sequence) per second over the measured steps.
+    pub tokens_per_sec: f64,
+    /// Loss of the first (warm-up) step and of the last measured step: both stacks start from
+    /// the same kind of model and data, so these should be of the same size.
+    pub first_loss: f64,
+    pub last_loss: f64,
+    /// The child's peak resident memory, MiB (VmHWM).
+    pub peak_rss_mb: f64,
+}
+
+/// Where the inputs are and what to run.
+#[derive(Debug, Clone)]
+pub struct TrainBenchConfig {
+    pub configs: Vec<TrainConfig>,
+    pub rounds: usize,
+    pub steps: usize,
+    pub warmup: usize,
+    /// Threads each stack may use (candle's rayon pool, `torch.set_num_threads`).
+    pub threads: usize,
+    pub gguf: PathBuf,
+    pub minilm: PathBuf,
+    /// The reference stack's interpreter; `None` measures candle alone.
+    pub python: Option<PathBuf>,
+    /// The reference script (scripts/bench_train_reference.py).
+    pub script: PathBuf,
+}
+
+/// One configuration's measurements over every round.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigReport {
+    pub config: TrainConfig,
+    pub candle: Vec<StackFigures>,
+    pub pytorch: Vec<StackFigures>,
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let v: Vec<f64> = values.collect();
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+impl ConfigReport {
+    /// candle tokens/s over PyTorch's, means over the rounds (> 1: candle is faster).
+    pub fn speed_ratio(&self) -> Option<f64> {
+        (!self.pytorch.is_empty()).then(|| {
+            mean(self.candle.iter().map(|f| f.tokens_per_sec))
+                / mean(self.pytorch.iter().map(|f| f.tokens_per_sec))
+        })
+    }
+
+    /// candle peak memory over PyTorch's, worst rounds (< 1: candle is leaner).
+    pub fn memory_ratio(&self) -> Option<f64> {
+        let worst = |v: &[StackFigures]| v.iter().map(|f| f.peak_rss_mb).fold(0.0, f64::max);
+        (!self.pytorch.is_empty()).then(|| worst(&self.candle) / worst(&self.pytorch))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainBenchReport {
+    pub threads: usize,
+    pub steps: usize,
+    pub warmup: usize,
+    pub configs: Vec<ConfigReport>,
+}
+
+impl fmt::Display for TrainBenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "LoRA training, f32, AdamW, r=8 alpha=16, {} threads each, {} measured steps after {} warm-up, every round shown",
+            self.threads, self.steps, self.warmup
+        )?;
+        for c in &self.configs {
+            writeln!(f, "{}", c.config.describe())?;
+            for (label, runs) in [("candle", &c.candle), ("pytorch", &c.pytorch)] {
+                if let Some(first) = runs.first() {
+                    let speeds: Vec<String> = runs
+                        .iter()
+                        .map(|r| format!("{:.1}", r.tokens_per_sec))
+                        .collect();
+                    let memory: Vec<String> = runs
+                        .iter()
+                        .map(|r| format!("{:.0}", r.peak_rss_mb))
+                        .collect();
+                    writeln!(
+                        f,
+                        "  {label:<8} {} tokens/s, peak {} MiB, loss {:.3} -> {:.3}  [{}]",
+                        speeds.join(" / "),
+                        memory.join(" / "),
+                        first.first_loss,
+                        runs.last().map_or(first.last_loss, |r| r.last_loss),
+                        first.stack
+                    )?;
+                }
+            }
+            if let (Some(speed), Some(memory)) = (c.speed_ratio(), c.memory_ratio()) {
+                writeln!(
+                    f,
+                    "  candle / pytorch: speed {speed:.2}x, peak memory {memory:.2}x (goal: speed >= 1.0x, memory <= 1.0x)"
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs every configuration in child processes, alternating stacks, and gathers the figures.
+pub fn run(cfg: &TrainBenchConfig) -> anyhow::Result<TrainBenchReport> {
+    let exe = std::env::current_exe().context("locating the shardwork binary")?;
+    let mut reports: Vec<ConfigReport> = cfg
+        .configs
+        .iter()
+        .map(|&config| ConfigReport {
+            config,
+            candle: Vec::new(),
+            pytorch: Vec::new(),
+        })
+        .collect();
+    for round in 0..cfg.rounds {
+        for report in &mut reports {
+            let candle_first = round % 2 == 0;
+            for candle in [candle_first, !candle_first] {
+                if !candle && cfg.python.is_none() {
+                    continue;
+                }
+                let started = Instant::now();
+                let figures = if candle {
+                    child(cfg, report.config, &exe, true)?
+                } else {
+                    child(
+                        cfg,
+                        report.config,
+                        cfg.python.as_deref().expect("checked"),
+                        false,
+                    )?
+                };
+                eprintln!(
+                    "round {} {} {}: {:.1} tokens/s, peak {:.0} MiB ({:.0} s with loading)",
+                    round + 1,
+                    report.config.name(),
+                    if candle { "candle" } else { "pytorch" },
+                    figures.tokens_per_sec,
+                    figures.peak_rss_mb,
+                    started.elapsed().as_secs_f64()
+                );
+                if candle {
+                    report.candle.push(figures);
+                } else {
+                    report.pytorch.push(figures);
+                }
+            }
+        }
+    }
+    Ok(TrainBenchReport {
+        threads: cfg.threads,
+        steps: cfg.steps,
+        warmup: cfg.warmup,
+        configs: reports,
+    })
+}
+
+/// Runs one measurement in a child process and reads its JSON line.
+fn child(
+    cfg: &TrainBenchConfig,
+    config: TrainConfig,
+    program: &Path,
+    candle: bool,
+) -> anyhow::Result<StackFigures> {
+    let (batch, seq) = config.shape();
+    let mut command = Command::new(program);
+    if candle {
+        command.args(["bench", "train-child", "--workload", config.name()]);
+    } else {
+        command.arg(&cfg.script).args(["--workload", config.name()]);
+    }
+    command
+        .arg("--gguf")
+        .arg(&cfg.gguf)
+        .arg("--minilm")
+        .arg(&cfg.minilm)
+        .args(["--batch-size", &batch.to_string()])
+        .args(["--seq-len", &seq.to_string()])
+        .args(["--steps", &cfg.steps.to_string()])
+        .args(["--warmup", &cfg.warmup.to_string()])
+        .args(["--threads", &cfg.threads.to_string()])
+        // candle's pool size; PyTorch's intra-op threads are set by the script.
+        .env("RAYON_NUM_THREADS", cfg.threads.to_string())
+        .env("OMP_NUM_THREADS", cfg.threads.to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+    let output = command
+        .output()
+        .with_context(|| format!("starting {}", program.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+        anyhow::bail!(
+            "{} on {} failed ({}):\n{}",
+            if candle { "candle" } else { "pytorch" },
+            config.name(),
+            output.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .context("the child printed no JSON line")?;
+    serde_json::from_str(line).with_context(|| format!("reading the child's figures: {line}"))
+}
+
+/// The child side for candle: trains one configuration in this process.
+pub struct ChildArgs {
+    pub config: TrainConfig,
+    pub gguf: PathBuf,
+    pub minilm: PathBuf,
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub steps: usize,
+    pub warmup: usize,
+}
+
+/// The process's peak resident set in MiB (`VmHWM`; Linux).
+pub fn peak_rss_mb() -> anyhow::Result<f64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .context("no VmHWM in /proc/self/status")?;
+    let kib: f64 = line
+        .split_whitespace()
+        .nth(1)
+        .context("VmHWM has no value")?
+        .parse()
+        .context("VmHWM is not a number")?;
+    Ok(kib / 1024.0)
+}
+
+/// Fixed pseudo-random token ids below `vocab`: throughput does not depend on content.
+fn token_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 33) % vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn optim(steps: usize) -> OptimConfig {
+    OptimConfig {
+        lr: 1e-4,
+        weight_decay: 0.01,
+        total_steps: steps,
+        max_grad_norm: Some(1.0),
+        ..OptimConfig::default()
+    }
+}
+
+pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
+    let device = Device::Cpu;
+    let (losses, seconds) = match args.config {
+        TrainConfig::Smollm2 => {
+            let model = GgufFile::open(&args.gguf)?.load_model(&device)?;
+            train_llm(model, args)?
+        }
+        TrainConfig::Llama1b => train_llm(random_llama_1b(&device)?, args)?,
+        TrainConfig::Minilm => train_minilm(args, &device)?,
+    };
+    let tokens = args.batch_size * args.seq_len * args.steps;
+    Ok(StackFigures {
+        stack: format!(
+            "Shardwork candle 0.11, {} threads",
+            candle_core::utils::get_num_threads()
+        ),
+        config: args.config,
+        steps: args.steps,
+        seconds_per_step: seconds / args.steps as f64,
+        tokens_per_sec: tokens as f64 / seconds,
+        first_loss: losses.first().copied().unwrap_or(f64::NAN),
+        last_loss: losses.last().copied().unwrap_or(f64::NAN),
+        peak_rss_mb: peak_rss_mb()?,
+    })
+}
+
+/// Llama 3.2 1B's shape with N(0, 0.02) weights and unit norms.
+fn random_llama_1b(device: &Device) -> anyhow::Result<Llama> {
+    let cfg = Config {
+        model_type: Some("llama".into()),
+        vocab_size: 128_256,
+        hidden_size: 2048,
+        intermediate_size: 8192,
+        num_hidden_layers: 16,
+        num_attention_heads: 32,
+        num_key_value_heads: Some(8),
+        head_dim: None,
+        rope_theta: 500_000.0,
+        rms_norm_eps: 1e-5,
+        max_position_embeddings: 2048,
+        tie_word_embeddings: true,
+        attention_bias: false,
+        hidden_act: "silu".into(),
+        rope_scaling: None,
+    };
+    let (h, i, kv) = (cfg.hidden_size, cfg.intermediate_size, 8 * cfg.head_dim());
+    let mut tensors = std::collections::HashMap::new();
+    let randn = |shape: (usize, usize)| Tensor::randn(0f32, 0.02, shape, device);
+    tensors.insert(
+        "model.embed_tokens.weight".to_owned(),
+        randn((cfg.vocab_size, h))?,
+    );
+    tensors.insert(
+        "model.norm.weight".to_owned(),
+        Tensor::ones(h, DType::F32, device)?,
+    );
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("model.layers.{l}");
+        for (name, shape) in [
+            ("self_attn.q_proj", (h, h)),
+            ("self_attn.k_proj", (kv, h)),
+            ("self_attn.v_proj", (kv, h)),
+            ("self_attn.o_proj", (h, h)),
+            ("mlp.gate_proj", (i, h)),
+            ("mlp.up_proj", (i, h)),
+            ("mlp.down_proj", (h, i)),
+        ] {
+            tensors.insert(format!("{p}.{name}.weight"), randn(shape)?);
+        }
+        for norm in ["input_layernorm", "post_attention_layernorm"] {
+            tensors.insert(
+                format!("{p}.{norm}.weight"),
+                Tensor::ones(h, DType::F32, device)?,
+            );
+        }
+    }
+    let vb = candle_nn::VarBuilder::from_tensors(tensors, DType::F32, device);
+    Ok(Llama::load(vb, &cfg)?)
+}
+
+/// SFT steps on fixed random sequences, every position learned; (losses, measured seconds).
+fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<(Vec<f64>, f64)> {
+    let vocab = model.config().vocab_size;
+    let examples: Vec<SftExample> = (0..args.batch_size)
+        .map(|i| {
+            let ids = token_ids(args.seq_len + 1, vocab, 0x9e37_79b9 + i as u64);
+            SftExample {
+                learn: vec![true; ids.len()],
+                ids,
+            }
+        })
+        .collect();
+    let sft_cfg = |steps: usize| -> anyhow::Result<SftConfig> {
+        Ok(SftConfig {
+            lora: LoraConfig::new(8, 16.0, 0.0, &["q_proj", "v_proj"], &[])?,
+            optim: optim(steps),
+            batch_size: args.batch_size,
+            max_seq_len: args.seq_len + 1,
+            seed: 0,
+        })
+    };
+    let cfg = sft_cfg(args.steps)?;
+    let trainables = sft::attach_lora(&mut model, &cfg.lora, 0)?;
+    let mut losses = Vec::new();
+    let mut record = |p: &shardwork_trainer::train::Progress| losses.push(f64::from(p.loss));
+    if args.warmup > 0 {
+        sft::train(
+            &model,
+            &trainables,
+            &examples,
+            &sft_cfg(args.warmup)?,
+            0,
+            &mut record,
+        )?;
+    }
+    let report = sft::train(&model, &trainables, &examples, &cfg, 0, &mut record)?;
+    Ok((losses, report.seconds))
+}
+
+/// Classification steps on a fixed random batch; (losses, measured seconds).
+fn train_minilm(args: &ChildArgs, device: &Device) -> anyhow::Result<(Vec<f64>, f64)> {
+    let weights = BertWeights::load(&args.minilm, device)?;
+    let spec = ClassifierSpec {
+        num_labels: 2,
+        lora: LoraConfig::new(8, 16.0, 0.0, &["query", "value"], &["classifier"])?,
+        encoder_dropout: None,
+        seed: 0,
+    };
+    let (model, trainables) = BertClassifier::new(&weights, &spec)?;
+    let vocab = model.config().vocab_size;
+    let (b, t) = (args.batch_size, args.seq_len);
+    let ids = Tensor::from_vec(token_ids(b * t, vocab, 7), (b, t), device)?;
+    let mask = Tensor::ones((b, t), DType::F32, device)?;
+    let labels = Tensor::from_vec(token_ids(b, 2, 11), b, device)?;
+    let mut opt = AdamW::new(&trainables, optim(args.warmup + args.steps))?;
+    let mut losses = Vec::new();
+    let mut step = || -> anyhow::Result<f64> {
+        let logits = model.forward(&ids, &mask, true)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, &labels)?;
+        let value = f64::from(loss.to_scalar::<f32>()?);
+        opt.accumulate(&loss.backward()?)?;
+        Ok(value)
+    };
+    for _ in 0..args.warmup {
+        losses.push(step()?);
+    }
+    let started = Instant::now();
+    for _ in 0..args.steps {
+        losses.push(step()?);
+    }
+    Ok((losses, started.elapsed().as_secs_f64()))
+}
