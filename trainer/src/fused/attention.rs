@@ -670,11 +670,7 @@ mod tests {
         [out, grad(q), grad(k), grad(v)]
     }
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        assert_eq!(a.dims(), b.dims());
-        let diff = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
-        diff.max(0).unwrap().to_scalar().unwrap()
-    }
+    use crate::fused::max_abs_diff as max_diff;
 
     fn assert_close(fused: &[Tensor; 4], reference: &[Tensor; 4], what: &str) {
         for (name, (a, b)) in ["out", "dq", "dk", "dv"]

@@ -94,18 +94,7 @@ mod tests {
         let probe = Tensor::randn(0f32, 1.0, (7, 5001), &dev).unwrap();
         let fused = gelu_erf(x.as_tensor()).unwrap();
         let reference = x.as_tensor().gelu_erf().unwrap();
-        let diff = |a: &Tensor, b: &Tensor| -> f32 {
-            (a - b)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap()
-        };
+        let diff = crate::fused::max_abs_diff;
         assert!(diff(&fused, &reference) < 5e-6);
         let g1 = (&fused * &probe)
             .unwrap()

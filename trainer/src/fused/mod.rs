@@ -16,3 +16,12 @@ pub mod norm;
 pub mod rotary;
 pub mod softmax;
 pub mod swiglu;
+
+/// The largest absolute difference between two tensors of one shape: how far a kernel is from
+/// its composed reference, in every module's tests.
+#[cfg(test)]
+pub(crate) fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims());
+    let diff = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
+    diff.max(0).unwrap().to_scalar().unwrap()
+}

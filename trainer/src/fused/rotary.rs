@@ -106,18 +106,7 @@ mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
-    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar()
-            .unwrap()
-    }
+    use crate::fused::max_abs_diff as max_diff;
 
     #[test]
     fn matches_the_composed_rotation_and_its_gradient() {

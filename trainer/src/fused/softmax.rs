@@ -108,18 +108,7 @@ mod tests {
         let probe = Tensor::randn(0f32, 1.0, (2, 3, 5, 17), &dev).unwrap();
         let fused = softmax_last(x.as_tensor()).unwrap();
         let reference = candle_nn::ops::softmax(x.as_tensor(), D::Minus1).unwrap();
-        let diff = |a: &Tensor, b: &Tensor| -> f32 {
-            (a - b)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(0)
-                .unwrap()
-                .to_scalar()
-                .unwrap()
-        };
+        let diff = crate::fused::max_abs_diff;
         assert!(diff(&fused, &reference) < 1e-6);
         let g1 = (&fused * &probe)
             .unwrap()
