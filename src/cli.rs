@@ -48,7 +48,8 @@ pub enum Command {
     /// Put a base model into the content store, or write the generated sample model.
     #[command(subcommand)]
     Model(crate::model_cmd::ModelCommand),
-    /// Run one worker against a served API (its key in SHARDWORK_NODE_KEY or --key-file).
+    /// Run one worker against a served API (its key in SHARDWORK_NODE_KEY or --key-file); or,
+    /// with `earnings` / `withdraw`, see and withdraw what it earned.
     Worker(WorkerArgs),
     /// Run the validator against a served API (its key in SHARDWORK_NODE_KEY or --key-file).
     Validator(NodeArgs),
@@ -70,16 +71,18 @@ impl Command {
     /// only warnings, so that report is not buried under request logs.
     pub fn default_log_filter(&self) -> &'static str {
         match self {
-            Command::Up { .. } | Command::Serve | Command::Worker(_) | Command::Validator(_) => {
-                "info,sqlx=warn,sea_orm_migration=warn"
-            }
+            Command::Up { .. }
+            | Command::Serve
+            | Command::Worker(WorkerArgs { action: None, .. })
+            | Command::Validator(_) => "info,sqlx=warn,sea_orm_migration=warn",
             _ => "warn",
         }
     }
 }
 
+/// Which API a node (or its operator) talks to, and the key it signs in with.
 #[derive(Debug, clap::Args)]
-pub struct NodeArgs {
+pub struct ApiKeyArgs {
     /// The API's root URL.
     #[arg(
         long,
@@ -90,13 +93,23 @@ pub struct NodeArgs {
     /// File holding the node's hex private key (default: SHARDWORK_NODE_KEY).
     #[arg(long)]
     pub key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    #[command(flatten)]
+    pub reach: ApiKeyArgs,
     /// Where models are cached and tasks run.
     #[arg(long, default_value = ".shardwork/node")]
     pub work_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct WorkerArgs {
+    /// Without a subcommand, run the worker.
+    #[command(subcommand)]
+    pub action: Option<crate::earnings_cmd::WorkerAction>,
     #[command(flatten)]
     pub node: NodeArgs,
     /// Register at most this much training memory, MiB (default: all that is available at
@@ -115,18 +128,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Eval(args) => crate::train_cmd::eval(args).await,
         Command::Merge(args) => crate::train_cmd::merge(args).await,
         Command::Model(command) => crate::model_cmd::run(config, command).await,
+        Command::Worker(WorkerArgs {
+            action: Some(action),
+            ..
+        }) => crate::earnings_cmd::run(config, action).await,
         Command::Worker(a) => {
             crate::nodes::run_worker(
                 config,
-                a.node.api,
-                a.node.key_file,
+                a.node.reach.api,
+                a.node.reach.key_file,
                 a.node.work_dir,
                 a.memory_mb,
             )
             .await
         }
         Command::Validator(a) => {
-            crate::nodes::run_validator(config, a.api, a.key_file, a.work_dir).await
+            crate::nodes::run_validator(config, a.reach.api, a.reach.key_file, a.work_dir).await
         }
         Command::Serve => crate::serve::run(config).await,
         Command::Bench(command) => crate::bench::run(config, command).await,

@@ -9,6 +9,7 @@ mod config;
 mod contracts_cmd;
 mod demo;
 mod dev_secrets;
+mod earnings_cmd;
 mod infra;
 mod job_cmd;
 mod job_events;

@@ -374,6 +374,17 @@ impl ApiClient {
         .await
     }
 
+    /// The caller's worker profile: reputation, earnings mirrored from chain, submissions by
+    /// verdict (worker role).
+    pub async fn worker_profile(&self) -> Result<serde_json::Value> {
+        self.call("GET", "/v1/workers/me", None, None).await
+    }
+
+    /// The chain and escrow contract the API follows (public).
+    pub async fn chain_info(&self) -> Result<serde_json::Value> {
+        self.call("GET", "/v1/chain", None, None).await
+    }
+
     /// Claims the lease on a task taken from the queue (worker role).
     pub async fn claim(&self, task_id: Uuid) -> Result<Lease> {
         self.call("POST", &format!("/v1/tasks/{task_id}/claim"), None, None)

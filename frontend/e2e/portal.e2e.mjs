@@ -4,7 +4,8 @@
 // to see the server's errors land on the right input), fund the escrow from the wallet, watch a
 // task's training-loss curve appear from a worker's heartbeats while the job runs, post a
 // causal-LM job with a chat dataset, and follow the first job live to its adapter: the held-out
-// metric per round, payouts. Screenshots of each page go to frontend/e2e-artifacts/.
+// metric per round, payouts; then the worker's operator withdraws its earnings from the
+// earnings page. Screenshots of each page go to frontend/e2e-artifacts/.
 //
 //   scripts/frontend e2e      (builds the portal and the binary, installs Chromium and anvil)
 //
@@ -20,6 +21,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { decodeFunctionResult, encodeFunctionData, parseAbi } from 'viem';
 import { generatePrivateKey, privateKeyToAccount } from 'viem/accounts';
 import { createSiweMessage } from 'viem/siwe';
 
@@ -43,6 +45,8 @@ const completeTimeoutMs = Number(process.env.SHARDWORK_E2E_COMPLETE_TIMEOUT_S ??
 // Dev account 3: 0-2 deploy, operate and fund for the server, 4 is the in-process validator
 // and 5.. the workers of `shardwork up` (src/nodes.rs).
 const REQUESTER_INDEX = 3;
+/** The key of the walk-through's worker process (a new one each run); its operator withdraws. */
+const workerKey = generatePrivateKey();
 /** The API's task lease in this run, seconds. */
 const LEASE_SECS = 15;
 
@@ -504,7 +508,7 @@ async function main() {
       // trains every shard, the lapsed one included, once its lease is given back.
       start('worker', shardworkBin, ['worker', '--api', origin, '--work-dir', join(work, 'worker')], {
         cwd: work,
-        env: { ...serverEnv, SHARDWORK_NODE_KEY: generatePrivateKey() },
+        env: { ...serverEnv, SHARDWORK_NODE_KEY: workerKey },
       });
     });
 
@@ -586,6 +590,45 @@ async function main() {
       await shot('12-job-completed');
       await page.setViewportSize({ width: 390, height: 844 });
       await shot('13-job-completed-mobile');
+    });
+
+    await step("the worker's operator sees its credit on the earnings page and withdraws it", async () => {
+      const worker = privateKeyToAccount(workerKey).address;
+      const { escrow_address: escrow } = await (await fetch(`${origin}/v1/chain`)).json();
+      const abi = parseAbi(['function withdrawable(address account, address token) view returns (uint256)']);
+      const credit = async () => {
+        const data = encodeFunctionData({ abi, functionName: 'withdrawable', args: [worker, '0x0000000000000000000000000000000000000000'] });
+        const reply = await rpc(anvilUrl, 'eth_call', [{ to: escrow, data }, 'latest']);
+        return decodeFunctionResult({ abi, functionName: 'withdrawable', data: reply.result });
+      };
+      const owed = await credit();
+      if (owed === 0n) throw new Error(`the worker ${worker} trained every shard but the escrow credits it nothing`);
+      // The worker's key is new and holds no ether for gas: anvil funds it, and signs for it as
+      // the operator's own wallet would.
+      await rpc(anvilUrl, 'anvil_setBalance', [worker, '0xde0b6b3a7640000']);
+      await rpc(anvilUrl, 'anvil_impersonateAccount', [worker]);
+      const before = BigInt((await rpc(anvilUrl, 'eth_getBalance', [worker, 'latest'])).result);
+      // A new tab whose wallet holds the worker's account (the later init script wins).
+      await context.addInitScript(walletScript, { account: worker, chainIdHex });
+      const own = await context.newPage();
+      own.on('pageerror', (err) => consoleErrors.push(`uncaught (earnings): ${err.message}`));
+      await own.goto('/earnings');
+      await own.getByRole('button', { name: 'Connect wallet' }).first().click();
+      const row = own.getByTestId('credit-ETH');
+      await row.getByTestId('credit-amount').filter({ hasNotText: /^0 ETH$/ }).waitFor({ timeout: 15_000 });
+      await own.getByTestId('reputation').filter({ hasText: /^\d+\.\d\d%$/ }).waitFor();
+      await own.screenshot({ path: join(artifacts, '14-earnings.png'), fullPage: true });
+      await row.getByRole('button', { name: 'Withdraw ETH' }).click();
+      await own.getByText(/^Withdrew /).waitFor({ timeout: 30_000 });
+      await row.getByTestId('credit-amount').filter({ hasText: /^0 ETH$/ }).waitFor({ timeout: 15_000 });
+      await own.getByText('Nothing to withdraw right now.').waitFor();
+      if ((await credit()) !== 0n) throw new Error('the escrow still credits the worker after the withdrawal');
+      const after = BigInt((await rpc(anvilUrl, 'eth_getBalance', [worker, 'latest'])).result);
+      // The credit arrived, less the gas of one transaction.
+      if (after <= before || after > before + owed) throw new Error(`worker balance ${before} -> ${after} after withdrawing ${owed}`);
+      if (!(await row.getByRole('button', { name: 'Withdraw ETH' }).isDisabled())) throw new Error('Withdraw stays enabled with nothing to withdraw');
+      await own.screenshot({ path: join(artifacts, '15-earnings-withdrawn.png'), fullPage: true });
+      await own.close();
     });
 
     await step('no console errors', async () => {

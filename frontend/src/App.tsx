@@ -1,5 +1,6 @@
 import { Layout } from './components/Layout';
 import { shortJobId } from './format';
+import { Earnings } from './pages/Earnings';
 import { Home } from './pages/Home';
 import { JobPage } from './pages/JobPage';
 import { MyJobs } from './pages/MyJobs';
@@ -32,6 +33,12 @@ export function App() {
       return (
         <Layout title={`Job ${shortJobId(route.id)}`} path={path}>
           <JobPage key={route.id} id={route.id} />
+        </Layout>
+      );
+    case 'earnings':
+      return (
+        <Layout title="Worker earnings" path={path}>
+          <Earnings />
         </Layout>
       );
     case 'not-found':

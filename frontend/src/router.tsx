@@ -1,4 +1,4 @@
-// A small History-API router: the portal has four pages, and the API serves index.html for any
+// A small History-API router: the portal has five pages, and the API serves index.html for any
 // non-API path (api/src/routes/portal.rs), so deep links and reloads work.
 import { useEffect, useState, type AnchorHTMLAttributes, type MouseEvent } from 'react';
 
@@ -29,6 +29,7 @@ export type Route =
   | { page: 'post' }
   | { page: 'jobs' }
   | { page: 'job'; id: string }
+  | { page: 'earnings' }
   | { page: 'not-found'; path: string };
 
 export function matchRoute(path: string): Route {
@@ -36,6 +37,7 @@ export function matchRoute(path: string): Route {
   if (pathname === '/') return { page: 'home' };
   if (pathname === '/jobs/new') return { page: 'post' };
   if (pathname === '/jobs') return { page: 'jobs' };
+  if (pathname === '/earnings') return { page: 'earnings' };
   const job = /^\/jobs\/([0-9a-fA-F-]{36})$/.exec(pathname);
   if (job) return { page: 'job', id: job[1]!.toLowerCase() };
   return { page: 'not-found', path: pathname };

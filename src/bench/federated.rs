@@ -43,6 +43,8 @@ pub struct FederatedBenchConfig {
     pub rounds: u32,
     /// Conversations taken from the corpus, spread over it by stride as the demo does.
     pub conversations: usize,
+    /// Passes each task makes over its shard (`training.epochs`).
+    pub epochs: u32,
 }
 
 /// One way of training, measured.
@@ -73,6 +75,8 @@ pub struct FederatedReport {
     /// Training examples of each shard (records with something to learn within max_seq_len).
     pub shard_examples: Vec<usize>,
     pub rounds: u32,
+    /// Passes each task made over its shard (central made as many over the union per round).
+    pub epochs: u32,
     pub base_loss: f64,
     pub central: RunFigures,
     pub federated_exact: RunFigures,
@@ -122,8 +126,9 @@ impl fmt::Display for FederatedReport {
         let shards = self.shard_examples.len();
         writeln!(
             f,
-            "Federated SFT, {shards} shards x {} rounds, against central on the union: {} on {}",
-            self.rounds, self.model, self.device
+            "Federated SFT, {shards} shards x {} rounds ({} epoch(s) a task), against central \
+             on the union: {} on {}",
+            self.rounds, self.epochs, self.model, self.device
         )?;
         writeln!(
             f,
@@ -232,13 +237,14 @@ impl Trainer<'_> {
 /// Runs base, federated (exact and naive merges) and central, in that order, on CPU.
 pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     anyhow::ensure!(
-        cfg.shards >= 1 && cfg.rounds >= 1,
-        "bench: --shards and --rounds must be at least 1"
+        cfg.shards >= 1 && cfg.rounds >= 1 && cfg.epochs >= 1,
+        "bench: --shards, --rounds and --epochs must be at least 1"
     );
     let device = Device::Cpu;
     // The demo's own spec and records, so the bench cuts the split a posted demo job gets.
     let now = chrono::Utc::now();
-    let spec = crate::demo::chat_spec(&cfg.model_cid, cfg.shards, cfg.rounds);
+    let mut spec = crate::demo::chat_spec(&cfg.model_cid, cfg.shards, cfg.rounds);
+    spec["training"]["epochs"] = cfg.epochs.into();
     let spec = JobSpec::parse(spec.to_string().as_bytes(), now)
         .map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
     let records = crate::demo::chat_records(&cfg.corpus, cfg.conversations, cfg.shards)?;
@@ -269,7 +275,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     let weights: Vec<f64> = shards.iter().map(|s| s.len() as f64).collect();
 
     // Central trains as many optimiser steps as all federated tasks together. The job's
-    // schedule is fixed at one epoch over what it is given, so central is given the union
+    // schedule is `epochs` passes over what it is given, so central is given the union
     // `rounds` times, topped up from the union until its step count reaches the federated one
     // (shards rounding their last batch up can add a step each).
     let round_steps: usize = shards.iter().map(|s| job.total_steps(s.len())).sum();
@@ -392,6 +398,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         held_out_examples: held_out.len(),
         shard_examples: shards.iter().map(Vec::len).collect(),
         rounds: cfg.rounds,
+        epochs: cfg.epochs,
         base_loss,
         central: RunFigures {
             loss: central_loss,
@@ -430,6 +437,7 @@ mod tests {
             held_out_examples: 3,
             shard_examples: vec![9, 9, 9],
             rounds: 1,
+            epochs: 1,
             base_loss: 3.0,
             central: figures(central),
             federated_exact: figures(exact),

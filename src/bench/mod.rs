@@ -56,6 +56,10 @@ pub enum BenchCommand {
         /// Conversations taken from the corpus, spread over it as the demo does.
         #[arg(long, default_value_t = 480)]
         conversations: usize,
+        /// Passes over its shard each task makes (the spec's `training.epochs`; the demo's is
+        /// 1). Central makes as many over the union, so both still take the same steps.
+        #[arg(long, default_value_t = 1)]
+        epochs: u32,
         /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
         #[arg(long)]
         gguf: Option<PathBuf>,
@@ -189,6 +193,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             shards,
             rounds,
             conversations,
+            epochs,
             gguf,
             json,
         } => {
@@ -218,6 +223,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 shards,
                 rounds,
                 conversations,
+                epochs,
             };
             let report = tokio::task::spawn_blocking(move || federated::run(&bench)).await??;
             if json {

@@ -281,6 +281,7 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
         let in_db: String = row.try_get_by_index(0).unwrap();
         assert_eq!(in_db.parse::<U256>().unwrap(), on_chain);
     }
+    operator_sees_and_withdraws_earnings(&api_url, anvil.url(), &ledger, escrow, &db).await;
     only_who_may_reads_the_finished_job(
         &api_url,
         &requester,
@@ -290,6 +291,104 @@ async fn separate_processes_complete_a_federated_job_despite_a_killed_worker_and
     )
     .await;
     api.kill();
+}
+
+/// The surviving worker's operator, with the CLI as it would type it: `shardwork worker
+/// earnings` shows the credit the escrow holds, the on-chain reputation and the submissions the
+/// database recorded; `withdraw --to` moves the credit to another address on chain; a second
+/// withdraw sends nothing.
+async fn operator_sees_and_withdraws_earnings(
+    api_url: &str,
+    rpc_url: &str,
+    ledger: &RpcLedger,
+    escrow: Address,
+    db: &shardwork_migrations::sea_orm::DatabaseConnection,
+) {
+    let worker = shardwork_contracts::dev_keys::dev_addresses()[6];
+    let env = [
+        ("SHARDWORK_API_URL", api_url.to_owned()),
+        (
+            "SHARDWORK_NODE_KEY",
+            shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[6].to_owned(),
+        ),
+    ];
+    let run = |args: &[&str]| {
+        let mut all = vec!["worker"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--rpc", rpc_url]);
+        let out = shardwork_tests::shardwork(&all, &env);
+        assert!(
+            out.status.success(),
+            "shardwork {all:?}: {}",
+            shardwork_tests::text(&out.stderr)
+        );
+        shardwork_tests::text(&out.stdout)
+    };
+    let json = |args: &[&str]| -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.push("--json");
+        serde_json::from_str(&run(&all)).unwrap()
+    };
+
+    let credit = ledger.withdrawable(escrow, worker, ETH).await.unwrap();
+    assert!(credit > U256::ZERO, "the survivor trained and was paid");
+    let earnings = json(&["earnings"]);
+    assert_eq!(earnings["credit"][0]["asset"], "ETH", "{earnings}");
+    assert_eq!(earnings["credit"][0]["amount"], credit.to_string());
+    assert_eq!(
+        earnings["reputation_bps"],
+        ledger.reputation(escrow, worker).await.unwrap()
+    );
+    let accepted = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            format!(
+                "SELECT COUNT(*) FROM submissions s JOIN workers w ON w.id = s.worker_id \
+                 WHERE w.address = '{worker:#x}' AND s.verdict = 'accepted'"
+            ),
+        ))
+        .await
+        .unwrap()
+        .unwrap()
+        .try_get_by_index::<i64>(0)
+        .unwrap();
+    assert!(accepted > 0);
+    assert_eq!(
+        earnings["profile"]["submissions"]["accepted"], accepted,
+        "{earnings}"
+    );
+    let text = run(&["earnings"]);
+    assert!(text.contains(&format!("({credit} wei)")), "{text}");
+
+    let to = Address::repeat_byte(0x5a);
+    assert_eq!(ledger.eth_balance(to).await.unwrap(), U256::ZERO);
+    let withdrawn = json(&["withdraw", "--to", &format!("{to:#x}")]);
+    assert_eq!(
+        withdrawn["withdrawn"][0]["amount"],
+        credit.to_string(),
+        "{withdrawn}"
+    );
+    assert_eq!(ledger.eth_balance(to).await.unwrap(), credit);
+    assert_eq!(
+        ledger.withdrawable(escrow, worker, ETH).await.unwrap(),
+        U256::ZERO
+    );
+
+    // Nothing left: the second withdraw sends no transaction and moves nothing.
+    let http = shardwork_tests::http_client();
+    let sent = || {
+        shardwork_tests::rpc(
+            &http,
+            rpc_url,
+            "eth_getTransactionCount",
+            json!([format!("{worker:#x}"), "latest"]),
+        )
+    };
+    let before = sent().await;
+    let again = run(&["withdraw", "--to", &format!("{to:#x}")]);
+    assert!(again.contains("nothing to withdraw"), "{again}");
+    assert_eq!(sent().await, before, "no transaction sent");
+    assert_eq!(ledger.eth_balance(to).await.unwrap(), credit);
 }
 
 /// Every reader of the finished job, with and without a token: the requester, another

@@ -452,7 +452,19 @@ async fn on_paid<C: ConnectionTrait>(
     else {
         return Ok(());
     };
-    let earnings = U256::from_str_radix(&w.earnings_wei, 10).unwrap_or_default() + paid.amount;
+    // `earnings_wei` counts ether: a payout in an ERC-20 is in that token's units, and the
+    // credit per asset is read from the escrow (`shardwork worker earnings`).
+    let paid_in_ether = job
+        .spec
+        .get("stake")
+        .and_then(|stake| stake.get("token"))
+        .is_none_or(serde_json::Value::is_null);
+    let earnings = U256::from_str_radix(&w.earnings_wei, 10).unwrap_or_default()
+        + if paid_in_ether {
+            paid.amount
+        } else {
+            U256::ZERO
+        };
     let reputation = i64::from(paid.reputation);
     worker::Entity::update_many()
         .col_expr(

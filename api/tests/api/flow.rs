@@ -410,6 +410,12 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     assert_eq!(rejected.body["verdict"], "rejected", "{}", rejected.text);
     let me = send(&service, get(&worker_b, "/v1/workers/me")).await;
     assert_eq!(me.body["reputation"], 700, "{}", me.text);
+    assert_eq!(
+        me.body["submissions"],
+        json!({"accepted": 0, "rejected": 1, "pending": 0}),
+        "{}",
+        me.text
+    );
     for (_, id) in &by_task[1..] {
         let v = send(
             &service,
@@ -534,6 +540,13 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     assert_eq!(paid(&b), 0);
     let me = send(&service, get(&worker_a, "/v1/workers/me")).await;
     assert_eq!(me.body["earnings_wei"], paid(&a).to_string(), "{}", me.text);
+    assert_eq!(me.body["submissions"]["rejected"], 0, "{}", me.text);
+    assert_eq!(me.body["submissions"]["pending"], 0, "{}", me.text);
+    assert!(
+        me.body["submissions"]["accepted"].as_u64().unwrap() > 0,
+        "{}",
+        me.text
+    );
     // Every chain effect ran once, however often the passes ran.
     step(&app, &mut dispatcher).await;
     use sea_orm::{EntityTrait, PaginatorTrait};

@@ -38,6 +38,10 @@ async fn worker_registers_heartbeats_and_reads_its_profile(backend: Backend) {
     assert_eq!(reply.body["address"], address(&worker_key()).to_string());
     assert_eq!(reply.body["reputation"], 0);
     assert_eq!(reply.body["earnings_wei"], "0");
+    assert_eq!(
+        reply.body["submissions"],
+        serde_json::json!({"accepted": 0, "rejected": 0, "pending": 0})
+    );
     assert!(reply.body["last_heartbeat_at"].is_null());
 
     assert_eq!(send(&service, beat()).await.status, 204);

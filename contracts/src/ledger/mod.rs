@@ -396,17 +396,29 @@ pub trait Ledger: Send + Sync {
             "withdraw",
         )
         .await?;
-        let amount = outcome
-            .events
-            .iter()
-            .find_map(|e| match &e.event {
-                JobEscrow::JobEscrowEvents::Withdrawn(w) => Some(w.amount),
-                _ => None,
-            })
-            .ok_or(LedgerError::MissingFromReceipt {
-                what: "Withdrawn event",
-                tx_hash: outcome.tx_hash,
-            })?;
+        let amount = withdrawn_amount(&outcome)?;
+        Ok((amount, outcome))
+    }
+
+    /// Pulls everything credited to `account` in `token` to `to` (`withdrawTo`: for an account
+    /// that keeps its funds elsewhere); returns the amount paid out.
+    async fn withdraw_to(
+        &self,
+        escrow: Address,
+        account: Address,
+        token: Address,
+        to: Address,
+    ) -> Result<(U256, TxOutcome)> {
+        let outcome = transact(
+            self,
+            escrow,
+            account,
+            JobEscrow::withdrawToCall { token, to },
+            U256::ZERO,
+            "withdrawTo",
+        )
+        .await?;
+        let amount = withdrawn_amount(&outcome)?;
         Ok((amount, outcome))
     }
 
@@ -532,6 +544,21 @@ pub trait Ledger: Send + Sync {
         .await?;
         Ok(())
     }
+}
+
+/// The amount a withdrawal's `Withdrawn` event reports.
+fn withdrawn_amount(outcome: &TxOutcome) -> Result<U256> {
+    outcome
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            JobEscrow::JobEscrowEvents::Withdrawn(w) => Some(w.amount),
+            _ => None,
+        })
+        .ok_or(LedgerError::MissingFromReceipt {
+            what: "Withdrawn event",
+            tx_hash: outcome.tx_hash,
+        })
 }
 
 async fn deploy<L: Ledger + ?Sized>(

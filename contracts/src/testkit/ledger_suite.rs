@@ -376,6 +376,26 @@ pub async fn erc20_federated_job_splits_stake_by_quality(ledger: &dyn Ledger) {
         stake - second,
         "escrow holds what is unwithdrawn"
     );
+
+    // withdrawTo: the credit goes to the address named, not to the account that earned it.
+    let elsewhere = Address::repeat_byte(0x77);
+    let (withdrawn, _) = ledger
+        .withdraw_to(escrow, p.workers[0], token, elsewhere)
+        .await
+        .unwrap();
+    assert_eq!(withdrawn, first);
+    assert_eq!(ledger.token_balance(token, elsewhere).await.unwrap(), first);
+    assert_eq!(
+        ledger.token_balance(token, p.workers[0]).await.unwrap(),
+        U256::ZERO
+    );
+    assert_eq!(
+        ledger
+            .withdrawable(escrow, p.workers[0], token)
+            .await
+            .unwrap(),
+        U256::ZERO
+    );
 }
 
 /// Reverts come back as the contract's custom errors with their arguments, and read well.

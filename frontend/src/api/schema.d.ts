@@ -698,7 +698,7 @@ export type paths = {
             cookie?: never;
         };
         /**
-         * The caller's own profile: reputation and earnings.
+         * The caller's own profile: reputation, earnings and submissions by verdict.
          * @description **Role:** `worker`.
          */
         get: operations["get_worker_profile"];
@@ -1989,6 +1989,24 @@ export type components = {
              */
             version: number;
         };
+        /** @description A worker's submissions counted by verdict. */
+        SubmissionTally: {
+            /**
+             * Format: int64
+             * @description Accepted by the validator (these are what a payout pays for).
+             */
+            accepted: number;
+            /**
+             * Format: int64
+             * @description Not judged yet.
+             */
+            pending: number;
+            /**
+             * Format: int64
+             * @description Rejected by the validator.
+             */
+            rejected: number;
+        };
         /** @description A submission as recorded, with the validator's verdict once there is one. */
         SubmissionView: {
             /** @description The trained adapter's bundle in the content store. */
@@ -2357,7 +2375,10 @@ export type components = {
             address: components["schemas"]["EthAddress"];
             /** @description What the worker declared it can train on. */
             capabilities: components["schemas"]["Capabilities"];
-            /** @description Wei paid to the worker so far, as mirrored from the chain's payouts. */
+            /**
+             * @description Wei paid to the worker so far by jobs staked in ETH, as mirrored from the chain's
+             *     payouts (payouts in an ERC-20 are not counted here: read the escrow's `withdrawable`).
+             */
             earnings_wei: components["schemas"]["WeiAmount"];
             /**
              * Format: uuid
@@ -2379,6 +2400,8 @@ export type components = {
              * @description Reputation in basis points, as last mirrored from chain.
              */
             reputation: number;
+            /** @description The worker's submissions by the validator's verdict. */
+            submissions: components["schemas"]["SubmissionTally"];
         };
     };
     responses: {

@@ -38,6 +38,11 @@ export function Layout({ title, children, path }: { title: string; children: Rea
                 My jobs
               </Link>
             </li>
+            <li>
+              <Link href="/earnings" aria-current={current('/earnings')}>
+                Earnings
+              </Link>
+            </li>
           </ul>
         </nav>
         <WalletPanel />

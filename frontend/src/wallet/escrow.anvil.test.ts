@@ -1,5 +1,6 @@
-// The portal's escrow call against the real contract on a real node: JobEscrow deployed from
-// the committed artifact to anvil, funded with createJob exactly as the job page sends it.
+// The portal's escrow calls against the real contract on a real node: JobEscrow deployed from
+// the committed artifact to anvil, funded with createJob exactly as the job page sends it, and
+// a paid worker's credit read and withdrawn as the earnings page does.
 // Needs anvil (scripts/install/npm-tools puts it in .tools/bin); without it the suite says
 // SKIPPED loudly, and fails instead when SHARDWORK_REQUIRE_SERVICES=1 (CI).
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -8,6 +9,7 @@ import { createServer } from 'node:net';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPublicClient, createWalletClient, http, type Abi, type Address, type Hex } from 'viem';
+import { readEarnings, sendWithdraw } from './earnings';
 import { createJobCall, escrowJobId, ETH, sendCreateJob, waitForReceipt } from './escrow';
 
 const anvilBin = process.env.ANVIL_BIN ?? resolve(__dirname, '../../../.tools/bin/anvil');
@@ -103,5 +105,29 @@ describe.runIf(available)('createJob on anvil', () => {
     await expect(publicClient.simulateContract({ ...greedy, account: requester! })).rejects.toThrow(/FeeAboveMaximum/);
     await expect(sendCreateJob(wallet, requester!, { ...funding, max_fee_bps: 100 })).rejects.toThrow();
     expect(await publicClient.getBalance({ address: escrow })).toBe(1000000000000000000n);
+
+    // A single-contributor job runs and pays worker (the operator marks it started and
+    // completes it); the worker reads its credit and reputation, withdraws, and then has
+    // nothing left to withdraw.
+    const [, , , , , worker] = (await wallet.getAddresses()) as Address[];
+    const lora = await waitForReceipt(publicClient, await sendCreateJob(wallet, requester!, { ...funding, kind: 0 }));
+    expect(escrowJobId(lora, escrow)).toBe(3n);
+    const operatorCall = async (functionName: string, args: unknown[]) => {
+      const hash = await wallet.writeContract({ address: escrow, abi: artifact.abi, functionName, args, account: operator!, chain: null });
+      expect((await waitForReceipt(publicClient, hash)).status).toBe('success');
+    };
+    await operatorCall('markStarted', [3n]);
+    await operatorCall('completeJob', [3n, 'bafyadapter', worker, 10_000]);
+    const paid = 500000000000000000n - (500000000000000000n * 250n) / 10_000n;
+    const before = await readEarnings(publicClient, escrow, worker!);
+    expect(before.credit).toEqual([{ token: ETH, amount: paid }]);
+    expect(before.reputationBps).toBeGreaterThan(0);
+    const balance = await publicClient.getBalance({ address: worker! });
+    const withdrawal = await waitForReceipt(publicClient, await sendWithdraw(publicClient, wallet, worker!, escrow, ETH));
+    expect(withdrawal.status).toBe('success');
+    const gas = withdrawal.gasUsed * withdrawal.effectiveGasPrice;
+    expect(await publicClient.getBalance({ address: worker! })).toBe(balance + paid - gas);
+    expect((await readEarnings(publicClient, escrow, worker!)).credit).toEqual([{ token: ETH, amount: 0n }]);
+    await expect(sendWithdraw(publicClient, wallet, worker!, escrow, ETH)).rejects.toThrow(/NothingToWithdraw/);
   }, 30_000);
 });

@@ -2,15 +2,16 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { encodeFunctionData, toFunctionSelector, toEventSelector, type AbiFunction, type AbiEvent } from 'viem';
-import { createJobCall, escrowAbi } from './escrow';
+import { assetsOf, earningsAbi, withdrawCall } from './earnings';
+import { createJobCall, escrowAbi, ETH } from './escrow';
 
 const artifact = JSON.parse(
   readFileSync(resolve(__dirname, '../../../contracts/artifacts/JobEscrow.json'), 'utf8'),
 ) as { abi: (AbiFunction | AbiEvent)[] };
 
-describe('escrowAbi', () => {
-  it('matches the committed JobEscrow artifact', () => {
-    for (const ours of escrowAbi) {
+describe('escrowAbi and earningsAbi', () => {
+  it('match the committed JobEscrow artifact', () => {
+    for (const ours of [...escrowAbi, ...earningsAbi]) {
       const theirs = artifact.abi.find((x) => x.type === ours.type && x.name === ours.name);
       expect(theirs, ours.name).toBeDefined();
       const sig = (x: AbiFunction | AbiEvent) => (x.type === 'function' ? toFunctionSelector(x) : toEventSelector(x));
@@ -41,5 +42,22 @@ describe('createJobCall', () => {
 
   it('sends no value with an ERC-20 stake', () => {
     expect(createJobCall({ ...funding, token: '0x1111111111111111111111111111111111111111' }).value).toBe(0n);
+  });
+});
+
+describe('earnings', () => {
+  const token = '0x1111111111111111111111111111111111111111';
+
+  it('looks at ETH and each allow-listed token once', () => {
+    expect(assetsOf([])).toEqual([ETH]);
+    expect(assetsOf([{ token }, { token: token.toUpperCase().replace('0X', '0x') as `0x${string}` }, {}])).toEqual([ETH, token]);
+  });
+
+  it('withdraws one asset per call', () => {
+    const call = withdrawCall('0x5FbDB2315678afecb367f032d93F642f64180aa3', token);
+    expect(call.args).toEqual([token]);
+    expect(encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args })).toBe(
+      `0x51cff8d9${token.slice(2).padStart(64, '0')}`,
+    );
   });
 });

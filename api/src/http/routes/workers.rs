@@ -5,12 +5,13 @@ use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Utc};
 use sea_orm::{
     ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter,
+    QuerySelect,
 };
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{EthAddress, WeiAmount};
+use shardwork_core::protocol::{EthAddress, VerdictStatus, WeiAmount};
 use uuid::Uuid;
 
-use crate::entities::worker;
+use crate::entities::{submission, worker};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::WorkerRole;
 use crate::http::extract::Json;
@@ -93,27 +94,59 @@ pub struct WorkerProfile {
     /// Reputation in basis points, as last mirrored from chain.
     #[schema(minimum = 0, maximum = 10000)]
     pub reputation: i64,
-    /// Wei paid to the worker so far, as mirrored from the chain's payouts.
+    /// Wei paid to the worker so far by jobs staked in ETH, as mirrored from the chain's
+    /// payouts (payouts in an ERC-20 are not counted here: read the escrow's `withdrawable`).
     #[schema(value_type = WeiAmount)]
     pub earnings_wei: String,
+    /// The worker's submissions by the validator's verdict.
+    pub submissions: SubmissionTally,
     /// When the worker last sent a heartbeat; absent before the first.
     pub last_heartbeat_at: Option<DateTime<Utc>>,
     /// When the worker first registered.
     pub registered_at: DateTime<Utc>,
 }
 
-impl From<worker::Model> for WorkerProfile {
-    fn from(m: worker::Model) -> Self {
-        WorkerProfile {
-            id: m.id,
-            address: m.address,
-            capabilities: m.capabilities,
-            reputation: m.reputation,
-            earnings_wei: m.earnings_wei,
-            last_heartbeat_at: m.last_heartbeat_at,
-            registered_at: m.created_at,
+/// A worker's submissions counted by verdict.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SubmissionTally {
+    /// Accepted by the validator (these are what a payout pays for).
+    pub accepted: u64,
+    /// Rejected by the validator.
+    pub rejected: u64,
+    /// Not judged yet.
+    pub pending: u64,
+}
+
+/// `m`'s profile, with its submissions counted.
+async fn profile(state: &AppState, m: worker::Model) -> Result<WorkerProfile, ApiError> {
+    let counts: Vec<(VerdictStatus, i64)> = submission::Entity::find()
+        .select_only()
+        .column(submission::Column::Verdict)
+        .column_as(submission::Column::Id.count(), "n")
+        .filter(submission::Column::WorkerId.eq(m.id))
+        .group_by(submission::Column::Verdict)
+        .into_tuple()
+        .all(&state.db)
+        .await?;
+    let mut submissions = SubmissionTally::default();
+    for (verdict, n) in counts {
+        let n = u64::try_from(n).unwrap_or_default();
+        match verdict {
+            VerdictStatus::Accepted => submissions.accepted = n,
+            VerdictStatus::Rejected => submissions.rejected = n,
+            VerdictStatus::Pending => submissions.pending = n,
         }
     }
+    Ok(WorkerProfile {
+        id: m.id,
+        address: m.address,
+        capabilities: m.capabilities,
+        reputation: m.reputation,
+        earnings_wei: m.earnings_wei,
+        submissions,
+        last_heartbeat_at: m.last_heartbeat_at,
+        registered_at: m.created_at,
+    })
 }
 
 async fn find(state: &AppState, address: &str) -> Result<Option<worker::Model>, ApiError> {
@@ -156,7 +189,7 @@ pub async fn register(
         active.capabilities = Set(capabilities);
         active.updated_at = Set(now);
         let updated = active.update(&state.db).await?;
-        return Ok(HttpResponse::Ok().json(WorkerProfile::from(updated)));
+        return Ok(HttpResponse::Ok().json(profile(&state, updated).await?));
     }
     let inserted = worker::Entity::insert(worker::ActiveModel {
         id: Set(Uuid::now_v7()),
@@ -188,7 +221,7 @@ pub async fn register(
     let created = find(&state, &address)
         .await?
         .ok_or_else(|| ApiError::internal("registration", "inserted worker not found"))?;
-    Ok(HttpResponse::Created().json(WorkerProfile::from(created)))
+    Ok(HttpResponse::Created().json(profile(&state, created).await?))
 }
 
 /// Records that the caller is alive.
@@ -226,7 +259,7 @@ pub async fn heartbeat(
     Ok(HttpResponse::NoContent().finish())
 }
 
-/// The caller's own profile: reputation and earnings.
+/// The caller's own profile: reputation, earnings and submissions by verdict.
 #[utoipa::path(
     get,
     path = "/v1/workers/me",
@@ -249,5 +282,5 @@ pub async fn me(
             "{address} is not registered; POST /v1/workers/register first"
         ))
     })?;
-    Ok(HttpResponse::Ok().json(WorkerProfile::from(worker)))
+    Ok(HttpResponse::Ok().json(profile(&state, worker).await?))
 }

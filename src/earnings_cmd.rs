@@ -1,0 +1,425 @@
+//! `shardwork worker earnings` and `shardwork worker withdraw`: what a worker's address has
+//! earned, and pulling it out of the escrow.
+//!
+//! The escrow pays by pull: a payout credits each contributor in the contract, and the credit
+//! waits there until the contributor calls `withdraw`. So credit and reputation are read from
+//! the escrow itself, over the chain's JSON-RPC, and withdrawals are signed with the worker's
+//! own key; the API adds only what it alone knows (the submissions by verdict, and which
+//! escrow and chain it follows). The assets looked at are ether and every token the escrow has
+//! ever allow-listed (its `TokenAllowed` events): a token taken off the list keeps its credits.
+
+use alloy::primitives::utils::format_ether;
+use alloy::primitives::{Address, U256};
+use alloy::signers::local::PrivateKeySigner;
+use anyhow::{Context, bail};
+use serde::Serialize;
+use shardwork_client::ApiClient;
+use shardwork_contracts::bindings::JobEscrow::JobEscrowEvents;
+use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
+use shardwork_contracts::ledger::{ETH, Ledger};
+
+use crate::cli::ApiKeyArgs;
+use crate::config::{ChainKind, Config, redact_url};
+
+/// What an operator does with a worker's earnings.
+#[derive(Debug, clap::Subcommand)]
+pub enum WorkerAction {
+    /// The worker's credit in the escrow per asset, its on-chain reputation and its
+    /// submissions by verdict.
+    Earnings(OperatorArgs),
+    /// Withdraw everything the escrow credits the worker, in every asset, to its own address
+    /// or to `--to`. Sends nothing (and says so) when there is nothing to withdraw.
+    Withdraw {
+        #[command(flatten)]
+        operator: OperatorArgs,
+        /// Where the funds go (default: the worker's own address).
+        #[arg(long)]
+        to: Option<Address>,
+    },
+}
+
+/// How an operator command reaches the API and the chain.
+#[derive(Debug, clap::Args)]
+pub struct OperatorArgs {
+    /// The API and the worker's key.
+    #[command(flatten)]
+    pub reach: ApiKeyArgs,
+    /// JSON-RPC URL of the chain the API follows (default: the configuration's
+    /// `chain.rpc_url` when `chain.kind` is `rpc`).
+    #[arg(long)]
+    pub rpc: Option<String>,
+    /// First block to look for the escrow's allow-listed tokens in (its deployment block
+    /// saves a public node a long log search).
+    #[arg(long, default_value_t = 0)]
+    pub from_block: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One asset's credit.
+#[derive(Debug, Clone, Serialize)]
+pub struct Credit {
+    /// The ERC-20's address, or the zero address for ether.
+    pub token: Address,
+    /// "ETH" or the token's address.
+    pub asset: String,
+    /// In the asset's smallest unit (wei for ether).
+    pub amount: String,
+}
+
+/// `shardwork worker earnings`.
+#[derive(Debug, Serialize)]
+pub struct EarningsReport {
+    pub address: Address,
+    pub chain_id: u64,
+    pub escrow: Address,
+    /// On-chain reputation, basis points.
+    pub reputation_bps: u16,
+    /// What can be withdrawn now, per asset (ether always listed, tokens when non-zero).
+    pub credit: Vec<Credit>,
+    /// The API's profile of the worker (`GET /v1/workers/me`); absent when the address never
+    /// registered as a worker there.
+    pub profile: Option<serde_json::Value>,
+}
+
+/// One withdrawal sent.
+#[derive(Debug, Serialize)]
+pub struct Withdrawal {
+    pub token: Address,
+    pub asset: String,
+    pub amount: String,
+    pub to: Address,
+    pub tx_hash: String,
+}
+
+/// `shardwork worker withdraw`.
+#[derive(Debug, Serialize)]
+pub struct WithdrawReport {
+    pub address: Address,
+    pub withdrawn: Vec<Withdrawal>,
+}
+
+impl WorkerAction {
+    fn operator(&self) -> &OperatorArgs {
+        match self {
+            WorkerAction::Earnings(operator) | WorkerAction::Withdraw { operator, .. } => operator,
+        }
+    }
+}
+
+pub async fn run(config: Config, action: WorkerAction) -> anyhow::Result<()> {
+    let key = crate::nodes::node_key(action.operator().reach.key_file.as_deref())?;
+    match action {
+        WorkerAction::Earnings(args) => {
+            let session = Session::open(&config, key, &args).await?;
+            let report = session.earnings().await?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print_earnings(&report);
+            }
+        }
+        WorkerAction::Withdraw { operator, to } => {
+            let session = Session::open(&config, key, &operator).await?;
+            let report = session.withdraw(to).await?;
+            if operator.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else if report.withdrawn.is_empty() {
+                println!("nothing to withdraw for {:#x}", report.address);
+            } else {
+                for w in &report.withdrawn {
+                    println!(
+                        "withdrew {} to {:#x} (tx {})",
+                        amount_text(w.token, &w.amount),
+                        w.to,
+                        w.tx_hash
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The API, the chain and the escrow, as one worker key sees them.
+struct Session {
+    api: ApiClient,
+    ledger: RpcLedger,
+    account: Address,
+    chain_id: u64,
+    escrow: Address,
+    from_block: u64,
+}
+
+impl Session {
+    async fn open(
+        config: &Config,
+        key: PrivateKeySigner,
+        args: &OperatorArgs,
+    ) -> anyhow::Result<Self> {
+        let rpc = rpc_url(config, args)?;
+        let account = key.address();
+        let api = ApiClient::new(&args.reach.api, key.clone(), &["worker"])?;
+        let chain = api.chain_info().await.with_context(|| {
+            format!(
+                "asking {} which chain and escrow it follows",
+                args.reach.api
+            )
+        })?;
+        let chain_id = chain["chain_id"]
+            .as_u64()
+            .context("GET /v1/chain: no chain_id")?;
+        let escrow: Address = chain["escrow_address"]
+            .as_str()
+            .context("GET /v1/chain: no escrow_address")?
+            .parse()
+            .context("GET /v1/chain: escrow_address is not an address")?;
+        let ledger = RpcLedger::connect(RpcConfig::new(rpc.clone()), vec![key])
+            .await
+            .with_context(|| format!("connecting to the chain at {}", redact_url(&rpc)))?;
+        let rpc_chain = ledger.chain_id().await.context("reading the chain id")?;
+        if rpc_chain != chain_id {
+            bail!(
+                "--rpc reaches chain {rpc_chain}, but the API at {} follows chain {chain_id}",
+                args.reach.api
+            );
+        }
+        Ok(Session {
+            api,
+            ledger,
+            account,
+            chain_id,
+            escrow,
+            from_block: args.from_block,
+        })
+    }
+
+    /// Ether, then every token the escrow ever allow-listed, in the order it listed them.
+    async fn assets(&self) -> anyhow::Result<Vec<Address>> {
+        let events = self
+            .ledger
+            .events(self.escrow, self.from_block, None)
+            .await
+            .context("reading the escrow's allow-listed tokens")?;
+        let mut assets = vec![ETH];
+        for e in events {
+            if let JobEscrowEvents::TokenAllowed(t) = e.event
+                && !assets.contains(&t.token)
+            {
+                assets.push(t.token);
+            }
+        }
+        Ok(assets)
+    }
+
+    /// Credit per asset: ether always, tokens when non-zero.
+    async fn credit(&self) -> anyhow::Result<Vec<Credit>> {
+        let mut credit = Vec::new();
+        for token in self.assets().await? {
+            let amount = self
+                .ledger
+                .withdrawable(self.escrow, self.account, token)
+                .await
+                .with_context(|| format!("reading the credit in {}", asset_name(token)))?;
+            if token == ETH || amount > U256::ZERO {
+                credit.push(Credit {
+                    token,
+                    asset: asset_name(token),
+                    amount: amount.to_string(),
+                });
+            }
+        }
+        Ok(credit)
+    }
+
+    async fn earnings(&self) -> anyhow::Result<EarningsReport> {
+        let profile = match self.api.worker_profile().await {
+            Ok(profile) => Some(profile),
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e).context("reading the worker's profile from the API"),
+        };
+        Ok(EarningsReport {
+            address: self.account,
+            chain_id: self.chain_id,
+            escrow: self.escrow,
+            reputation_bps: self
+                .ledger
+                .reputation(self.escrow, self.account)
+                .await
+                .context("reading the reputation")?,
+            credit: self.credit().await?,
+            profile,
+        })
+    }
+
+    async fn withdraw(&self, to: Option<Address>) -> anyhow::Result<WithdrawReport> {
+        if to == Some(Address::ZERO) {
+            bail!("--to: the zero address cannot receive a withdrawal");
+        }
+        let mut withdrawn = Vec::new();
+        for c in self.credit().await? {
+            if c.amount == "0" {
+                continue;
+            }
+            let (amount, outcome) = match to {
+                Some(to) if to != self.account => {
+                    self.ledger
+                        .withdraw_to(self.escrow, self.account, c.token, to)
+                        .await
+                }
+                _ => {
+                    self.ledger
+                        .withdraw(self.escrow, self.account, c.token)
+                        .await
+                }
+            }
+            .with_context(|| format!("withdrawing {}", c.asset))?;
+            withdrawn.push(Withdrawal {
+                token: c.token,
+                asset: c.asset,
+                amount: amount.to_string(),
+                to: to.unwrap_or(self.account),
+                tx_hash: format!("{:#x}", outcome.tx_hash),
+            });
+        }
+        Ok(WithdrawReport {
+            address: self.account,
+            withdrawn,
+        })
+    }
+}
+
+/// The chain's JSON-RPC URL: `--rpc`, else the configuration's when its chain is a JSON-RPC one.
+fn rpc_url(config: &Config, args: &OperatorArgs) -> anyhow::Result<String> {
+    match (&args.rpc, config.chain.kind) {
+        (Some(url), _) => Ok(url.clone()),
+        (None, ChainKind::Rpc) => Ok(config.chain.rpc_url.clone()),
+        (None, ChainKind::Embedded) => bail!(
+            "no chain to reach: the configuration's chain is the embedded one, which lives \
+             inside the API process and has no JSON-RPC endpoint; pass --rpc URL (or set \
+             SHARDWORK_CHAIN__KIND=rpc and SHARDWORK_CHAIN__RPC_URL) for the chain the API \
+             follows"
+        ),
+    }
+}
+
+fn asset_name(token: Address) -> String {
+    if token == ETH {
+        "ETH".into()
+    } else {
+        format!("{token:#x}")
+    }
+}
+
+/// "0.5 ETH (500000000000000000 wei)", or "1000 of token 0x…".
+fn amount_text(token: Address, amount: &str) -> String {
+    if token == ETH {
+        let ether = amount
+            .parse::<U256>()
+            .map(|wei| {
+                let text = format_ether(wei);
+                match text.split_once('.') {
+                    Some((whole, fraction)) if fraction.trim_end_matches('0').is_empty() => {
+                        whole.to_owned()
+                    }
+                    Some(_) => text.trim_end_matches('0').to_owned(),
+                    None => text,
+                }
+            })
+            .unwrap_or_else(|_| amount.to_owned());
+        format!("{ether} ETH ({amount} wei)")
+    } else {
+        format!("{amount} of token {token:#x}")
+    }
+}
+
+fn print_earnings(r: &EarningsReport) {
+    println!(
+        "worker {:#x} on chain {}, escrow {:#x}",
+        r.address, r.chain_id, r.escrow
+    );
+    println!(
+        "reputation  {} bps ({:.2}%)",
+        r.reputation_bps,
+        f64::from(r.reputation_bps) / 100.0
+    );
+    for c in &r.credit {
+        println!(
+            "credit      {}  (withdraw with `shardwork worker withdraw`)",
+            amount_text(c.token, &c.amount)
+        );
+    }
+    match &r.profile {
+        Some(p) => {
+            if let Some(paid) = p["earnings_wei"].as_str() {
+                println!(
+                    "paid so far {} by ETH-staked jobs, as the API recorded",
+                    amount_text(ETH, paid)
+                );
+            }
+            let n = |verdict: &str| p["submissions"][verdict].as_u64().unwrap_or(0);
+            println!(
+                "submissions {} accepted, {} rejected, {} pending",
+                n("accepted"),
+                n("rejected"),
+                n("pending")
+            );
+        }
+        None => println!("submissions none: this address never registered as a worker"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operator(rpc: Option<&str>) -> OperatorArgs {
+        OperatorArgs {
+            reach: ApiKeyArgs {
+                api: "http://127.0.0.1:1".into(),
+                key_file: None,
+            },
+            rpc: rpc.map(str::to_owned),
+            from_block: 0,
+            json: false,
+        }
+    }
+
+    #[test]
+    fn the_embedded_chain_needs_an_rpc_url_named() {
+        let config = Config::default();
+        assert_eq!(config.chain.kind, ChainKind::Embedded);
+        let err = rpc_url(&config, &operator(None)).unwrap_err().to_string();
+        assert!(err.contains("--rpc URL"), "{err}");
+        assert_eq!(
+            rpc_url(&config, &operator(Some("http://node:8545"))).unwrap(),
+            "http://node:8545"
+        );
+        let mut on_rpc = Config::default();
+        on_rpc.chain.kind = ChainKind::Rpc;
+        on_rpc.chain.rpc_url = "http://anvil:8545".into();
+        assert_eq!(
+            rpc_url(&on_rpc, &operator(None)).unwrap(),
+            "http://anvil:8545"
+        );
+    }
+
+    #[test]
+    fn amounts_read_as_ether_and_token_units() {
+        assert_eq!(
+            amount_text(ETH, "500000000000000000"),
+            "0.5 ETH (500000000000000000 wei)"
+        );
+        assert_eq!(amount_text(ETH, "0"), "0 ETH (0 wei)");
+        assert_eq!(
+            amount_text(ETH, "2000000000000000000"),
+            "2 ETH (2000000000000000000 wei)"
+        );
+        let token = Address::repeat_byte(0xab);
+        assert_eq!(
+            amount_text(token, "1000"),
+            format!("1000 of token {token:#x}")
+        );
+    }
+}
