@@ -80,25 +80,10 @@ impl Command {
     }
 }
 
-/// Which API a node (or its operator) talks to, and the key it signs in with.
-#[derive(Debug, clap::Args)]
-pub struct ApiKeyArgs {
-    /// The API's root URL.
-    #[arg(
-        long,
-        env = "SHARDWORK_API_URL",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    pub api: String,
-    /// File holding the node's hex private key (default: SHARDWORK_NODE_KEY).
-    #[arg(long)]
-    pub key_file: Option<PathBuf>,
-}
-
 #[derive(Debug, clap::Args)]
 pub struct NodeArgs {
     #[command(flatten)]
-    pub reach: ApiKeyArgs,
+    pub reach: crate::nodes::ApiKeyArgs,
     /// Where models are cached and tasks run.
     #[arg(long, default_value = ".shardwork/node")]
     pub work_dir: PathBuf,

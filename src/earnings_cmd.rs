@@ -18,8 +18,8 @@ use shardwork_contracts::bindings::JobEscrow::JobEscrowEvents;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::ledger::{ETH, Ledger};
 
-use crate::cli::ApiKeyArgs;
 use crate::config::{ChainKind, Config, redact_url};
+use crate::nodes::ApiKeyArgs;
 
 /// What an operator does with a worker's earnings.
 #[derive(Debug, clap::Subcommand)]

@@ -154,6 +154,21 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
     Ok(NodeSet { shutdown, handles })
 }
 
+/// Which API a node (or its operator) talks to, and the key it signs in with.
+#[derive(Debug, clap::Args)]
+pub struct ApiKeyArgs {
+    /// The API's root URL.
+    #[arg(
+        long,
+        env = "SHARDWORK_API_URL",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub api: String,
+    /// File holding the node's hex private key (default: SHARDWORK_NODE_KEY).
+    #[arg(long)]
+    pub key_file: Option<PathBuf>,
+}
+
 /// A node's signing key: `SHARDWORK_NODE_KEY` (hex), or the file given.
 pub fn node_key(key_file: Option<&Path>) -> anyhow::Result<PrivateKeySigner> {
     signing_key(key_file, "SHARDWORK_NODE_KEY")
