@@ -64,8 +64,9 @@ pub struct Credit {
     pub token: Address,
     /// "ETH" or the token's address.
     pub asset: String,
-    /// In the asset's smallest unit (wei for ether).
-    pub amount: String,
+    /// In the asset's smallest unit (wei for ether), as a decimal string.
+    #[serde(serialize_with = "decimal")]
+    pub amount: U256,
 }
 
 /// `shardwork worker earnings`.
@@ -88,7 +89,8 @@ pub struct EarningsReport {
 pub struct Withdrawal {
     pub token: Address,
     pub asset: String,
-    pub amount: String,
+    #[serde(serialize_with = "decimal")]
+    pub amount: U256,
     pub to: Address,
     pub tx_hash: String,
 }
@@ -121,6 +123,9 @@ pub async fn run(config: Config, action: WorkerAction) -> anyhow::Result<()> {
             }
         }
         WorkerAction::Withdraw { operator, to } => {
+            if to == Some(Address::ZERO) {
+                bail!("--to: the zero address cannot receive a withdrawal");
+            }
             let session = Session::open(&config, key, &operator).await?;
             let report = session.withdraw(to).await?;
             if operator.json {
@@ -131,7 +136,7 @@ pub async fn run(config: Config, action: WorkerAction) -> anyhow::Result<()> {
                 for w in &report.withdrawn {
                     println!(
                         "withdrew {} to {:#x} (tx {})",
-                        amount_text(w.token, &w.amount),
+                        amount_text(w.token, w.amount),
                         w.to,
                         w.tx_hash
                     );
@@ -226,7 +231,7 @@ impl Session {
                 credit.push(Credit {
                     token,
                     asset: asset_name(token),
-                    amount: amount.to_string(),
+                    amount,
                 });
             }
         }
@@ -254,12 +259,9 @@ impl Session {
     }
 
     async fn withdraw(&self, to: Option<Address>) -> anyhow::Result<WithdrawReport> {
-        if to == Some(Address::ZERO) {
-            bail!("--to: the zero address cannot receive a withdrawal");
-        }
         let mut withdrawn = Vec::new();
         for c in self.credit().await? {
-            if c.amount == "0" {
+            if c.amount.is_zero() {
                 continue;
             }
             let (amount, outcome) = match to {
@@ -278,7 +280,7 @@ impl Session {
             withdrawn.push(Withdrawal {
                 token: c.token,
                 asset: c.asset,
-                amount: amount.to_string(),
+                amount,
                 to: to.unwrap_or(self.account),
                 tx_hash: format!("{:#x}", outcome.tx_hash),
             });
@@ -312,22 +314,20 @@ fn asset_name(token: Address) -> String {
     }
 }
 
+/// A U256 as the decimal string JSON readers expect (serde's default is 0x-hex).
+fn decimal<S: serde::Serializer>(amount: &U256, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&amount.to_string())
+}
+
 /// "0.5 ETH (500000000000000000 wei)", or "1000 of token 0x…".
-fn amount_text(token: Address, amount: &str) -> String {
+fn amount_text(token: Address, amount: U256) -> String {
     if token == ETH {
-        let ether = amount
-            .parse::<U256>()
-            .map(|wei| {
-                let text = format_ether(wei);
-                match text.split_once('.') {
-                    Some((whole, fraction)) if fraction.trim_end_matches('0').is_empty() => {
-                        whole.to_owned()
-                    }
-                    Some(_) => text.trim_end_matches('0').to_owned(),
-                    None => text,
-                }
-            })
-            .unwrap_or_else(|_| amount.to_owned());
+        let text = format_ether(amount);
+        let ether = match text.split_once('.') {
+            Some((whole, fraction)) if fraction.trim_end_matches('0').is_empty() => whole,
+            Some(_) => text.trim_end_matches('0'),
+            None => &text,
+        };
         format!("{ether} ETH ({amount} wei)")
     } else {
         format!("{amount} of token {token:#x}")
@@ -347,12 +347,12 @@ fn print_earnings(r: &EarningsReport) {
     for c in &r.credit {
         println!(
             "credit      {}  (withdraw with `shardwork worker withdraw`)",
-            amount_text(c.token, &c.amount)
+            amount_text(c.token, c.amount)
         );
     }
     match &r.profile {
         Some(p) => {
-            if let Some(paid) = p["earnings_wei"].as_str() {
+            if let Some(paid) = p["earnings_wei"].as_str().and_then(|w| w.parse().ok()) {
                 println!(
                     "paid so far {} by ETH-staked jobs, as the API recorded",
                     amount_text(ETH, paid)
@@ -408,17 +408,17 @@ mod tests {
     #[test]
     fn amounts_read_as_ether_and_token_units() {
         assert_eq!(
-            amount_text(ETH, "500000000000000000"),
+            amount_text(ETH, U256::from(500_000_000_000_000_000u64)),
             "0.5 ETH (500000000000000000 wei)"
         );
-        assert_eq!(amount_text(ETH, "0"), "0 ETH (0 wei)");
+        assert_eq!(amount_text(ETH, U256::ZERO), "0 ETH (0 wei)");
         assert_eq!(
-            amount_text(ETH, "2000000000000000000"),
+            amount_text(ETH, U256::from(2_000_000_000_000_000_000u64)),
             "2 ETH (2000000000000000000 wei)"
         );
         let token = Address::repeat_byte(0xab);
         assert_eq!(
-            amount_text(token, "1000"),
+            amount_text(token, U256::from(1000u64)),
             format!("1000 of token {token:#x}")
         );
     }

@@ -269,10 +269,7 @@ fn funding_mismatch(
             created.stake, job.stake_wei
         ));
     }
-    let token = job.spec["stake"]["token"]
-        .as_str()
-        .map(str::to_ascii_lowercase)
-        .unwrap_or_else(|| address_text(alloy::primitives::Address::ZERO));
+    let token = job.stake_token();
     if address_text(created.token) != token {
         return Some(format!(
             "paid in token {}, the job asks {token}",
@@ -454,13 +451,8 @@ async fn on_paid<C: ConnectionTrait>(
     };
     // `earnings_wei` counts ether: a payout in an ERC-20 is in that token's units, and the
     // credit per asset is read from the escrow (`shardwork worker earnings`).
-    let paid_in_ether = job
-        .spec
-        .get("stake")
-        .and_then(|stake| stake.get("token"))
-        .is_none_or(serde_json::Value::is_null);
     let earnings = U256::from_str_radix(&w.earnings_wei, 10).unwrap_or_default()
-        + if paid_in_ether {
+        + if job.staked_in_ether() {
             paid.amount
         } else {
             U256::ZERO

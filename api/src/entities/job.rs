@@ -55,6 +55,21 @@ pub struct Model {
     pub updated_at: DateTimeUtc,
 }
 
+impl Model {
+    /// The stake's token as the spec names it, lower-case 0x-hex; the zero address for ETH.
+    pub fn stake_token(&self) -> String {
+        self.spec["stake"]["token"]
+            .as_str()
+            .map(str::to_ascii_lowercase)
+            .unwrap_or_else(|| crate::chain::address_text(alloy::primitives::Address::ZERO))
+    }
+
+    /// Whether the stake is ETH (not an ERC-20).
+    pub fn staked_in_ether(&self) -> bool {
+        self.spec["stake"]["token"].is_null()
+    }
+}
+
 /// None declared: related rows are queried by id.
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
 pub enum Relation {}

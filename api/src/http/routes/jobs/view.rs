@@ -90,10 +90,7 @@ impl FundingTerms {
             return None;
         }
         Some(FundingTerms {
-            token: m.spec["stake"]["token"]
-                .as_str()
-                .map(str::to_ascii_lowercase)
-                .unwrap_or_else(|| format!("{:#x}", alloy::primitives::Address::ZERO)),
+            token: m.stake_token(),
             stake_wei: m.stake_wei.clone(),
             spec_cid: m.manifest_cid.clone()?,
             deadline_unix: m.deadline.timestamp(),
