@@ -122,7 +122,10 @@ impl ApiError {
         self.kind() == Some(ProblemType::Unauthenticated)
     }
 
-    /// The API could not be reached or said it is not ready (502/503): worth retrying.
+    /// The API could not be reached, said it is not ready (502/503), or closed the connection
+    /// before the request arrived whole (408: the server never read it, so sending it again is
+    /// safe; seen when a 2-core machine training three adapters delays the request's bytes past
+    /// the server's 5 s read deadline): worth retrying.
     pub fn is_unavailable(&self) -> bool {
         match self {
             ApiError::Transport { source, .. } => {
@@ -132,7 +135,7 @@ impl ApiError {
                     || source.is_body()
             }
             ApiError::Problem { status, kind, .. } => {
-                *kind == Some(ProblemType::Unavailable) || matches!(status, 502 | 503)
+                *kind == Some(ProblemType::Unavailable) || matches!(status, 408 | 502 | 503)
             }
             _ => false,
         }
