@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alloy::primitives::Address;
+use alloy::primitives::{Address, U256};
 use alloy::signers::local::PrivateKeySigner;
 use anyhow::{Context, bail};
 use shardwork_api::chain::Chain;
@@ -246,4 +246,67 @@ async fn dev_escrow(
     )
     .with_context(|| format!("writing {}", file.display()))?;
     Ok((escrow, block))
+}
+
+/// The development stake token: a mintable ERC-20 (`MockERC20`, "Shardwork Test Dollar", tUSD,
+/// 18 decimals) allow-listed on the development escrow, with [`DEV_TOKEN_MINTED`] whole tokens
+/// minted to each development account, so ERC-20 stakes can be tried in the portal and the CLI
+/// as ETH stakes can. Deployed once per chain and remembered in the data folder; deployed again
+/// when the chain no longer has it or the escrow does not accept it (a restarted anvil).
+/// Only beside the development escrow (chain 31337, no `chain.escrow_address` configured),
+/// whose admin is development account 0: `None` elsewhere.
+pub async fn dev_stake_token(config: &Config, chain: &Chain) -> anyhow::Result<Option<Address>> {
+    if chain.chain_id != DEV_CHAIN_ID || !config.chain.escrow_address.trim().is_empty() {
+        return Ok(None);
+    }
+    let ledger = chain.ledger.as_ref();
+    let file = config
+        .data_dir
+        .join(format!("test-token-{}.toml", chain.chain_id));
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        let remembered: RememberedToken =
+            toml::from_str(&text).with_context(|| format!("reading {}", file.display()))?;
+        if !ledger.code_at(remembered.address).await?.is_empty()
+            && ledger
+                .token_allowed(chain.escrow, remembered.address)
+                .await?
+        {
+            return Ok(Some(remembered.address));
+        }
+    }
+    let accounts = dev_keys::dev_addresses();
+    let admin = accounts[0];
+    let token = ledger
+        .deploy_test_token(admin, "Shardwork Test Dollar", "tUSD")
+        .await
+        .context("deploying the development stake token")?;
+    ledger
+        .set_token_allowed(chain.escrow, admin, token, true)
+        .await
+        .context("allow-listing the development stake token")?;
+    // A whole token earned moves reputation a full step (ERC-20s start at none; ETH's step is
+    // the escrow's DEFAULT_ETH_REPUTATION_UNIT, 0.01 ether).
+    let one = U256::from(10u64).pow(U256::from(18u64));
+    ledger
+        .set_reputation_unit(chain.escrow, admin, token, one)
+        .await
+        .context("setting the development stake token's reputation unit")?;
+    for account in accounts {
+        ledger
+            .mint_test_token(token, admin, account, one * U256::from(DEV_TOKEN_MINTED))
+            .await
+            .context("minting the development stake token")?;
+    }
+    std::fs::create_dir_all(&config.data_dir)?;
+    std::fs::write(&file, toml::to_string(&RememberedToken { address: token })?)
+        .with_context(|| format!("writing {}", file.display()))?;
+    Ok(Some(token))
+}
+
+/// Whole tUSD minted to each development account when the development stake token is deployed.
+pub const DEV_TOKEN_MINTED: u64 = 1_000_000;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RememberedToken {
+    address: Address,
 }

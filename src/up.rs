@@ -137,6 +137,12 @@ pub async fn start(
             ""
         }
     );
+    if let Some(token) = infra::dev_stake_token(&config, &chain).await? {
+        println!(
+            "chain       development stake token tUSD at {token}: allow-listed, {} minted to each development account",
+            infra::DEV_TOKEN_MINTED
+        );
+    }
     // The in-process validator signs in with its development key, which needs the role; only
     // on a development chain, where that key is public anyway.
     let validator =

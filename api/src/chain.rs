@@ -45,6 +45,9 @@ impl std::fmt::Debug for Chain {
     }
 }
 
+/// Blocks read per `eth_getLogs` request (providers cap the range).
+pub const MAX_LOG_RANGE: u64 = 2_000;
+
 /// On-chain job ids are stored as decimal text (they are `uint256`).
 pub fn parse_job_id(text: &str) -> Option<U256> {
     U256::from_str_radix(text, 10).ok()

@@ -22,6 +22,7 @@ pub mod configuration;
 pub mod domain;
 pub mod entities;
 pub mod http;
+pub mod stake_tokens;
 pub mod startup;
 pub mod state;
 

@@ -16,6 +16,7 @@ use crate::domain::jobs::{JobReads, job_reads};
 use crate::http::auth::tokens::TokenIssuer;
 use crate::http::metrics::Metrics;
 use crate::http::rate_limit::RateLimiter;
+use crate::stake_tokens::StakeTokens;
 
 /// The infrastructure the API runs on, built by the caller (the CLI, or a test).
 #[derive(Clone)]
@@ -54,6 +55,8 @@ pub struct AppState {
     pub wakeups: Wakeups,
     /// Whether this replica runs the background loops now (one replica at a time).
     pub background_role: Role,
+    /// The escrow's allow-listed stake tokens, as last read from the chain.
+    pub stake_tokens: StakeTokens,
 }
 
 impl AppState {
@@ -70,6 +73,7 @@ impl AppState {
             job_reads: job_reads(ports.db.clone()),
             wakeups: Wakeups::default(),
             background_role: Role::default(),
+            stake_tokens: StakeTokens::default(),
             metrics: Metrics::default(),
             tokens,
             config,

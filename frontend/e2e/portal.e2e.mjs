@@ -592,6 +592,54 @@ async function main() {
       await shot('13-job-completed-mobile');
     });
 
+    let stakeToken;
+    await step('post a job staked in the test token, approve the escrow, fund it from the wallet; it is paid out in tUSD', async () => {
+      const { escrow_address: escrow, tokens } = await (await fetch(`${origin}/v1/chain`)).json();
+      const tUSD = tokens.find((t) => t.symbol === 'tUSD');
+      if (!tUSD) throw new Error(`shardwork up lists no development stake token: ${JSON.stringify(tokens)}`);
+      stakeToken = tUSD.address;
+      const abi = parseAbi(['function balanceOf(address) view returns (uint256)']);
+      const balanceOf = async (who) => {
+        const data = encodeFunctionData({ abi, functionName: 'balanceOf', args: [who] });
+        const reply = await rpc(anvilUrl, 'eth_call', [{ to: tUSD.address, data }, 'latest']);
+        return decodeFunctionResult({ abi, functionName: 'balanceOf', data: reply.result });
+      };
+      const escrowBefore = await balanceOf(escrow);
+      await page.getByRole('link', { name: 'Post a job' }).first().click();
+      // The settings the first job trained well with: the walk-through's worker must beat the base.
+      await page.getByLabel('Model CID').fill(modelCid);
+      await page.getByLabel('Rank (r)').fill('4');
+      await page.getByLabel('Alpha').fill('8');
+      await page.getByLabel('Shards').fill('2');
+      await page.getByLabel('Rounds').fill('1');
+      await page.getByLabel('Held-out fraction').fill('0.2');
+      await page.getByLabel('Sequence length').fill('16');
+      await page.getByLabel('Epochs').fill('3');
+      await page.getByLabel('Learning rate').fill('0.01');
+      await page.getByLabel('Stake in').selectOption(tUSD.address);
+      await page.getByLabel('Stake (tUSD)').fill('25');
+      await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'reviews.jsonl'));
+      await page.getByTestId('dataset-scan').filter({ hasText: `${reviewCount} records` }).waitFor();
+      await page.getByRole('button', { name: 'Get a quote' }).click();
+      const quote = page.getByTestId('quote');
+      await quote.filter({ hasText: '25 tUSD' }).filter({ hasText: 'compare them yourself' }).waitFor({ timeout: 15_000 });
+      await shot('16-post-token-quote');
+      await page.getByRole('button', { name: 'Post job' }).click();
+      await page.waitForURL(/\/jobs\/[0-9a-f-]{36}$/, { timeout: 60_000 });
+      const panel = page.getByTestId('fund-panel');
+      await panel.filter({ hasText: 'first approves the escrow' }).waitFor({ timeout: 15_000 });
+      await panel.getByRole('button', { name: 'Approve and fund 25 tUSD' }).click();
+      await page.getByTestId('fund-confirmed').waitFor({ timeout: 60_000 });
+      const escrowAfter = await balanceOf(escrow);
+      if (escrowAfter - escrowBefore !== 25n * 10n ** 18n) {
+        throw new Error(`the escrow's tUSD went ${escrowBefore} -> ${escrowAfter}, not up by the 25 tUSD stake`);
+      }
+      // The walk-through's worker is still running: it trains the job, and the payout is in tUSD.
+      await page.getByTestId('job-status').filter({ hasText: 'Completed' }).waitFor({ timeout: 180_000 });
+      await page.getByRole('cell', { name: / tUSD$/ }).first().waitFor();
+      await shot('17-token-job-completed');
+    });
+
     await step("the worker's operator sees its credit on the earnings page and withdraws it", async () => {
       const worker = privateKeyToAccount(workerKey).address;
       const { escrow_address: escrow } = await (await fetch(`${origin}/v1/chain`)).json();
@@ -621,12 +669,18 @@ async function main() {
       await row.getByRole('button', { name: 'Withdraw ETH' }).click();
       await own.getByText(/^Withdrew /).waitFor({ timeout: 30_000 });
       await row.getByTestId('credit-amount').filter({ hasText: /^0 ETH$/ }).waitFor({ timeout: 15_000 });
-      await own.getByText('Nothing to withdraw right now.').waitFor();
       if ((await credit()) !== 0n) throw new Error('the escrow still credits the worker after the withdrawal');
       const after = BigInt((await rpc(anvilUrl, 'eth_getBalance', [worker, 'latest'])).result);
       // The credit arrived, less the gas of one transaction.
       if (after <= before || after > before + owed) throw new Error(`worker balance ${before} -> ${after} after withdrawing ${owed}`);
       if (!(await row.getByRole('button', { name: 'Withdraw ETH' }).isDisabled())) throw new Error('Withdraw stays enabled with nothing to withdraw');
+      // The token job paid in tUSD: its own row, withdrawn the same way.
+      const tokenRow = own.getByTestId(`credit-${stakeToken.toLowerCase()}`);
+      await tokenRow.getByTestId('credit-amount').filter({ hasText: / tUSD$/ }).waitFor({ timeout: 15_000 });
+      await tokenRow.getByRole('button', { name: 'Withdraw tUSD' }).click();
+      await own.getByText(/^Withdrew .* tUSD to your account/).waitFor({ timeout: 30_000 });
+      await tokenRow.waitFor({ state: 'detached', timeout: 15_000 });
+      await own.getByText('Nothing to withdraw right now.').waitFor();
       await own.screenshot({ path: join(artifacts, '15-earnings-withdrawn.png'), fullPage: true });
       await own.close();
     });

@@ -18,12 +18,15 @@ import {
   wrongChain,
   type Wallet,
 } from './wallet/wallet';
+import type { StakeToken } from './wallet/stake';
 
 export interface ChainState {
   /** The chain the API runs on: from `GET /v1/chain`, else from the last sign-in nonce. */
   chainId: number | null;
   escrowAddress: string | null;
   devFunding: boolean;
+  /** The ERC-20s a job may be staked in besides ETH (the escrow's allow-list). */
+  tokens: StakeToken[];
 }
 
 export interface WalletState {
@@ -79,7 +82,7 @@ export function PortalProvider({ children }: { children: ReactNode }) {
   const api = useMemo(() => createApi(keeper), [keeper]);
   const [session, setSession] = useState<Session | null>(() => keeper.current());
   const [sessionNote, setSessionNote] = useState<string | null>(null);
-  const [chain, setChain] = useState<ChainState>({ chainId: null, escrowAddress: null, devFunding: false });
+  const [chain, setChain] = useState<ChainState>({ chainId: null, escrowAddress: null, devFunding: false, tokens: [] });
   const [wallet, setWallet] = useState<WalletState>(() => {
     const provider = injectedProvider();
     return { provider, clients: provider ? clientsFor(provider) : null, address: null, chainId: null, balanceWei: null };
@@ -102,7 +105,12 @@ export function PortalProvider({ children }: { children: ReactNode }) {
       .GET('/v1/chain')
       .then(({ data }) => {
         if (live && data) {
-          setChain({ chainId: Number(data.chain_id), escrowAddress: data.escrow_address, devFunding: data.dev_funding });
+          setChain({
+            chainId: Number(data.chain_id),
+            escrowAddress: data.escrow_address,
+            devFunding: data.dev_funding,
+            tokens: data.tokens ?? [],
+          });
         }
       })
       .catch(() => {

@@ -220,3 +220,175 @@ async fn a_job_nobody_finishes_is_refunded_on_chain_at_its_deadline() {
     assert_eq!(job["status"], "refunded", "{job}");
     drop(up);
 }
+
+/// `shardwork up` lists its development stake token (tUSD) in `GET /v1/chain`; a job staked in
+/// it is posted from the terminal, funded by the development account (approve, then
+/// `createJob`), trained, and paid out in tUSD: the payouts and the fee add up to the stake.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_staked_in_the_development_token_is_paid_out_in_that_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, url, model_cid) = marketplace(dir.path(), 2).await;
+    let chain: Value = shardwork_tests::http_client()
+        .get(format!("{url}/v1/chain"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let tokens = chain["tokens"].as_array().expect("tokens");
+    assert_eq!(tokens.len(), 1, "{chain}");
+    assert_eq!(tokens[0]["symbol"], "tUSD", "{chain}");
+    assert_eq!(tokens[0]["decimals"], 18, "{chain}");
+    let token = tokens[0]["address"].as_str().unwrap().to_owned();
+
+    let stake: u128 = 25 * 10u128.pow(18);
+    let mut staked = spec(&model_cid, chrono::Duration::hours(2));
+    staked["stake"] = json!({ "amount": stake.to_string(), "token": token });
+    let spec_path = dir.path().join("spec.json");
+    std::fs::write(&spec_path, staked.to_string()).unwrap();
+    let data = sample_reviews(dir.path(), 400);
+    let env = [("SHARDWORK_API_URL", url.clone())];
+    let out = shardwork(
+        &[
+            "job",
+            "--dev-requester",
+            "post",
+            "--spec",
+            &spec_path.display().to_string(),
+            "--data",
+            &data.display().to_string(),
+            "--dev-fund",
+            "--watch",
+        ],
+        &env,
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "job post --watch failed:\n{stdout}\n{stderr}\nup log:\n{}",
+        up.log_text()
+    );
+    let id: uuid::Uuid = stdout.lines().next().unwrap().trim().parse().unwrap();
+
+    let requester = shardwork_client::ApiClient::new(
+        &url,
+        shardwork_contracts::dev_keys::dev_signers()[3].clone(),
+        &[],
+    )
+    .unwrap();
+    let completed = requester
+        .events(id, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.event {
+            shardwork_core::protocol::JobEvent::Completed(c) => Some(c),
+            _ => None,
+        })
+        .expect("a completed event");
+    let paid: u128 = completed
+        .payouts
+        .iter()
+        .map(|p| p.amount_wei.parse::<u128>().unwrap())
+        .sum();
+    let fee: u128 = completed.fee_wei.parse().unwrap();
+    let dust: u128 = completed.dust_wei.parse().unwrap();
+    assert!(!completed.payouts.is_empty(), "{completed:?}");
+    assert_eq!(paid + fee + dust, stake, "{completed:?}");
+    // The escrow's 2.5 % fee, in tUSD units.
+    assert_eq!(fee, stake / 40, "{completed:?}");
+}
+
+/// A TCP relay to `upstream` that holds back what the first connection sends for `hold`, as a
+/// machine too busy to write a request's bytes would; later connections pass at once. Returns
+/// its URL, and what the API sent back on the held connection.
+async fn relay_holding_the_first_request(
+    upstream: std::net::SocketAddr,
+    hold: Duration,
+) -> (String, tokio::sync::oneshot::Receiver<Vec<u8>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (answered, answer) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut answered = Some(answered);
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                return;
+            };
+            match answered.take() {
+                Some(answered) => {
+                    tokio::spawn(async move {
+                        let (mut client_read, mut client_write) = client.into_split();
+                        let (mut server_read, mut server_write) = server.into_split();
+                        let forward = tokio::spawn(async move {
+                            tokio::time::sleep(hold).await;
+                            let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                        });
+                        let mut reply = Vec::new();
+                        let _ = server_read.read_to_end(&mut reply).await;
+                        let _ = client_write.write_all(&reply).await;
+                        let _ = client_write.shutdown().await;
+                        forward.abort();
+                        let _ = answered.send(reply);
+                    });
+                }
+                None => {
+                    tokio::spawn(async move {
+                        let (mut client, mut server) = (client, server);
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    });
+                }
+            }
+        }
+    });
+    (url, answer)
+}
+
+/// The API answers 408 to a connection whose request has not arrived whole within its read
+/// deadline (the CI run of 2026-11-27 saw one while a 2-core machine trained three adapters,
+/// and `shardwork demo` stopped). The server never read that request, so the client sends it
+/// again on a new connection and the requester's call succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_the_api_timed_out_before_reading_is_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let env: Vec<(String, String)> = vec![
+        (
+            "SHARDWORK_DATA_DIR".into(),
+            dir.path().display().to_string(),
+        ),
+        ("SHARDWORK_API__BIND".into(), format!("127.0.0.1:{port}")),
+        (
+            "SHARDWORK_API__JWT_SECRET".into(),
+            "requester-cli-jwt-secret-of-32-bytes-or-more".into(),
+        ),
+        (
+            "SHARDWORK_API__SEALING_SECRET".into(),
+            "requester-cli-sealing-secret-of-32-bytes-or-more".into(),
+        ),
+    ];
+    let mut serve = Process::start(&["serve"], &env, &dir.path().join("serve.log"));
+    wait_healthy(&url, &mut serve, Duration::from_secs(120)).await;
+
+    let upstream = format!("127.0.0.1:{port}").parse().unwrap();
+    let (relay, held_answer) =
+        relay_holding_the_first_request(upstream, Duration::from_secs(7)).await;
+    let signer = shardwork_contracts::dev_keys::dev_signers()[3].clone();
+    let requester = shardwork_client::ApiClient::new(&relay, signer, &[]).unwrap();
+    let jobs = tokio::time::timeout(Duration::from_secs(60), requester.my_jobs(None))
+        .await
+        .expect("the call returned")
+        .expect("the call succeeded after the 408");
+    assert!(jobs.is_empty(), "{jobs:?}");
+    let held_answer = String::from_utf8_lossy(&held_answer.await.unwrap()).into_owned();
+    assert!(
+        held_answer.starts_with("HTTP/1.1 408"),
+        "the held request was not timed out by the API: {held_answer:?}"
+    );
+}

@@ -18,13 +18,10 @@ use shardwork_contracts::ledger::EscrowEvent;
 use shardwork_core::protocol::{JobEvent, events};
 
 use crate::background::error::BackgroundError;
-use crate::chain::{Chain, address_text};
+use crate::chain::{Chain, MAX_LOG_RANGE, address_text};
 use crate::domain::flow::rounds::open_round;
 use crate::domain::lifecycle::{self, JobStatus, Transition, record_event};
 use crate::entities::{chain_cursor, job, job_event, reputation_event, worker};
-
-/// Blocks read per batch (providers cap `eth_getLogs` ranges).
-const MAX_BLOCK_RANGE: u64 = 2_000;
 
 fn cursor_name(chain: &Chain) -> String {
     format!("escrow:{}:{}", chain.chain_id, address_text(chain.escrow))
@@ -52,7 +49,7 @@ pub async fn follow_once(
     if latest < next {
         return Ok(0);
     }
-    let to = latest.min(next + MAX_BLOCK_RANGE - 1);
+    let to = latest.min(next + MAX_LOG_RANGE - 1);
     let events = chain.ledger.events(chain.escrow, next, Some(to)).await?;
     let now = Utc::now();
     let txn = db.begin().await?;

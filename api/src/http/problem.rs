@@ -201,6 +201,20 @@ impl From<DomainError> for ApiError {
     }
 }
 
+/// An unlisted token is the spec's fault (`spec.stake.token`); an unreadable chain is ours to
+/// retry.
+impl From<crate::stake_tokens::StakeTokenError> for ApiError {
+    fn from(err: crate::stake_tokens::StakeTokenError) -> Self {
+        use crate::stake_tokens::StakeTokenError;
+        match err {
+            StakeTokenError::NotAllowed { .. } => {
+                ApiError::invalid("spec.stake.token", err.to_string())
+            }
+            StakeTokenError::Chain(_) => ApiError::new(ProblemKind::Unavailable, err.to_string()),
+        }
+    }
+}
+
 impl From<sea_orm::DbErr> for ApiError {
     fn from(err: sea_orm::DbErr) -> Self {
         ApiError::internal("database access", err)

@@ -18,7 +18,7 @@ use crate::helpers::*;
 use crate::on_both_databases;
 use crate::quote::spec;
 
-fn dataset(n: usize) -> Vec<u8> {
+pub(crate) fn dataset(n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| format!("{{\"text\":\"review number {i}\",\"label\":{}}}\n", i % 2))
         .collect::<String>()
@@ -36,7 +36,7 @@ pub(crate) fn get(token: &str, uri: &str) -> TestRequest {
     TestRequest::get().uri(uri).insert_header(bearer(token))
 }
 
-fn post_job(token: &str, spec: &Value, data: &[u8]) -> TestRequest {
+pub(crate) fn post_job(token: &str, spec: &Value, data: &[u8]) -> TestRequest {
     let boundary = "flow-boundary-91";
     let mut body = Vec::new();
     for (name, bytes) in [

@@ -12,4 +12,5 @@ mod openapi;
 mod progress;
 mod quote;
 mod schemathesis;
+mod stake_tokens;
 mod workers;

@@ -452,6 +452,27 @@ pub trait Ledger: Send + Sync {
         .await
     }
 
+    /// Whether the escrow accepts new jobs staked in `token` (its allow-list).
+    async fn token_allowed(&self, escrow: Address, token: Address) -> Result<bool> {
+        view(
+            self,
+            escrow,
+            JobEscrow::tokenAllowedCall { token },
+            "tokenAllowed",
+        )
+        .await
+    }
+
+    /// An ERC-20's name, symbol and decimals (the optional metadata of EIP-20, which every
+    /// token a wallet can show implements).
+    async fn token_metadata(&self, token: Address) -> Result<TokenMetadata> {
+        Ok(TokenMetadata {
+            name: view(self, token, MockERC20::nameCall {}, "name").await?,
+            symbol: view(self, token, MockERC20::symbolCall {}, "symbol").await?,
+            decimals: view(self, token, MockERC20::decimalsCall {}, "decimals").await?,
+        })
+    }
+
     /// On-chain reputation in basis points (0 ..= 10,000).
     async fn reputation(&self, escrow: Address, account: Address) -> Result<u16> {
         view(

@@ -242,3 +242,14 @@ pub struct TxOutcome {
     /// The escrow's events from this transaction, in order.
     pub events: Vec<EscrowEvent>,
 }
+
+/// What a wallet shows of an ERC-20: EIP-20's optional name, symbol and decimals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenMetadata {
+    /// The token's name ("Shardwork Test Dollar").
+    pub name: String,
+    /// Its ticker ("tUSD").
+    pub symbol: String,
+    /// How many decimals one whole token has in its smallest unit.
+    pub decimals: u8,
+}

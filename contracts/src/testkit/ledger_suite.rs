@@ -248,13 +248,24 @@ pub async fn erc20_federated_job_splits_stake_by_quality(ledger: &dyn Ledger) {
         .await
         .unwrap();
 
+    assert_eq!(
+        ledger.token_metadata(token).await.unwrap(),
+        crate::ledger::TokenMetadata {
+            name: "Test USD".into(),
+            symbol: "TUSD".into(),
+            decimals: 18,
+        }
+    );
+
     let new_job = job(ledger, token, stake, JobKind::Federated).await;
     let refused = ledger.create_job(escrow, p.requester, &new_job).await;
     assert!(matches!(revert_of(refused), JobEscrowErrors::TokenNotAllowed(e) if e.token == token));
+    assert!(!ledger.token_allowed(escrow, token).await.unwrap());
     ledger
         .set_token_allowed(escrow, p.admin, token, true)
         .await
         .unwrap();
+    assert!(ledger.token_allowed(escrow, token).await.unwrap());
     // A share of 100,000 units or more moves reputation a full step (ERC-20s start at none).
     ledger
         .set_reputation_unit(escrow, p.admin, token, U256::from(100_000u64))

@@ -208,7 +208,7 @@ pub struct Cancelled {
     /// The `cancel` transaction, when the requester cancelled on chain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tx_hash: Option<String>,
-    /// The stake returned on chain, in wei (decimal).
+    /// The stake returned on chain, in its smallest unit (decimal; wei for ETH).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stake_wei: Option<String>,
 }
@@ -403,7 +403,7 @@ pub struct Finalize {
 pub struct Payout {
     /// The contributor's address.
     pub address: String,
-    /// Wei (decimal).
+    /// In the stake's smallest unit, decimal: wei for ETH, token units for an ERC-20 stake.
     pub amount_wei: String,
     /// The contributor's reputation after this job, in basis points.
     pub reputation: u32,
@@ -433,9 +433,9 @@ pub struct Completed {
     pub tx_hash: String,
     /// What each contributor was paid, over every batch.
     pub payouts: Vec<Payout>,
-    /// The platform's fee, in wei (decimal).
+    /// The platform's fee, in the stake's smallest unit (decimal).
     pub fee_wei: String,
-    /// Rounding dust returned to the requester, in wei (decimal).
+    /// Rounding dust returned to the requester, in the stake's smallest unit (decimal).
     pub dust_wei: String,
 }
 
@@ -469,7 +469,7 @@ pub struct Refunded {
     pub to: JobStatus,
     /// The `refund` transaction (0x-hex).
     pub tx_hash: String,
-    /// The stake returned, in wei (decimal).
+    /// The stake returned, in its smallest unit (decimal; wei for ETH).
     pub stake_wei: String,
     /// Why: the deadline passed, or why the validator ended the job early.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -879,7 +879,7 @@ export type components = {
             from: components["schemas"]["JobStatus"];
             /** @description Why the platform cancelled it. */
             reason?: string | null;
-            /** @description The stake returned on chain, in wei (decimal). */
+            /** @description The stake returned on chain, in its smallest unit (decimal; wei for ETH). */
             stake_wei?: string | null;
             /** @description Always `cancelled`. */
             to: components["schemas"]["JobStatus"];
@@ -914,14 +914,19 @@ export type components = {
             escrow_address: string;
             /** @description The account the API signs `markStarted` and payouts with. */
             operator: string;
+            /**
+             * @description The ERC-20 tokens a job may be staked in (the escrow's allow-list, read at most a few
+             *     seconds ago), besides ETH which it always accepts.
+             */
+            tokens: components["schemas"]["StakeToken"][];
         };
         /** @description Payload of `completed`: the job's result and what each contributor was paid. */
         Completed: {
             /** @description The final adapter, as recorded on chain. */
             adapter_cid: string;
-            /** @description Rounding dust returned to the requester, in wei (decimal). */
+            /** @description Rounding dust returned to the requester, in the stake's smallest unit (decimal). */
             dust_wei: string;
-            /** @description The platform's fee, in wei (decimal). */
+            /** @description The platform's fee, in the stake's smallest unit (decimal). */
             fee_wei: string;
             /** @description Always `open`. */
             from: components["schemas"]["JobStatus"];
@@ -1134,8 +1139,9 @@ export type components = {
             tx_hash: string;
         };
         /**
-         * @description `createJob(token, stake, specCid, deadline, kind, maxFeeBps)` for a job, payable with
-         *     `stake` in ETH.
+         * @description `createJob(token, stake, specCid, deadline, kind, maxFeeBps)` for a job: payable with
+         *     `stake` in ETH, or, for an ERC-20 stake, sent with no value after the requester has
+         *     `approve`d the escrow for `stake` of `token`.
          */
         FundingTerms: {
             /**
@@ -1156,9 +1162,9 @@ export type components = {
             max_fee_bps: number;
             /** @description The job's manifest CID: it names the job, so the API can match the escrow to it. */
             spec_cid: string;
-            /** @description The `stake` argument, in wei. */
+            /** @description The `stake` argument, in the asset's smallest unit (wei for ETH). */
             stake_wei: string;
-            /** @description `0x000…0` for ETH. */
+            /** @description `0x000…0` for ETH, else the ERC-20 the stake is in. */
             token: string;
         };
         /** @description A job's sealed held-out set and the key that opens it. */
@@ -1429,7 +1435,10 @@ export type components = {
             /** @description The spec as posted, validated (defaults filled in). */
             spec: components["schemas"]["JobSpec"];
             spec_cid?: null | components["schemas"]["ContentId"];
-            /** @description The stake the spec offers, in wei. */
+            /**
+             * @description The stake the spec offers, in its asset's smallest unit: wei for ETH, or units of the
+             *     ERC-20 that `spec.stake.token` names.
+             */
             stake_wei: components["schemas"]["WeiAmount"];
             /** @description Where the job is in its lifecycle. */
             status: components["schemas"]["JobStatus"];
@@ -1583,7 +1592,7 @@ export type components = {
         Payout: {
             /** @description The contributor's address. */
             address: string;
-            /** @description Wei (decimal). */
+            /** @description In the stake's smallest unit, decimal: wei for ETH, token units for an ERC-20 stake. */
             amount_wei: string;
             /**
              * Format: int32
@@ -1765,8 +1774,11 @@ export type components = {
             price_wei: components["schemas"]["WeiAmount"];
             /** @description Training records per shard, in shard order. */
             shard_records: number[];
-            /** @description Whether the stake is at least `price_wei`. */
-            stake_covers_price: boolean;
+            /**
+             * @description Whether the stake is at least `price_wei`. Null for a stake in an ERC-20 token: the
+             *     price is in wei and the API knows no exchange rate.
+             */
+            stake_covers_price?: boolean | null;
             /** @description The stake the spec offers. */
             stake_wei: components["schemas"]["WeiAmount"];
             /**
@@ -1847,7 +1859,7 @@ export type components = {
             from: components["schemas"]["JobStatus"];
             /** @description Why: the deadline passed, or why the validator ended the job early. */
             reason?: string | null;
-            /** @description The stake returned, in wei (decimal). */
+            /** @description The stake returned, in its smallest unit (decimal; wei for ETH). */
             stake_wei: string;
             /** @description Always `refunded`. */
             to: components["schemas"]["JobStatus"];
@@ -1956,6 +1968,21 @@ export type components = {
              */
             max_fee_bps?: number | null;
             token?: null | components["schemas"]["EthAddress"];
+        };
+        /** @description A token the escrow accepts, as `GET /v1/chain` lists it. */
+        StakeToken: {
+            /** @description The ERC-20 contract, lower-case 0x-hex: a spec's `stake.token`. */
+            address: string;
+            /**
+             * Format: int32
+             * @description The token's `decimals()`: a stake's `amount` is in units of 10^-decimals tokens. Absent
+             *     when the token does not answer it; amounts are then in its smallest unit.
+             */
+            decimals?: number | null;
+            /** @description The token's `name()`; absent when the token does not answer it. */
+            name?: string | null;
+            /** @description The token's `symbol()`; absent when the token does not answer it. */
+            symbol?: string | null;
         };
         /** @description Payload of `started`. */
         Started: {
@@ -2745,7 +2772,7 @@ export interface operations {
                 };
             };
             429: components["responses"]["RateLimited"];
-            /** @description No chain is configured */
+            /** @description No chain is configured, or it did not answer */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -2994,7 +3021,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The spec, the dataset or its split breaks a rule; every field or line at fault is in `errors` */
+            /** @description The spec, the dataset or its split breaks a rule, or the stake's token is not one the escrow accepts; every field or line at fault is in `errors` */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3006,6 +3033,15 @@ export interface operations {
             429: components["responses"]["RateLimited"];
             /** @description The content store or the database failed */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The chain did not answer whether the stake's token is accepted */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3758,7 +3794,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The spec, model shape or record count breaks a rule; every field at fault is in `errors` */
+            /** @description The spec, model shape or record count breaks a rule, or the stake's token is not one the escrow accepts; every field at fault is in `errors` */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -3768,6 +3804,15 @@ export interface operations {
                 };
             };
             429: components["responses"]["RateLimited"];
+            /** @description The chain did not answer whether the stake's token is accepted */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     abandon_task: {

@@ -116,6 +116,21 @@ describe('checkSpecForm', () => {
     expect(checkSpecForm(form({ 'stake.amount': '-1' }), now).errors['stake.amount']).toBeDefined();
   });
 
+  it('reads a token stake in the token\'s decimals and sends its smallest unit with the token', () => {
+    const tUSD = { address: '0x1111111111111111111111111111111111111111', symbol: 'tUSD', decimals: 6 };
+    const staked = checkSpecForm(form({ 'stake.token': tUSD.address, 'stake.amount': '250.5' }), now, [tUSD]);
+    expect(staked.spec?.stake).toEqual({ amount: '250500000', token: tUSD.address });
+    expect(checkSpecForm(form({ 'stake.token': tUSD.address, 'stake.amount': '0.0000001' }), now, [tUSD]).errors['stake.amount']).toEqual([
+      '"0.0000001" is not an amount of tUSD (up to 6 decimals)',
+    ]);
+    // A token the escrow does not list is refused before anything is uploaded.
+    const other = '0x2222222222222222222222222222222222222222';
+    expect(checkSpecForm(form({ 'stake.token': other }), now, [tUSD]).errors['stake.token']).toEqual([
+      `${other} is not a token the escrow accepts`,
+    ]);
+    expect(checkSpecForm(form(), now, [tUSD]).spec?.stake).toEqual({ amount: '100000000000000000' });
+  });
+
   it('refuses a CID that is not one', () => {
     expect(checkSpecForm(form({ 'base_model.cid': 'not-a-cid' }), now).errors['base_model.cid']?.[0]).toMatch(/is not a CID/);
     expect(checkSpecForm(form({ 'base_model.cid': 'QmYwAPJzv5CZsnA625s3Xf2nemtYgPpHdWEz79ojWnPbdG' }), now).spec).not.toBeNull();

@@ -2,7 +2,8 @@
 // by the spec path it sets, checked here with the server's own limits and wording so most
 // mistakes are caught before a round trip. The server stays the authority: its problem+json
 // errors map onto the same inputs (api/problem.ts).
-import { parseEther } from 'viem';
+import { parseUnits } from 'viem';
+import { assetOf, type StakeToken } from '../wallet/stake';
 import { SPEC_LIMITS } from '../api/spec-limits';
 
 // The server's limits reach the portal through the OpenAPI document (src/api/spec-limits.ts is
@@ -95,6 +96,7 @@ export const SPEC_INPUTS = [
   'held_out_fraction',
   'min_reputation',
   'deadline',
+  'stake.token',
   'stake.amount',
 ] as const;
 
@@ -138,6 +140,7 @@ export function defaultForm(now: Date): SpecForm {
     held_out_fraction: '0.1',
     min_reputation: '0',
     deadline: localDateTime(now, 7),
+    'stake.token': '',
     'stake.amount': '0.1',
   };
 }
@@ -195,7 +198,7 @@ export interface Checked {
 }
 
 /** Checks the form as the server would and builds the spec when nothing is wrong. */
-export function checkSpecForm(form: SpecForm, now: Date): Checked {
+export function checkSpecForm(form: SpecForm, now: Date, tokens: readonly StakeToken[] = []): Checked {
   const c = new Collector();
   const kind = form.kind as JobKind;
   c.check(kind === 'lora' || kind === 'federated', 'kind', () => 'choose lora or federated');
@@ -287,13 +290,24 @@ export function checkSpecForm(form: SpecForm, now: Date): Checked {
     );
   }
 
-  let stakeWei = 0n;
+  // The stake is typed in whole units of its asset (ETH, or the token's decimals) and sent in
+  // the smallest unit. Only a token the escrow lists may be chosen: any other would be refused
+  // at funding, after the upload.
+  let stakeUnits = 0n;
+  const tokenText = form['stake.token'].trim();
+  const listed = tokens.some((t) => t.address.toLowerCase() === tokenText.toLowerCase());
+  c.check(tokenText === '' || listed, 'stake.token', () => `${tokenText} is not a token the escrow accepts`);
+  const asset = assetOf(tokenText, tokens);
   const stakeText = form['stake.amount'].trim();
-  if (!/^\d+(\.\d{1,18})?$/.test(stakeText)) {
-    c.add('stake.amount', stakeText ? `${JSON.stringify(stakeText)} is not an amount of ETH (up to 18 decimals)` : 'required');
+  const pattern = asset.decimals > 0 ? new RegExp(`^\\d+(\\.\\d{1,${asset.decimals}})?$`) : /^\d+$/;
+  if (!pattern.test(stakeText)) {
+    c.add(
+      'stake.amount',
+      stakeText ? `${JSON.stringify(stakeText)} is not an amount of ${asset.symbol} (up to ${asset.decimals} decimals)` : 'required',
+    );
   } else {
-    stakeWei = parseEther(stakeText);
-    c.check(stakeWei > 0n, 'stake.amount', () => 'a job needs a stake above 0 to pay its contributors');
+    stakeUnits = parseUnits(stakeText, asset.decimals);
+    c.check(stakeUnits > 0n, 'stake.amount', () => 'a job needs a stake above 0 to pay its contributors');
   }
 
   if (Object.keys(c.errors).length > 0) return { spec: null, errors: c.errors };
@@ -318,7 +332,7 @@ export function checkSpecForm(form: SpecForm, now: Date): Checked {
     min_reputation: minReputation,
     // Whole seconds: the chain stores the deadline as a uint64 of seconds.
     deadline: new Date(Math.floor(deadline.getTime() / 1000) * 1000).toISOString().replace('.000Z', 'Z'),
-    stake: { amount: stakeWei.toString() },
+    stake: { amount: stakeUnits.toString(), ...(asset.isEth ? {} : { token: asset.address }) },
   };
   return { spec, errors: {} };
 }

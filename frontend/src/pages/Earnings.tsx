@@ -5,15 +5,12 @@
 import { useCallback, useEffect, useState } from 'react';
 import type { Address, Hash } from 'viem';
 import { Alert } from '../components/Alert';
-import { eth, shortAddress } from '../format';
+import { shortAddress } from '../format';
 import { usePortal } from '../state';
 import { readEarnings, sendWithdraw, type Earnings as EarningsData } from '../wallet/earnings';
 import { ETH, waitForReceipt } from '../wallet/escrow';
+import { assetOf, formatAmount } from '../wallet/stake';
 import { txUrl, walletErrorMessage } from '../wallet/wallet';
-
-function amount(token: Address, value: bigint): string {
-  return token === ETH ? eth(value, 6) : `${value} units of token ${shortAddress(token)}`;
-}
 
 type Stage =
   | { step: 'idle' }
@@ -107,8 +104,16 @@ export function Earnings() {
             <tbody>
               {earnings.credit.map((c) => (
                 <tr key={c.token} data-testid={`credit-${c.token === ETH ? 'ETH' : c.token.toLowerCase()}`}>
-                  <td>{c.token === ETH ? 'ETH' : <code title={c.token}>{shortAddress(c.token)}</code>}</td>
-                  <td data-testid="credit-amount">{amount(c.token, c.amount)}</td>
+                  <td>
+                    {c.token === ETH ? (
+                      'ETH'
+                    ) : (
+                      <>
+                        {assetOf(c.token, p.chain.tokens).symbol} <code title={c.token}>{shortAddress(c.token)}</code>
+                      </>
+                    )}
+                  </td>
+                  <td data-testid="credit-amount">{formatAmount(c.amount, assetOf(c.token, p.chain.tokens), 6)}</td>
                   <td>
                     <button
                       type="button"
@@ -116,7 +121,7 @@ export function Earnings() {
                       disabled={busy || c.amount === 0n}
                       onClick={() => void withdraw(c.token, c.amount)}
                     >
-                      Withdraw {c.token === ETH ? 'ETH' : 'tokens'}
+                      Withdraw {assetOf(c.token, p.chain.tokens).named ? assetOf(c.token, p.chain.tokens).symbol : 'tokens'}
                     </button>
                   </td>
                 </tr>
@@ -130,7 +135,7 @@ export function Earnings() {
       {stage.step === 'sent' && <Alert kind="info">Withdrawal sent; waiting for it to be mined…</Alert>}
       {stage.step === 'done' && (
         <Alert kind="success">
-          Withdrew {amount(stage.token, stage.withdrawn)} to your account.
+          Withdrew {formatAmount(stage.withdrawn, assetOf(stage.token, p.chain.tokens), 6)} to your account.
           {link && (
             <>
               {' '}

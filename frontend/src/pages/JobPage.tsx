@@ -2,7 +2,7 @@
 // each task's training loss beside the held-out metric per round, submissions with verdicts,
 // payouts and the final adapter.
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
-import type { Hash, TransactionReceipt } from 'viem';
+import type { Address, Hash, TransactionReceipt } from 'viem';
 import { unwrap } from '../api/client';
 import { isForbidden } from '../api/problem';
 import { followStream } from '../api/sse';
@@ -11,11 +11,12 @@ import { Alert } from '../components/Alert';
 import { SignInFirst } from '../components/Layout';
 import { MetricChart } from '../components/MetricChart';
 import { Training } from '../components/Training';
-import { capitalise, eth, fixed, shortAddress, statusLabel, when } from '../format';
+import { capitalise, fixed, shortAddress, statusLabel, when } from '../format';
 import { heldOutLabel, trainingByRound } from '../jobs/curves';
 import { applyEvents, EMPTY_PROGRESS, metricName, metricSeries, roundDone, type JobProgress } from '../jobs/progress';
 import { errorMessage, usePortal } from '../state';
-import { escrowJobId, sendCreateJob, waitForReceipt, type Funding } from '../wallet/escrow';
+import { escrowJobId, ETH, waitForReceipt, type Funding } from '../wallet/escrow';
+import { assetOf, formatAmount, fundingRevertMessage, sendFunding, stakeAssetOf, tokenStanding, type TokenStanding } from '../wallet/stake';
 import { chainName, txUrl, walletErrorMessage, wrongChain } from '../wallet/wallet';
 
 /** How often the training curves are read again while the job is open: a worker heartbeats every 5 s. */
@@ -161,7 +162,7 @@ export function JobPage({ id }: { id: string }) {
           <div>
             <dt>Stake</dt>
             <dd>
-              {eth(job.stake_wei)}
+              {formatAmount(job.stake_wei, stakeAssetOf(job.spec, p.chain.tokens))}
               {job.dev_funded && ' (funded by the development key)'}
             </dd>
           </div>
@@ -292,7 +293,7 @@ export function JobPage({ id }: { id: string }) {
                     <td title={x.address}>
                       <code>{x.address}</code>
                     </td>
-                    <td>{eth(x.amount_wei, 6)}</td>
+                    <td>{formatAmount(x.amount_wei, stakeAssetOf(job.spec, p.chain.tokens), 6)}</td>
                     <td>{x.reputation}</td>
                   </tr>
                 ))}
@@ -306,7 +307,8 @@ export function JobPage({ id }: { id: string }) {
           <span data-testid="refund-reason">
             {progress.refunded.reason ?? 'The deadline passed'}
           </span>
-          : the stake ({progress.refunded.stake_wei} wei) was refunded to the requester
+          : the stake ({formatAmount(progress.refunded.stake_wei, stakeAssetOf(job.spec, p.chain.tokens), 6)}) was refunded to the
+          requester
           {progress.refunded.tx_hash && (
             <>
               {' '}
@@ -423,6 +425,7 @@ function Cancel({ id, onDone }: { id: string; onDone: () => Promise<void> }) {
 type FundStage =
   | { step: 'idle' }
   | { step: 'signing' }
+  | { step: 'approving'; hash?: Hash }
   | { step: 'sent'; hash: Hash }
   | { step: 'confirmed'; hash: Hash; receipt: TransactionReceipt; escrowId: bigint | null }
   | { step: 'failed'; message: string; hash?: Hash };
@@ -433,6 +436,24 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
   const [stage, setStage] = useState<FundStage>({ step: 'idle' });
   const [devFunded, setDevFunded] = useState<string | null>(null);
   const poll = useRef<number | null>(null);
+  // For a token stake: the wallet's balance of the token and what the escrow may take of it.
+  const [standing, setStanding] = useState<TokenStanding | null>(null);
+  const fundingTerms = fundingOf(job, p.chain);
+  const stakeToken = fundingTerms && fundingTerms.token.toLowerCase() !== ETH ? (fundingTerms.token as Address) : null;
+  const escrowAddress = fundingTerms?.escrow_address as Address | undefined;
+  const { clients, address } = p.wallet;
+  const readStanding = useCallback(async () => {
+    if (!stakeToken || !clients || !address || !escrowAddress) return setStanding(null);
+    try {
+      setStanding(await tokenStanding(clients.public, stakeToken, address, escrowAddress));
+    } catch {
+      // A token that cannot be read: funding's own simulation names the problem.
+      setStanding(null);
+    }
+  }, [stakeToken, clients, address, escrowAddress]);
+  useEffect(() => {
+    void readStanding();
+  }, [readStanding]);
 
   // After confirmation the API needs a moment to see the chain event; look again every 2 s
   // in case the event stream is slower than the job row.
@@ -454,7 +475,10 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
   }
   const chainIssue = p.wallet.chainId !== null ? wrongChain(p.wallet.chainId, funding.chain_id) : null;
   const stake = BigInt(funding.stake_wei);
-  const short = p.wallet.balanceWei !== null && p.wallet.balanceWei < stake;
+  const asset = assetOf(funding.token, p.chain.tokens);
+  const balance = asset.isEth ? p.wallet.balanceWei : (standing?.balance ?? null);
+  const short = balance !== null && balance < stake;
+  const needsApproval = !asset.isEth && standing !== null && standing.allowance < stake;
 
   const devFund = async () => {
     setStage({ step: 'signing' });
@@ -477,7 +501,9 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
     setStage({ step: 'signing' });
     let hash: Hash | undefined;
     try {
-      hash = await sendCreateJob(clients.wallet, address, f);
+      hash = await sendFunding(clients.public, clients.wallet, address, f, asset, (s) =>
+        setStage(s.step === 'approving' ? s : { step: 'signing' }),
+      );
       setStage({ step: 'sent', hash });
       const receipt = await waitForReceipt(clients.public, hash);
       if (receipt.status !== 'success') throw new Error('The transaction was reverted by the escrow contract.');
@@ -485,7 +511,8 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
       await p.refreshBalance();
       await onFunded();
     } catch (err) {
-      setStage({ step: 'failed', message: walletErrorMessage(err), ...(hash ? { hash } : {}) });
+      setStage({ step: 'failed', message: fundingRevertMessage(err, asset) ?? walletErrorMessage(err), ...(hash ? { hash } : {}) });
+      void readStanding();
     }
   };
 
@@ -493,11 +520,34 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
     <section className="card" aria-labelledby="fund-title" data-testid="fund-panel">
       <h2 id="fund-title">Fund the escrow</h2>
       <p>
-        Escrow {eth(stake, 6)} on {chainName(funding.chain_id)} in the contract <code>{funding.escrow_address}</code>. Workers start
-        once the marketplace sees the deposit.
+        Escrow {formatAmount(stake, asset, 6)} on {chainName(funding.chain_id)} in the contract <code>{funding.escrow_address}</code>.
+        {!asset.isEth && (
+          <>
+            {' '}
+            The stake is in the token <code>{funding.token}</code>: your wallet first approves the escrow to take it, then funds.
+          </>
+        )}{' '}
+        Workers start once the marketplace sees the deposit.
       </p>
       {chainIssue && <Alert kind="warning">{chainIssue}</Alert>}
-      {short && !chainIssue && <Alert kind="warning">Your balance ({eth(p.wallet.balanceWei!)}) is below the stake.</Alert>}
+      {short && !chainIssue && (
+        <Alert kind="warning">
+          <span data-testid="fund-short">
+            Your balance ({formatAmount(balance!, asset)}) is below the stake.
+          </span>
+        </Alert>
+      )}
+      {stage.step === 'approving' && (
+        <Alert kind="info">
+          {stage.hash ? (
+            <>
+              Approval sent <TxLink chainId={funding.chain_id} hash={stage.hash} />; waiting for it to be mined…
+            </>
+          ) : (
+            `Approve the escrow to take ${formatAmount(stake, asset, 6)} in your wallet…`
+          )}
+        </Alert>
+      )}
       {stage.step === 'signing' && <Alert kind="info">Confirm the transaction in your wallet…</Alert>}
       {stage.step === 'sent' && (
         <Alert kind="info">
@@ -528,13 +578,24 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
         <button
           type="button"
           className="primary"
-          disabled={Boolean(chainIssue) || !p.wallet.address || stage.step === 'signing' || stage.step === 'sent' || stage.step === 'confirmed'}
+          disabled={
+            Boolean(chainIssue) ||
+            !p.wallet.address ||
+            stage.step === 'signing' ||
+            stage.step === 'approving' ||
+            stage.step === 'sent' ||
+            stage.step === 'confirmed'
+          }
           onClick={() => void fund(funding)}
         >
-          Fund {eth(stake, 6)}
+          {needsApproval ? 'Approve and fund' : 'Fund'} {formatAmount(stake, asset, 6)}
         </button>
         {p.chain.devFunding && (
-          <button type="button" disabled={stage.step === 'signing' || stage.step === 'sent' || Boolean(devFunded)} onClick={() => void devFund()}>
+          <button
+            type="button"
+            disabled={stage.step === 'signing' || stage.step === 'approving' || stage.step === 'sent' || Boolean(devFunded)}
+            onClick={() => void devFund()}
+          >
             Fund from the development account
           </button>
         )}

@@ -4,9 +4,10 @@ import { unwrap } from '../api/client';
 import { JOB_STATUSES, type JobStatus, type JobView } from '../api/types';
 import { Alert } from '../components/Alert';
 import { SignInFirst } from '../components/Layout';
-import { eth, shortJobId, statusLabel, when } from '../format';
+import { shortJobId, statusLabel, when } from '../format';
 import { Link, navigate } from '../router';
 import { errorMessage, usePortal } from '../state';
+import { formatAmount, stakeAssetOf } from '../wallet/stake';
 
 const PAGE = 20;
 
@@ -96,7 +97,7 @@ export function MyJobs({ path }: { path: string }) {
                   <td>
                     round {job.current_round}/{job.rounds}, {job.shards} shard{job.shards === 1 ? '' : 's'}
                   </td>
-                  <td>{eth(job.stake_wei)}</td>
+                  <td>{formatAmount(job.stake_wei, stakeAssetOf(job.spec, p.chain.tokens))}</td>
                   <td>{when(job.created_at)}</td>
                 </tr>
               ))}

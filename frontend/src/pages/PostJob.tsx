@@ -8,7 +8,7 @@ import { postJob, type UploadProgress } from '../api/upload';
 import { Alert } from '../components/Alert';
 import { Field, fieldDomId } from '../components/Field';
 import { SignInFirst } from '../components/Layout';
-import { bytes, eth } from '../format';
+import { bytes, eth, shortAddress } from '../format';
 import { describeShapes, scanDataset, type DatasetScan } from '../jobs/dataset';
 import {
   ARCHITECTURE_DEFAULTS,
@@ -23,6 +23,7 @@ import {
 } from '../jobs/spec';
 import { navigate } from '../router';
 import { errorMessage, usePortal } from '../state';
+import { assetOf, formatAmount, type Asset } from '../wallet/stake';
 
 const INPUTS: ReadonlySet<string> = new Set<string>([...SPEC_INPUTS, 'dataset']);
 /** Form order, for focusing the first input in error. */
@@ -96,7 +97,7 @@ export function PostJob() {
   };
 
   const check = (): JobSpec | null => {
-    const { spec, errors: found } = checkSpecForm(form, new Date());
+    const { spec, errors: found } = checkSpecForm(form, new Date(), p.chain.tokens);
     const all: FormErrors = { ...found };
     if (!file) all.dataset = ['choose a JSONL file with one record per line'];
     else if (scan && scan.errors.length) all.dataset = scan.errors;
@@ -158,6 +159,7 @@ export function PostJob() {
   };
 
   const busy = stage.step === 'quoting' || stage.step === 'uploading';
+  const stakeAsset = assetOf(form['stake.token'], p.chain.tokens);
   const count = Object.values(errors).filter((v) => v?.length).length;
   const field = (path: SpecInput, label: string, input: (a: ReturnType<typeof aria>) => ReactNode, hint?: ReactNode) => (
     <Field id={path} label={label} hint={hint} errors={errors[path]}>
@@ -282,7 +284,23 @@ export function PostJob() {
             ),
             'Your local time. Unfinished by then, the stake is refunded.',
           )}
-          {text('stake.amount', 'Stake (ETH)', 'Escrowed when you fund the job; pays the contributors.', 'decimal')}
+          {select(
+            'stake.token',
+            'Stake in',
+            [
+              ['', 'ETH'],
+              ...p.chain.tokens.map((t): [string, string] => [t.address, `${t.symbol ?? 'token'} (${shortAddress(t.address)})`]),
+            ],
+            p.chain.tokens.length
+              ? 'ETH, or a token the escrow accepts: you approve the escrow for the stake when you fund.'
+              : 'This escrow accepts no token besides ETH.',
+          )}
+          {text(
+            'stake.amount',
+            `Stake (${stakeAsset.symbol})`,
+            'Escrowed when you fund the job; pays the contributors.',
+            'decimal',
+          )}
         </div>
       </fieldset>
 
@@ -323,7 +341,7 @@ export function PostJob() {
         )}
       </fieldset>
 
-      {stage.step === 'quoted' && <Quote quote={stage.quote} />}
+      {stage.step === 'quoted' && <Quote quote={stage.quote} asset={assetOf(stage.spec.stake.token, p.chain.tokens)} />}
 
       {stage.step === 'uploading' && (
         <div className="upload">
@@ -359,7 +377,7 @@ export function PostJob() {
   );
 }
 
-function Quote({ quote }: { quote: QuoteResponse }) {
+function Quote({ quote, asset }: { quote: QuoteResponse; asset: Asset }) {
   return (
     <section className="card quote" aria-labelledby="quote-title" data-testid="quote">
       <h2 id="quote-title">Quote</h2>
@@ -370,7 +388,7 @@ function Quote({ quote }: { quote: QuoteResponse }) {
         </div>
         <div>
           <dt>Your stake</dt>
-          <dd>{eth(quote.stake_wei, 6)}</dd>
+          <dd>{formatAmount(quote.stake_wei, asset, 6)}</dd>
         </div>
         <div>
           <dt>Adapter</dt>
@@ -386,7 +404,11 @@ function Quote({ quote }: { quote: QuoteResponse }) {
           </dd>
         </div>
       </dl>
-      {quote.stake_covers_price ? (
+      {quote.stake_covers_price === null || quote.stake_covers_price === undefined ? (
+        <Alert kind="info">
+          The price is in ETH and the stake in {asset.symbol}: the marketplace knows no exchange rate, so compare them yourself.
+        </Alert>
+      ) : quote.stake_covers_price ? (
         <Alert kind="success">The stake covers the quoted price.</Alert>
       ) : (
         <Alert kind="warning">

@@ -1,6 +1,6 @@
 // The part of JobEscrow (contracts/src/JobEscrow.sol) the portal calls. Written out as a
 // constant so viem types the call; escrow.test.ts checks it against the committed artifact.
-import { decodeEventLog, type Address, type Hash, type PublicClient, type TransactionReceipt, type WalletClient } from 'viem';
+import { decodeEventLog, type Address, type Hash, type PublicClient, type TransactionReceipt } from 'viem';
 
 export const escrowAbi = [
   {
@@ -18,6 +18,13 @@ export const escrowAbi = [
     outputs: [{ name: 'jobId', type: 'uint256', internalType: 'uint256' }],
   },
   {
+    type: 'function',
+    name: 'tokenAllowed',
+    stateMutability: 'view',
+    inputs: [{ name: 'token', type: 'address', internalType: 'address' }],
+    outputs: [{ name: '', type: 'bool', internalType: 'bool' }],
+  },
+  {
     type: 'event',
     name: 'JobCreated',
     anonymous: false,
@@ -32,6 +39,11 @@ export const escrowAbi = [
       { name: 'specHash', type: 'bytes32', indexed: false, internalType: 'bytes32' },
       { name: 'specCid', type: 'string', indexed: false, internalType: 'string' },
     ],
+  },
+  {
+    type: 'error',
+    name: 'TokenNotAllowed',
+    inputs: [{ name: 'token', type: 'address', internalType: 'address' }],
   },
   {
     type: 'error',
@@ -78,11 +90,6 @@ export function createJobCall(funding: Funding) {
     args: [token, stake, funding.spec_cid, BigInt(funding.deadline_unix), funding.kind, funding.max_fee_bps] as const,
     value: token.toLowerCase() === ETH ? stake : 0n,
   };
-}
-
-/** Sends createJob from `account`; returns the transaction hash once the wallet has sent it. */
-export async function sendCreateJob(wallet: WalletClient, account: Address, funding: Funding): Promise<Hash> {
-  return wallet.writeContract({ ...createJobCall(funding), account, chain: null });
 }
 
 /** The escrow's job id from a createJob receipt, or null if the receipt has no JobCreated. */

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::chain::address_text;
 use crate::http::problem::{ApiError, ProblemKind};
+use crate::stake_tokens::StakeToken;
 use crate::state::AppState;
 
 /// The chain and escrow contract this server follows.
@@ -20,6 +21,9 @@ pub struct ChainInfo {
     pub operator: String,
     /// Whether `POST /v1/jobs/{id}/dev-fund` works here (development mode).
     pub dev_funding: bool,
+    /// The ERC-20 tokens a job may be staked in (the escrow's allow-list, read at most a few
+    /// seconds ago), besides ETH which it always accepts.
+    pub tokens: Vec<StakeToken>,
 }
 
 /// The chain and escrow contract this server follows.
@@ -34,7 +38,7 @@ pub struct ChainInfo {
     extensions(("x-shardwork-role" = json!("public"))),
     responses(
         (status = 200, description = "The chain and escrow this server follows", body = ChainInfo),
-        (status = 503, description = "No chain is configured", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 503, description = "No chain is configured, or it did not answer", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]
 pub async fn info(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
@@ -44,10 +48,17 @@ pub async fn info(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> 
             "this server follows no escrow contract (no chain configured)",
         )
     })?;
+    let tokens = state.stake_tokens.allowed(chain).await.map_err(|e| {
+        ApiError::new(
+            ProblemKind::Unavailable,
+            format!("reading the escrow's allow-listed tokens: {e}"),
+        )
+    })?;
     Ok(HttpResponse::Ok().json(ChainInfo {
         chain_id: chain.chain_id,
         escrow_address: address_text(chain.escrow),
         operator: address_text(chain.operator),
         dev_funding: chain.dev_funder.is_some(),
+        tokens,
     }))
 }

@@ -9,6 +9,7 @@
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
+use alloy::primitives::Address;
 use bytes::{Bytes, BytesMut};
 use chrono::Utc;
 use futures::StreamExt;
@@ -33,6 +34,7 @@ use crate::entities::{job, shard};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::RequesterRole;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody, ProblemKind};
+use crate::stake_tokens;
 use crate::state::AppState;
 
 /// `application/json` body: a spec and a dataset already in the content store.
@@ -161,8 +163,9 @@ fn store_error(err: StoreError) -> ApiError {
             headers(("Location" = String, description = "The job's URL, `/v1/jobs/{id}`"))),
         (status = 400, description = "Neither multipart nor JSON, a part is missing, unknown or repeated, or the spec does not decode", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 413, description = "The spec or the dataset exceeds its limit", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 422, description = "The spec, the dataset or its split breaks a rule; every field or line at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The spec, the dataset or its split breaks a rule, or the stake's token is not one the escrow accepts; every field or line at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The content store or the database failed", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 503, description = "The chain did not answer whether the stake's token is accepted", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]
 pub async fn create(
@@ -213,6 +216,9 @@ pub async fn create(
             (bytes, Some(cid))
         }
     };
+    if let (Some(token), Some(chain)) = (spec.stake.token, &state.chain) {
+        stake_tokens::check_allowed(chain, Address::from(token.0)).await?;
+    }
     let model = models::inspect(state.store.as_ref(), &spec).await?;
     let memory_mb =
         sizing::training_memory_mb(&spec, &model.shape, model.vocab_size, model.parameters);

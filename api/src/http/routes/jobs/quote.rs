@@ -2,6 +2,7 @@
 //! is posted.
 
 use actix_web::{HttpResponse, web};
+use alloy::primitives::Address;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{JobSpec, WeiAmount};
@@ -11,6 +12,7 @@ use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::RequesterRole;
 use crate::http::extract::Json;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody, join_path};
+use crate::stake_tokens::check_allowed;
 use crate::state::AppState;
 
 /// A job to quote: its spec and the size of its dataset.
@@ -53,8 +55,9 @@ pub struct QuoteResponse {
     /// The stake the spec offers.
     #[schema(value_type = WeiAmount)]
     pub stake_wei: String,
-    /// Whether the stake is at least `price_wei`.
-    pub stake_covers_price: bool,
+    /// Whether the stake is at least `price_wei`. Null for a stake in an ERC-20 token: the
+    /// price is in wei and the API knows no exchange rate.
+    pub stake_covers_price: Option<bool>,
 }
 
 /// What a job would cost and how large its adapter would be, before it is posted.
@@ -69,7 +72,8 @@ pub struct QuoteResponse {
         (status = 200, description = "The quote", body = QuoteResponse),
         (status = 400, description = "The body is not JSON or a field has the wrong type (`errors[].path` names it)", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 422, description = "The spec, model shape or record count breaks a rule; every field at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The spec, model shape or record count breaks a rule, or the stake's token is not one the escrow accepts; every field at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 503, description = "The chain did not answer whether the stake's token is accepted", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]
 pub async fn quote(
@@ -85,6 +89,9 @@ pub async fn quote(
         let decoded = serde_json::from_slice::<JobSpec>(&spec_bytes).is_ok();
         ApiError::from_spec_errors(errors, decoded, "spec")
     })?;
+    if let (Some(token), Some(chain)) = (spec.stake.token, &state.chain) {
+        check_allowed(chain, Address::from(token.0)).await?;
+    }
     let (source, shape) = match body.model {
         Some(shape) => ("request".to_owned(), shape),
         None => {
@@ -116,7 +123,11 @@ pub async fn quote(
         .saturating_mul(u128::from(state.config.price_wei_per_param_record));
     let stake = spec.stake.amount.as_decimal();
     // A stake too long for u128 exceeds any saturated price.
-    let covers = stake.parse::<u128>().map_or(true, |s| s >= price);
+    let covers = spec
+        .stake
+        .token
+        .is_none()
+        .then(|| stake.parse::<u128>().map_or(true, |s| s >= price));
     Ok(HttpResponse::Ok().json(QuoteResponse {
         adapter_params: params.to_string(),
         adapter_bytes: params.saturating_mul(4).to_string(),

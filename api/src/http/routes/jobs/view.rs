@@ -38,7 +38,8 @@ pub struct JobView {
     /// The final merged adapter, once the job is completed.
     #[schema(value_type = Option<ContentId>)]
     pub result_adapter_cid: Option<String>,
-    /// The stake the spec offers, in wei.
+    /// The stake the spec offers, in its asset's smallest unit: wei for ETH, or units of the
+    /// ERC-20 that `spec.stake.token` names.
     #[schema(value_type = WeiAmount)]
     pub stake_wei: String,
     /// How many shards the training data was cut into.
@@ -64,13 +65,14 @@ pub struct JobView {
     pub updated_at: DateTime<Utc>,
 }
 
-/// `createJob(token, stake, specCid, deadline, kind, maxFeeBps)` for a job, payable with
-/// `stake` in ETH.
+/// `createJob(token, stake, specCid, deadline, kind, maxFeeBps)` for a job: payable with
+/// `stake` in ETH, or, for an ERC-20 stake, sent with no value after the requester has
+/// `approve`d the escrow for `stake` of `token`.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FundingTerms {
-    /// `0x000…0` for ETH.
+    /// `0x000…0` for ETH, else the ERC-20 the stake is in.
     pub token: String,
-    /// The `stake` argument, in wei.
+    /// The `stake` argument, in the asset's smallest unit (wei for ETH).
     pub stake_wei: String,
     /// The job's manifest CID: it names the job, so the API can match the escrow to it.
     pub spec_cid: String,
