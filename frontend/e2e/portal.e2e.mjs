@@ -198,6 +198,25 @@ const ADMIN_KEY = generatePrivateKey();
  * Runs one step. A failed step stops the walk-through (later steps build on it) unless `soft`:
  * a soft step checks something the later steps do not need.
  */
+/**
+ * The post form's settings for a sample-model job that the walk-through's one worker trains in
+ * seconds and that beats the base model (2 shards x 1 round, rank 4, 3 epochs at 0.01).
+ */
+async function fillSampleJobSettings(page) {
+  for (const [label, value] of [
+    ['Rank (r)', '4'],
+    ['Alpha', '8'],
+    ['Shards', '2'],
+    ['Rounds', '1'],
+    ['Held-out fraction', '0.2'],
+    ['Sequence length', '16'],
+    ['Epochs', '3'],
+    ['Learning rate', '0.01'],
+  ]) {
+    await page.getByLabel(label).fill(value);
+  }
+}
+
 async function step(name, body, { soft = false } = {}) {
   const started = Date.now();
   try {
@@ -408,14 +427,7 @@ async function main() {
     });
 
     await step("server validation: the dataset's problems land on the dataset input", async () => {
-      await page.getByLabel('Rank (r)').fill('4');
-      await page.getByLabel('Alpha').fill('8');
-      await page.getByLabel('Shards').fill('2');
-      await page.getByLabel('Rounds').fill('1');
-      await page.getByLabel('Held-out fraction').fill('0.2');
-      await page.getByLabel('Sequence length').fill('16');
-      await page.getByLabel('Epochs').fill('3');
-      await page.getByLabel('Learning rate').fill('0.01');
+      await fillSampleJobSettings(page);
       await page.getByLabel('Stake (ETH)').fill('0.5');
       await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'unlabelled.jsonl'));
       await page.getByTestId('dataset-scan').filter({ hasText: '3 records' }).waitFor();
@@ -606,16 +618,9 @@ async function main() {
       };
       const escrowBefore = await balanceOf(escrow);
       await page.getByRole('link', { name: 'Post a job' }).first().click();
-      // The settings the first job trained well with: the walk-through's worker must beat the base.
       await page.getByLabel('Model CID').fill(modelCid);
-      await page.getByLabel('Rank (r)').fill('4');
-      await page.getByLabel('Alpha').fill('8');
-      await page.getByLabel('Shards').fill('2');
-      await page.getByLabel('Rounds').fill('1');
-      await page.getByLabel('Held-out fraction').fill('0.2');
-      await page.getByLabel('Sequence length').fill('16');
-      await page.getByLabel('Epochs').fill('3');
-      await page.getByLabel('Learning rate').fill('0.01');
+      // The settings the first job trained well with: the walk-through's worker must beat the base.
+      await fillSampleJobSettings(page);
       await page.getByLabel('Stake in').selectOption(tUSD.address);
       await page.getByLabel('Stake (tUSD)').fill('25');
       await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'reviews.jsonl'));
