@@ -438,9 +438,8 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
   const poll = useRef<number | null>(null);
   // For a token stake: the wallet's balance of the token and what the escrow may take of it.
   const [standing, setStanding] = useState<TokenStanding | null>(null);
-  const fundingTerms = fundingOf(job, p.chain);
-  const stakeToken = fundingTerms && fundingTerms.token.toLowerCase() !== ETH ? (fundingTerms.token as Address) : null;
-  const escrowAddress = fundingTerms?.escrow_address as Address | undefined;
+  const stakeToken = funding && funding.token.toLowerCase() !== ETH ? (funding.token as Address) : null;
+  const escrowAddress = funding?.escrow_address as Address | undefined;
   const { clients, address } = p.wallet;
   const readStanding = useCallback(async () => {
     if (!stakeToken || !clients || !address || !escrowAddress) return setStanding(null);
@@ -493,7 +492,6 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
   };
 
   const fund = async (f: Funding) => {
-    const { clients, address } = p.wallet;
     if (!clients || !address) {
       setStage({ step: 'failed', message: 'Connect your wallet first.' });
       return;
