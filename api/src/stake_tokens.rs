@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use alloy::primitives::Address;
 use shardwork_contracts::bindings::JobEscrow::JobEscrowEvents;
 use shardwork_contracts::ledger::LedgerError;
+use shardwork_core::protocol::Stake;
 use tokio::sync::Mutex;
 
 use crate::chain::{Chain, MAX_LOG_RANGE, address_text};
@@ -88,8 +89,13 @@ impl StakeTokens {
     }
 }
 
-/// Refuses a stake in `token` unless the escrow accepts it, asking the escrow itself.
-pub async fn check_allowed(chain: &Chain, token: Address) -> Result<(), StakeTokenError> {
+/// Refuses a stake in a token the escrow does not accept, asking the escrow itself. ETH, and
+/// any stake on a server without a chain (nothing can be funded there), pass.
+pub async fn check_stake(chain: Option<&Chain>, stake: &Stake) -> Result<(), StakeTokenError> {
+    let (Some(chain), Some(token)) = (chain, stake.token) else {
+        return Ok(());
+    };
+    let token = Address::from(token.0);
     if chain.ledger.token_allowed(chain.escrow, token).await? {
         Ok(())
     } else {

@@ -55,6 +55,27 @@ fn sample_reviews(dir: &Path, records: usize) -> std::path::PathBuf {
     data
 }
 
+/// `shardwork job --dev-requester post --dev-fund --watch` of `spec` (written to
+/// `dir/spec.json`) and `data` against the API at `url`, as a requester types it.
+fn post_fund_and_watch(dir: &Path, url: &str, spec: &Value, data: &Path) -> std::process::Output {
+    let spec_path = dir.join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    shardwork(
+        &[
+            "job",
+            "--dev-requester",
+            "post",
+            "--spec",
+            &spec_path.display().to_string(),
+            "--data",
+            &data.display().to_string(),
+            "--dev-fund",
+            "--watch",
+        ],
+        &[("SHARDWORK_API_URL", url.to_owned())],
+    )
+}
+
 /// `shardwork up --workers N` on a fresh data folder holding the sample model, healthy; with
 /// its URL and the model's CID.
 async fn marketplace(dir: &Path, workers: usize) -> (Process, String, String) {
@@ -183,27 +204,8 @@ async fn a_job_nobody_finishes_is_refunded_on_chain_at_its_deadline() {
     // No workers: the round opens and nobody trains it.
     let (up, url, model_cid) = marketplace(dir.path(), 0).await;
     let data = sample_reviews(dir.path(), 200);
-    let spec_path = dir.path().join("spec.json");
-    std::fs::write(
-        &spec_path,
-        spec(&model_cid, chrono::Duration::seconds(20)).to_string(),
-    )
-    .unwrap();
-    let env = [("SHARDWORK_API_URL", url.clone())];
-    let out = shardwork(
-        &[
-            "job",
-            "--dev-requester",
-            "post",
-            "--spec",
-            &spec_path.display().to_string(),
-            "--data",
-            &data.display().to_string(),
-            "--dev-fund",
-            "--watch",
-        ],
-        &env,
-    );
+    let spec = spec(&model_cid, chrono::Duration::seconds(20));
+    let out = post_fund_and_watch(dir.path(), &url, &spec, &data);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
         !out.status.success(),
@@ -215,6 +217,7 @@ async fn a_job_nobody_finishes_is_refunded_on_chain_at_its_deadline() {
         up.log_text()
     );
     let id = stdout.lines().next().unwrap().trim().to_owned();
+    let env = [("SHARDWORK_API_URL", url.clone())];
     let out = shardwork(&["job", "--dev-requester", "--json", "show", &id], &env);
     let job: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(job["status"], "refunded", "{job}");
@@ -245,24 +248,8 @@ async fn a_job_staked_in_the_development_token_is_paid_out_in_that_token() {
     let stake: u128 = 25 * 10u128.pow(18);
     let mut staked = spec(&model_cid, chrono::Duration::hours(2));
     staked["stake"] = json!({ "amount": stake.to_string(), "token": token });
-    let spec_path = dir.path().join("spec.json");
-    std::fs::write(&spec_path, staked.to_string()).unwrap();
     let data = sample_reviews(dir.path(), 400);
-    let env = [("SHARDWORK_API_URL", url.clone())];
-    let out = shardwork(
-        &[
-            "job",
-            "--dev-requester",
-            "post",
-            "--spec",
-            &spec_path.display().to_string(),
-            "--data",
-            &data.display().to_string(),
-            "--dev-fund",
-            "--watch",
-        ],
-        &env,
-    );
+    let out = post_fund_and_watch(dir.path(), &url, &staked, &data);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(
         out.status.success(),

@@ -102,18 +102,18 @@ export function Earnings() {
               </tr>
             </thead>
             <tbody>
-              {earnings.credit.map((c) => (
+              {earnings.credit.map((c) => ({ ...c, asset: assetOf(c.token, p.chain.tokens) })).map((c) => (
                 <tr key={c.token} data-testid={`credit-${c.token === ETH ? 'ETH' : c.token.toLowerCase()}`}>
                   <td>
                     {c.token === ETH ? (
                       'ETH'
                     ) : (
                       <>
-                        {assetOf(c.token, p.chain.tokens).symbol} <code title={c.token}>{shortAddress(c.token)}</code>
+                        {c.asset.symbol} <code title={c.token}>{shortAddress(c.token)}</code>
                       </>
                     )}
                   </td>
-                  <td data-testid="credit-amount">{formatAmount(c.amount, assetOf(c.token, p.chain.tokens), 6)}</td>
+                  <td data-testid="credit-amount">{formatAmount(c.amount, c.asset, 6)}</td>
                   <td>
                     <button
                       type="button"
@@ -121,7 +121,7 @@ export function Earnings() {
                       disabled={busy || c.amount === 0n}
                       onClick={() => void withdraw(c.token, c.amount)}
                     >
-                      Withdraw {assetOf(c.token, p.chain.tokens).named ? assetOf(c.token, p.chain.tokens).symbol : 'tokens'}
+                      Withdraw {c.asset.named ? c.asset.symbol : 'tokens'}
                     </button>
                   </td>
                 </tr>

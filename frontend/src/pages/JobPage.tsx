@@ -102,6 +102,8 @@ export function JobPage({ id }: { id: string }) {
   if (!job) return error ? <Alert kind="error">{error}</Alert> : <p role="status">Loading the job…</p>;
 
   const mine = job.requester.toLowerCase() === p.session.address.toLowerCase();
+  // What the stake, the payouts and a refund are counted in.
+  const asset = stakeAssetOf(job.spec, p.chain.tokens);
   const series = metricSeries(progress);
   const name = metricName(progress);
   const metricTitle = name ? heldOutLabel(name) : 'held-out metric';
@@ -162,7 +164,7 @@ export function JobPage({ id }: { id: string }) {
           <div>
             <dt>Stake</dt>
             <dd>
-              {formatAmount(job.stake_wei, stakeAssetOf(job.spec, p.chain.tokens))}
+              {formatAmount(job.stake_wei, asset)}
               {job.dev_funded && ' (funded by the development key)'}
             </dd>
           </div>
@@ -293,7 +295,7 @@ export function JobPage({ id }: { id: string }) {
                     <td title={x.address}>
                       <code>{x.address}</code>
                     </td>
-                    <td>{formatAmount(x.amount_wei, stakeAssetOf(job.spec, p.chain.tokens), 6)}</td>
+                    <td>{formatAmount(x.amount_wei, asset, 6)}</td>
                     <td>{x.reputation}</td>
                   </tr>
                 ))}
@@ -307,7 +309,7 @@ export function JobPage({ id }: { id: string }) {
           <span data-testid="refund-reason">
             {progress.refunded.reason ?? 'The deadline passed'}
           </span>
-          : the stake ({formatAmount(progress.refunded.stake_wei, stakeAssetOf(job.spec, p.chain.tokens), 6)}) was refunded to the
+          : the stake ({formatAmount(progress.refunded.stake_wei, asset, 6)}) was refunded to the
           requester
           {progress.refunded.tx_hash && (
             <>

@@ -9,7 +9,6 @@
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
-use alloy::primitives::Address;
 use bytes::{Bytes, BytesMut};
 use chrono::Utc;
 use futures::StreamExt;
@@ -216,9 +215,7 @@ pub async fn create(
             (bytes, Some(cid))
         }
     };
-    if let (Some(token), Some(chain)) = (spec.stake.token, &state.chain) {
-        stake_tokens::check_allowed(chain, Address::from(token.0)).await?;
-    }
+    stake_tokens::check_stake(state.chain.as_ref(), &spec.stake).await?;
     let model = models::inspect(state.store.as_ref(), &spec).await?;
     let memory_mb =
         sizing::training_memory_mb(&spec, &model.shape, model.vocab_size, model.parameters);

@@ -2,7 +2,6 @@
 //! is posted.
 
 use actix_web::{HttpResponse, web};
-use alloy::primitives::Address;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{JobSpec, WeiAmount};
@@ -12,7 +11,7 @@ use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::RequesterRole;
 use crate::http::extract::Json;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody, join_path};
-use crate::stake_tokens::check_allowed;
+use crate::stake_tokens;
 use crate::state::AppState;
 
 /// A job to quote: its spec and the size of its dataset.
@@ -89,9 +88,7 @@ pub async fn quote(
         let decoded = serde_json::from_slice::<JobSpec>(&spec_bytes).is_ok();
         ApiError::from_spec_errors(errors, decoded, "spec")
     })?;
-    if let (Some(token), Some(chain)) = (spec.stake.token, &state.chain) {
-        check_allowed(chain, Address::from(token.0)).await?;
-    }
+    stake_tokens::check_stake(state.chain.as_ref(), &spec.stake).await?;
     let (source, shape) = match body.model {
         Some(shape) => ("request".to_owned(), shape),
         None => {
