@@ -13,7 +13,6 @@ mod earnings_cmd;
 mod infra;
 mod job_cmd;
 mod job_events;
-mod memory;
 mod model_cmd;
 mod nodes;
 mod progress;
@@ -24,8 +23,9 @@ mod up;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    // Before any thread starts, so every allocation follows the same settings.
-    memory::keep_freed_tensor_memory();
+    // Before any thread starts: every allocation follows the same settings, and the
+    // environment is set while nothing else reads it.
+    shardwork_trainer::process::prepare_for_tensor_work();
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

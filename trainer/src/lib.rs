@@ -42,6 +42,7 @@ pub mod merge;
 pub mod nn;
 pub mod optim;
 pub mod peft;
+pub mod process;
 pub mod safetensors_file;
 pub mod sample;
 pub mod text;

@@ -10,7 +10,8 @@
 //! trainable tensor under its PEFT state-dict name in [`Trainables`].
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use candle_core::{Device, Tensor, Var};
 use rand::rngs::StdRng;
@@ -18,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::fused::dropout::DropoutDraw;
 use crate::inference::{PackedLinear, ScoringKernel};
 
 /// What to adapt and how. Field names follow PEFT's `LoraConfig`.
@@ -107,10 +109,13 @@ fn matches_any(names: &[String], module_path: &str) -> bool {
 }
 
 /// A seeded source of dropout masks shared by every layer of one model, so that a training run
-/// is reproducible given its seed (candle's CPU device cannot be seeded).
+/// is reproducible given its seed (candle's CPU device cannot be seeded). Each draw takes the
+/// next stretch of one stream of positions; an element's mask value depends only on the seed
+/// and its position ([`crate::fused::dropout`]).
 #[derive(Clone)]
 pub struct DropoutRng {
-    rng: Arc<Mutex<StdRng>>,
+    /// Stream positions drawn so far, shared by every layer holding this generator.
+    drawn: Arc<AtomicU64>,
     seed: u64,
 }
 
@@ -118,7 +123,7 @@ impl DropoutRng {
     /// A generator for dropout masks seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         Self {
-            rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
+            drawn: Arc::new(AtomicU64::new(0)),
             seed,
         }
     }
@@ -127,8 +132,7 @@ impl DropoutRng {
     /// of a model kept between runs (the validator's spot checks) draws the masks a freshly
     /// built model would, so the same task gives the same adapter wherever it is trained.
     pub fn restart(&self) {
-        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-        *rng = StdRng::seed_from_u64(self.seed);
+        self.drawn.store(0, Ordering::Relaxed);
     }
 
     /// Inverted dropout: keeps each element with probability `1 - p` and scales it by
@@ -137,23 +141,10 @@ impl DropoutRng {
         if p <= 0.0 {
             return Ok(x.clone());
         }
-        let keep = 1.0 - p;
-        let n = x.elem_count();
-        let mask: Vec<f32> = {
-            // A poisoned lock only means another thread panicked mid-draw; the RNG is still usable.
-            let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-            (0..n)
-                .map(|_| {
-                    if rng.random::<f32>() < keep {
-                        1.0 / keep
-                    } else {
-                        0.0
-                    }
-                })
-                .collect()
-        };
-        let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
-        Ok(x.mul(&mask)?)
+        let offset = self
+            .drawn
+            .fetch_add(x.elem_count() as u64, Ordering::Relaxed);
+        Ok(DropoutDraw::new(self.seed, offset, p).apply(x)?)
     }
 }
 

@@ -11,6 +11,7 @@
 
 pub mod attention;
 pub mod cross_entropy;
+pub mod dropout;
 pub mod gelu;
 pub mod norm;
 pub mod rotary;
