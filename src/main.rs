@@ -23,9 +23,9 @@ mod up;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    // Before any thread starts: every allocation follows the same settings, and the
-    // environment is set while nothing else reads it.
-    shardwork_trainer::process::prepare_for_tensor_work();
+    // SAFETY: first thing in main, before any thread starts (the runtime's included), so
+    // every allocation follows the same settings and nothing reads the environment meanwhile.
+    unsafe { shardwork_trainer::process::prepare_for_tensor_work() };
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -35,18 +35,25 @@ const TOP_PAD: libc::c_int = 64 << 20;
 /// Spins of an idle candle pool worker before it parks (candle's default: 25,000).
 const CANDLE_SPIN_LIMIT: &str = "1000";
 
-/// Applies both settings. Call it first thing in `main`, before any other thread exists.
-pub fn prepare_for_tensor_work() {
+/// Applies both settings. Call it first thing in `main`.
+///
+/// # Safety
+///
+/// No other thread may exist yet: this writes the process environment, which another thread
+/// reading it at the same time would race with.
+pub unsafe fn prepare_for_tensor_work() {
     keep_freed_tensor_memory();
-    park_idle_candle_workers_sooner();
+    // SAFETY: the caller guarantees that no other thread exists.
+    unsafe { park_idle_candle_workers_sooner() };
 }
 
-fn park_idle_candle_workers_sooner() {
+/// # Safety
+///
+/// As [`prepare_for_tensor_work`]. candle reads the variable when its pool first starts.
+unsafe fn park_idle_candle_workers_sooner() {
     const VARIABLE: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
     if std::env::var_os(VARIABLE).is_none() {
-        // SAFETY: called before any other thread exists (see `prepare_for_tensor_work`), so
-        // nothing reads the environment concurrently; candle reads it when its pool first
-        // starts.
+        // SAFETY: no other thread exists (this function's contract).
         unsafe { std::env::set_var(VARIABLE, CANDLE_SPIN_LIMIT) };
     }
 }

@@ -114,8 +114,9 @@ struct QueueArgs {
 }
 
 fn main() -> std::process::ExitCode {
-    // Before any thread starts (tracing's and the runtime's included).
-    shardwork_trainer::process::prepare_for_tensor_work();
+    // SAFETY: first thing in main, before any thread starts (tracing's and the runtime's
+    // included).
+    unsafe { shardwork_trainer::process::prepare_for_tensor_work() };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHARDWORK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
