@@ -53,6 +53,17 @@ impl TrainConfig {
         }
     }
 
+    /// (tokens per step, hidden, intermediate): the feed-forward product the stacks' matmul
+    /// rates are measured at.
+    pub fn matmul_shape(self) -> (usize, usize, usize) {
+        let (b, t) = self.shape();
+        match self {
+            Self::Smollm2 => (b * t, 576, 1536),
+            Self::Minilm => (b * t, 384, 1536),
+            Self::Llama1b => (b * t, 2048, 8192),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Smollm2 => "smollm2",
@@ -91,6 +102,10 @@ pub struct StackFigures {
     pub last_loss: f64,
     /// The child's peak resident memory, MiB (VmHWM).
     pub peak_rss_mb: f64,
+    /// The stack's f32 matrix-product rate at the configuration's feed-forward shape
+    /// ([`TrainConfig::matmul_shape`]), GFLOP/s, measured after training: how much of the
+    /// speed ratio is the machine's matmul rather than the rest of the step.
+    pub matmul_gflops: f64,
 }
 
 /// Where the inputs are and what to run.
@@ -176,6 +191,27 @@ impl fmt::Display for TrainBenchReport {
                         first.stack
                     )?;
                 }
+            }
+            let rate = |runs: &[StackFigures]| {
+                runs.iter()
+                    .map(|r| format!("{:.0}", r.matmul_gflops))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            };
+            let (m, k, n) = c.config.matmul_shape();
+            if c.pytorch.is_empty() {
+                writeln!(
+                    f,
+                    "  matmul {m}x{k}x{n}: candle {} GFLOP/s",
+                    rate(&c.candle)
+                )?;
+            } else {
+                writeln!(
+                    f,
+                    "  matmul {m}x{k}x{n}: candle {} GFLOP/s, pytorch {} GFLOP/s",
+                    rate(&c.candle),
+                    rate(&c.pytorch)
+                )?;
             }
             if let (Some(speed), Some(memory)) = (c.speed_ratio(), c.memory_ratio()) {
                 writeln!(
@@ -357,6 +393,8 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
         TrainConfig::Minilm => train_minilm(args, &device)?,
     };
     let tokens = args.batch_size * args.seq_len * args.steps;
+    let (m, k, n) = args.config.matmul_shape();
+    let matmul_gflops = shardwork_trainer::bench::matmul_peak(&device, m, k, n)? / 1e9;
     Ok(StackFigures {
         stack: format!(
             "Shardwork candle 0.11, {} threads",
@@ -369,6 +407,7 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
         first_loss: losses.first().copied().unwrap_or(f64::NAN),
         last_loss: losses.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb: peak_rss_mb()?,
+        matmul_gflops,
     })
 }
 
