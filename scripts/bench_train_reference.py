@@ -155,6 +155,7 @@ def main() -> int:
                 "first_loss": losses[0],
                 "last_loss": losses[-1],
                 "peak_rss_mb": peak_rss_mb(),
+                "matmul_shape": [x.shape[0], x.shape[1], w.shape[1]],
                 "matmul_gflops": best / 1e9,
             }
         )

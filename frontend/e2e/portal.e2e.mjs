@@ -195,10 +195,6 @@ async function signIn(origin, key, roles) {
 const ADMIN_KEY = generatePrivateKey();
 
 /**
- * Runs one step. A failed step stops the walk-through (later steps build on it) unless `soft`:
- * a soft step checks something the later steps do not need.
- */
-/**
  * The post form's settings for a sample-model job that the walk-through's one worker trains in
  * seconds and that beats the base model (2 shards x 1 round, rank 4, 3 epochs at 0.01).
  */
@@ -217,6 +213,10 @@ async function fillSampleJobSettings(page) {
   }
 }
 
+/**
+ * Runs one step. A failed step stops the walk-through (later steps build on it) unless `soft`:
+ * a soft step checks something the later steps do not need.
+ */
 async function step(name, body, { soft = false } = {}) {
   const started = Date.now();
   try {

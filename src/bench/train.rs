@@ -53,17 +53,6 @@ impl TrainConfig {
         }
     }
 
-    /// (tokens per step, hidden, intermediate): the feed-forward product the stacks' matmul
-    /// rates are measured at.
-    pub fn matmul_shape(self) -> (usize, usize, usize) {
-        let (b, t) = self.shape();
-        match self {
-            Self::Smollm2 => (b * t, 576, 1536),
-            Self::Minilm => (b * t, 384, 1536),
-            Self::Llama1b => (b * t, 2048, 8192),
-        }
-    }
-
     pub fn name(self) -> &'static str {
         match self {
             Self::Smollm2 => "smollm2",
@@ -102,9 +91,12 @@ pub struct StackFigures {
     pub last_loss: f64,
     /// The child's peak resident memory, MiB (VmHWM).
     pub peak_rss_mb: f64,
-    /// The stack's f32 matrix-product rate at the configuration's feed-forward shape
-    /// ([`TrainConfig::matmul_shape`]), GFLOP/s, measured after training: how much of the
-    /// speed ratio is the machine's matmul rather than the rest of the step.
+    /// The feed-forward product of the trained model, (tokens per step, hidden,
+    /// intermediate), as the child read it from the model's configuration.
+    pub matmul_shape: [usize; 3],
+    /// The stack's f32 matrix-product rate at `matmul_shape`, GFLOP/s, measured after
+    /// training: how much of the speed ratio is the machine's matmul rather than the rest of
+    /// the step.
     pub matmul_gflops: f64,
 }
 
@@ -198,7 +190,15 @@ impl fmt::Display for TrainBenchReport {
                     .collect::<Vec<_>>()
                     .join(" / ")
             };
-            let (m, k, n) = c.config.matmul_shape();
+            let Some([m, k, n]) = c
+                .candle
+                .iter()
+                .chain(&c.pytorch)
+                .map(|r| r.matmul_shape)
+                .next()
+            else {
+                continue;
+            };
             if c.pytorch.is_empty() {
                 writeln!(
                     f,
@@ -384,16 +384,14 @@ fn optim(steps: usize) -> OptimConfig {
 
 pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
     let device = Device::Cpu;
-    let (losses, seconds) = match args.config {
-        TrainConfig::Smollm2 => {
-            let model = GgufFile::open(&args.gguf)?.load_model(&device)?;
-            train_llm(model, args)?
-        }
+    let (losses, seconds, (hidden, intermediate)) = match args.config {
+        TrainConfig::Smollm2 => train_llm(GgufFile::open(&args.gguf)?.load_model(&device)?, args)?,
         TrainConfig::Llama1b => train_llm(random_llama_1b(&device)?, args)?,
         TrainConfig::Minilm => train_minilm(args, &device)?,
     };
     let tokens = args.batch_size * args.seq_len * args.steps;
-    let (m, k, n) = args.config.matmul_shape();
+    let matmul_shape = [args.batch_size * args.seq_len, hidden, intermediate];
+    let [m, k, n] = matmul_shape;
     let matmul_gflops = shardwork_trainer::bench::matmul_peak(&device, m, k, n)? / 1e9;
     Ok(StackFigures {
         stack: format!(
@@ -407,6 +405,7 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
         first_loss: losses.first().copied().unwrap_or(f64::NAN),
         last_loss: losses.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb: peak_rss_mb()?,
+        matmul_shape,
         matmul_gflops,
     })
 }
@@ -466,8 +465,13 @@ fn random_llama_1b(device: &Device) -> anyhow::Result<Llama> {
 }
 
 /// SFT steps on fixed random sequences, every position learned; (losses, measured seconds).
-fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<(Vec<f64>, f64)> {
+/// Per-step losses, seconds over the measured steps, and the model's (hidden, intermediate)
+/// widths.
+type Trained = (Vec<f64>, f64, (usize, usize));
+
+fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
     let vocab = model.config().vocab_size;
+    let widths = (model.config().hidden_size, model.config().intermediate_size);
     let examples: Vec<SftExample> = (0..args.batch_size)
         .map(|i| {
             let ids = token_ids(args.seq_len + 1, vocab, 0x9e37_79b9 + i as u64);
@@ -501,11 +505,11 @@ fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<(Vec<f64>, f6
         )?;
     }
     let report = sft::train(&model, &trainables, &examples, &cfg, 0, &mut record)?;
-    Ok((losses, report.seconds))
+    Ok((losses, report.seconds, widths))
 }
 
 /// Classification steps on a fixed random batch; (losses, measured seconds).
-fn train_minilm(args: &ChildArgs, device: &Device) -> anyhow::Result<(Vec<f64>, f64)> {
+fn train_minilm(args: &ChildArgs, device: &Device) -> anyhow::Result<Trained> {
     let weights = BertWeights::load(&args.minilm, device)?;
     let spec = ClassifierSpec {
         num_labels: 2,
@@ -515,6 +519,7 @@ fn train_minilm(args: &ChildArgs, device: &Device) -> anyhow::Result<(Vec<f64>, 
     };
     let (model, trainables) = BertClassifier::new(&weights, &spec)?;
     let vocab = model.config().vocab_size;
+    let widths = (model.config().hidden_size, model.config().intermediate_size);
     let (b, t) = (args.batch_size, args.seq_len);
     let ids = Tensor::from_vec(token_ids(b * t, vocab, 7), (b, t), device)?;
     let mask = Tensor::ones((b, t), DType::F32, device)?;
@@ -535,5 +540,5 @@ fn train_minilm(args: &ChildArgs, device: &Device) -> anyhow::Result<(Vec<f64>, 
     for _ in 0..args.steps {
         losses.push(step()?);
     }
-    Ok((losses, started.elapsed().as_secs_f64()))
+    Ok((losses, started.elapsed().as_secs_f64(), widths))
 }
