@@ -94,6 +94,9 @@ export function JobPage({ id }: { id: string }) {
 
   // Once funded: read again on every merge (the held-out metric), on every status change, and
   // every few seconds while the job is open.
+  // Set once this page starts funding the job: the fund panel then stays until it has shown its
+  // outcome, even when the marketplace opens the job before the wallet's receipt arrives.
+  const [fundingHere, setFundingHere] = useState(false);
   const merges = metricSeries(progress).length;
   const funded = Boolean(job) && job?.status !== 'awaiting_funding';
   const training = useTraining(id, signedIn && funded && live !== 'restricted', job?.status === 'open', `${job?.status}/${merges}`);
@@ -184,7 +187,9 @@ export function JobPage({ id }: { id: string }) {
         {job.status === 'awaiting_funding' && mine && <Cancel id={job.id} onDone={refetch} />}
       </section>
 
-      {job.status === 'awaiting_funding' && mine && <FundPanel job={job} funded={progress.funded} onFunded={refetch} />}
+      {(job.status === 'awaiting_funding' || fundingHere) && mine && (
+        <FundPanel job={job} funded={progress.funded} onStarted={() => setFundingHere(true)} onFunded={refetch} />
+      )}
       {progress.funded && (
         <Alert kind="success">
           Funded on chain{progress.funded.escrow_job_id ? ` as escrow job ${progress.funded.escrow_job_id}` : ''}
@@ -432,7 +437,17 @@ type FundStage =
   | { step: 'confirmed'; hash: Hash; receipt: TransactionReceipt; escrowId: bigint | null }
   | { step: 'failed'; message: string; hash?: Hash };
 
-function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgress['funded']; onFunded: () => Promise<void> }) {
+function FundPanel({
+  job,
+  funded,
+  onStarted,
+  onFunded,
+}: {
+  job: JobView;
+  funded: JobProgress['funded'];
+  onStarted: () => void;
+  onFunded: () => Promise<void>;
+}) {
   const p = usePortal();
   const funding = fundingOf(job, p.chain);
   const [stage, setStage] = useState<FundStage>({ step: 'idle' });
@@ -498,6 +513,7 @@ function FundPanel({ job, funded, onFunded }: { job: JobView; funded: JobProgres
       setStage({ step: 'failed', message: 'Connect your wallet first.' });
       return;
     }
+    onStarted();
     setStage({ step: 'signing' });
     let hash: Hash | undefined;
     try {
