@@ -77,8 +77,11 @@ impl EmbeddedStore {
             max_put_size: config.max_put_size,
             sync_writes: config.sync_writes,
         };
-        if tokio::fs::try_exists(&folders.staging).await? {
-            tokio::fs::remove_dir_all(&folders.staging).await?;
+        // API replicas share one store folder and may start together: another may be removing
+        // the same staging folder at the same moment, which is not an error.
+        match tokio::fs::remove_dir_all(&folders.staging).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
         }
         for dir in [&folders.blocks, &folders.pins, &folders.staging] {
             tokio::fs::create_dir_all(dir).await?;
