@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use shardwork_core::store::ContentStore;
-use shardwork_core::store::embedded::{EmbeddedConfig, EmbeddedStore};
+use shardwork_core::store::embedded::{ABANDONED_PUT_AGE, EmbeddedConfig, EmbeddedStore};
 use shardwork_core::store::unixfs::{self, CHUNK_SIZE};
 use shardwork_core::testkit::store_suite::{SUITE_MAX_PUT, StoreHarness, content, damage_file};
 
@@ -76,14 +76,27 @@ async fn a_cidv0_finds_the_same_dag_pb_block_as_its_cidv1() {
 }
 
 #[tokio::test]
-async fn reopening_clears_puts_a_crash_left_half_done() {
+async fn reopening_clears_puts_a_crash_left_half_done_but_not_a_live_put() {
     let dir = tempfile::tempdir().expect("temp dir");
     drop(open(dir.path(), false).await);
-    let leftover = dir.path().join("staging").join("crashed-put");
+    let staging = dir.path().join("staging");
+    let leftover = staging.join("crashed-put");
     std::fs::create_dir_all(&leftover).expect("mkdir");
     std::fs::write(leftover.join("junk"), b"half a block").expect("write");
+    let abandoned = std::time::SystemTime::now() - ABANDONED_PUT_AGE * 2;
+    std::fs::File::open(&leftover)
+        .and_then(|d| d.set_modified(abandoned))
+        .expect("age the crashed put's folder");
+    // Another API replica on the same folder, mid-upload: its folder was touched just now.
+    let live = staging.join("another-replicas-put");
+    std::fs::create_dir_all(&live).expect("mkdir");
+    std::fs::write(live.join("block"), b"a block so far").expect("write");
     let store = open(dir.path(), false).await;
-    assert!(!leftover.exists(), "staging folder survived reopening");
+    assert!(
+        !leftover.exists(),
+        "a crashed put's folder survived reopening"
+    );
+    assert!(live.join("block").exists(), "reopening removed a live put");
     assert!(
         store
             .put(Bytes::from_static(b"after the crash"))

@@ -10,6 +10,10 @@
 //! staging/<id>/       blocks of a put in progress
 //! ```
 //!
+//! API replicas may share one store folder, so opening the store clears only staging folders
+//! left long enough to be a dead process's ([`ABANDONED_PUT_AGE`]), never another replica's put
+//! in progress.
+//!
 //! A put writes its blocks into its own staging folder and moves them into `blocks/` only once
 //! the whole input has been read and accepted, so a rejected or failed put (too large, broken
 //! input stream) leaves nothing behind. Each block reaches its final name by `rename`, which is
@@ -19,6 +23,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -67,6 +72,11 @@ struct Folders {
     sync_writes: bool,
 }
 
+/// A staging folder untouched this long belongs to a put whose process died: a live put adds a
+/// block file to its folder (which touches it) for every chunk it reads, and the API's upload
+/// timeouts end a stalled one far sooner. Until then a crashed put costs only disk space.
+pub const ABANDONED_PUT_AGE: Duration = Duration::from_secs(3600);
+
 impl EmbeddedStore {
     /// Opens (creating if needed) the store at `config.root`, clearing puts a crash left behind.
     pub async fn open(config: EmbeddedConfig) -> Result<Self, StoreError> {
@@ -77,15 +87,13 @@ impl EmbeddedStore {
             max_put_size: config.max_put_size,
             sync_writes: config.sync_writes,
         };
-        // API replicas share one store folder and may start together: another may be removing
-        // the same staging folder at the same moment, which is not an error.
-        match tokio::fs::remove_dir_all(&folders.staging).await {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
         for dir in [&folders.blocks, &folders.pins, &folders.staging] {
             tokio::fs::create_dir_all(dir).await?;
         }
+        let staging = folders.staging.clone();
+        tokio::task::spawn_blocking(move || clear_abandoned_puts(&staging, SystemTime::now()))
+            .await
+            .map_err(join_error)??;
         Ok(EmbeddedStore {
             inner: Arc::new(folders),
         })
@@ -129,7 +137,7 @@ impl EmbeddedStore {
             Ok(imported.root)
         }
         .await;
-        // Best effort: a leftover staging folder is removed by the next `open` anyway.
+        // Best effort: a leftover staging folder is removed by a later `open` anyway.
         let _ = tokio::fs::remove_dir_all(&staging).await;
         let root = result?;
         self.write_pin(&root).await?;
@@ -151,6 +159,40 @@ impl EmbeddedStore {
         tokio::fs::write(self.inner.pins.join(key(cid)), b"").await?;
         Ok(())
     }
+}
+
+/// Removes the staging folders under `staging` last touched [`ABANDONED_PUT_AGE`] before `now`.
+/// Another replica may clear the same folder at the same moment, which is not an error.
+fn clear_abandoned_puts(staging: &Path, now: SystemTime) -> Result<(), StoreError> {
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    for entry in std::fs::read_dir(staging)? {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let touched = match entry.metadata().and_then(|m| m.modified()) {
+            Ok(touched) => touched,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        // A clock set back makes every folder look fresh: kept, cleared by a later open.
+        let age = now.duration_since(touched).unwrap_or_default();
+        if age < ABANDONED_PUT_AGE {
+            continue;
+        }
+        let path = entry.path();
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        match removed {
+            Err(e) if !gone(&e) => return Err(e.into()),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn join_error(err: tokio::task::JoinError) -> StoreError {
