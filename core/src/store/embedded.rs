@@ -73,8 +73,9 @@ struct Folders {
 }
 
 /// A staging folder untouched this long belongs to a put whose process died: a live put adds a
-/// block file to its folder (which touches it) for every chunk it reads, and the API's upload
-/// timeouts end a stalled one far sooner. Until then a crashed put costs only disk space.
+/// block file to its folder (which touches it) for every chunk it reads, so only an upload
+/// whose client sent nothing for an hour could lose its folder, and it fails cleanly (its
+/// commit finds no folder). Until then a crashed put costs only disk space.
 pub const ABANDONED_PUT_AGE: Duration = Duration::from_secs(3600);
 
 impl EmbeddedStore {
