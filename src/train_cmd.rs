@@ -17,7 +17,7 @@ use serde::Serialize;
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
 use shardwork_core::protocol::model_files::{BERT_MODEL_TYPES, LLAMA_MODEL_TYPES};
 use shardwork_node::work::classify::ClassifyJob;
-use shardwork_trainer::causal_model::{CausalModel, CausalModelFiles};
+use shardwork_trainer::causal_model::{BaseWeights, CausalModel, CausalModelFiles};
 use shardwork_trainer::lora::{LoraConfig, Trainables};
 use shardwork_trainer::merge::{MergeMode, MergeOptions, MergeReport};
 use shardwork_trainer::optim::OptimConfig;
@@ -77,6 +77,11 @@ pub struct TrainArgs {
     pub max_seq_len: u32,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// SFT on a GGUF model: keep the projections LoRA does not adapt in the file's block
+    /// format (Q4_1, Q8_0, ...) and expand them a layer at a time. The same training, bit for
+    /// bit, in less memory, somewhat slower.
+    #[arg(long)]
+    pub quantized_base: bool,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -248,6 +253,11 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
     let mut bar = ProgressLine::new();
     let output = match &kind {
         ModelKind::Bert(dir) => {
+            anyhow::ensure!(
+                !args.quantized_base,
+                "--quantized-base: {} is a BERT folder; only a GGUF model's projections can be kept quantized",
+                dir.display()
+            );
             let job = ClassifyJob::from_args(
                 &LoraSpec {
                     r: args.r,
@@ -298,11 +308,16 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
             }
         }
         ModelKind::Causal(path) => {
+            let base = if args.quantized_base {
+                BaseWeights::Quantized
+            } else {
+                BaseWeights::F32
+            };
             let CausalModel {
                 mut model,
                 tokenizer,
                 files,
-            } = CausalModel::load(path, &device)?;
+            } = CausalModel::load_with(path, &device, base)?;
             let train = encode_sft(&tokenizer, &args.data, args.max_seq_len)?;
             let held_out = args
                 .held_out

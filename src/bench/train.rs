@@ -14,14 +14,16 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::Context;
+use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use shardwork_trainer::bert::{BertClassifier, BertWeights, ClassifierSpec};
 use shardwork_trainer::gguf::GgufFile;
-use shardwork_trainer::llama::{Config, Llama};
+use shardwork_trainer::llama::{Config, Llama, QuantizedWeights};
 use shardwork_trainer::lora::LoraConfig;
 use shardwork_trainer::optim::{AdamW, OptimConfig};
+use shardwork_trainer::quantized::QuantizedWeight;
 use shardwork_trainer::train::sft::{self, SftConfig};
 use shardwork_trainer::train::sft_data::SftExample;
 
@@ -39,6 +41,16 @@ pub enum TrainConfig {
     /// heads / 8 KV heads, MLP 8192, vocab 128,256, tied head): SFT, LoRA on q_proj and v_proj,
     /// batch 4 × 512 tokens.
     Llama1b,
+    /// `smollm2` with the GGUF's Q4_1 projections kept quantized, expanded a layer at a time
+    /// (the same training bit for bit; the reference stack runs `smollm2`).
+    #[value(name = "smollm2-q4")]
+    #[serde(rename = "smollm2-q4")]
+    Smollm2Q4,
+    /// `llama1b` with every projection quantized to Q4_0 and kept so (the reference stack runs
+    /// `llama1b` in f32).
+    #[value(name = "llama1b-q4")]
+    #[serde(rename = "llama1b-q4")]
+    Llama1bQ4,
 }
 
 impl TrainConfig {
@@ -47,9 +59,9 @@ impl TrainConfig {
     /// (batch size, tokens per sequence).
     pub fn shape(self) -> (usize, usize) {
         match self {
-            Self::Smollm2 => (8, 128),
+            Self::Smollm2 | Self::Smollm2Q4 => (8, 128),
             Self::Minilm => (16, 32),
-            Self::Llama1b => (4, 512),
+            Self::Llama1b | Self::Llama1bQ4 => (4, 512),
         }
     }
 
@@ -58,6 +70,18 @@ impl TrainConfig {
             Self::Smollm2 => "smollm2",
             Self::Minilm => "minilm",
             Self::Llama1b => "llama1b",
+            Self::Smollm2Q4 => "smollm2-q4",
+            Self::Llama1bQ4 => "llama1b-q4",
+        }
+    }
+
+    /// The configuration the reference stack runs for this one (it has no CPU path that trains
+    /// on 4-bit weights, so a quantized base is measured against its f32 one).
+    pub fn reference(self) -> TrainConfig {
+        match self {
+            Self::Smollm2Q4 => Self::Smollm2,
+            Self::Llama1bQ4 => Self::Llama1b,
+            other => other,
         }
     }
 
@@ -71,6 +95,12 @@ impl TrainConfig {
             Self::Llama1b => {
                 format!("1B Llama shape (random weights) SFT, q_proj+v_proj, batch {b} x {t}")
             }
+            Self::Smollm2Q4 => format!(
+                "SmolLM2-135M SFT on its Q4_1 projections kept quantized, q_proj+v_proj, batch {b} x {t}"
+            ),
+            Self::Llama1bQ4 => format!(
+                "1B Llama shape SFT on Q4_0 projections kept quantized, q_proj+v_proj, batch {b} x {t}"
+            ),
         }
     }
 }
@@ -291,7 +321,9 @@ fn child(
     if candle {
         command.args(["bench", "train-child", "--workload", config.name()]);
     } else {
-        command.arg(&cfg.script).args(["--workload", config.name()]);
+        command
+            .arg(&cfg.script)
+            .args(["--workload", config.reference().name()]);
     }
     command
         .arg("--gguf")
@@ -386,7 +418,14 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
     let device = Device::Cpu;
     let (losses, seconds, (hidden, intermediate)) = match args.config {
         TrainConfig::Smollm2 => train_llm(GgufFile::open(&args.gguf)?.load_model(&device)?, args)?,
-        TrainConfig::Llama1b => train_llm(random_llama_1b(&device)?, args)?,
+        TrainConfig::Smollm2Q4 => train_llm(
+            GgufFile::open(&args.gguf)?.load_model_with(&device, true)?,
+            args,
+        )?,
+        TrainConfig::Llama1b => train_llm(random_llama_1b(&device, None)?, args)?,
+        TrainConfig::Llama1bQ4 => {
+            train_llm(random_llama_1b(&device, Some(GgmlDType::Q4_0))?, args)?
+        }
         TrainConfig::Minilm => train_minilm(args, &device)?,
     };
     let tokens = args.batch_size * args.seq_len * args.steps;
@@ -410,8 +449,9 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
     })
 }
 
-/// Llama 3.2 1B's shape with N(0, 0.02) weights and unit norms.
-fn random_llama_1b(device: &Device) -> anyhow::Result<Llama> {
+/// Llama 3.2 1B's shape with N(0, 0.02) weights and unit norms; the projections quantized to
+/// `quantized` (each as it is drawn, so no f32 copy of them all ever exists) when given.
+fn random_llama_1b(device: &Device, quantized: Option<GgmlDType>) -> anyhow::Result<Llama> {
     let cfg = Config {
         model_type: Some("llama".into()),
         vocab_size: 128_256,
@@ -431,6 +471,7 @@ fn random_llama_1b(device: &Device) -> anyhow::Result<Llama> {
     };
     let (h, i, kv) = (cfg.hidden_size, cfg.intermediate_size, 8 * cfg.head_dim());
     let mut tensors = std::collections::HashMap::new();
+    let mut q_weights = QuantizedWeights::new();
     let randn = |shape: (usize, usize)| Tensor::randn(0f32, 0.02, shape, device);
     tensors.insert(
         "model.embed_tokens.weight".to_owned(),
@@ -451,7 +492,15 @@ fn random_llama_1b(device: &Device) -> anyhow::Result<Llama> {
             ("mlp.up_proj", (i, h)),
             ("mlp.down_proj", (h, i)),
         ] {
-            tensors.insert(format!("{p}.{name}.weight"), randn(shape)?);
+            let key = format!("{p}.{name}.weight");
+            match quantized {
+                Some(dtype) => {
+                    q_weights.insert(key, QuantizedWeight::quantize(&randn(shape)?, dtype)?);
+                }
+                None => {
+                    tensors.insert(key, randn(shape)?);
+                }
+            }
         }
         for norm in ["input_layernorm", "post_attention_layernorm"] {
             tensors.insert(
@@ -461,7 +510,7 @@ fn random_llama_1b(device: &Device) -> anyhow::Result<Llama> {
         }
     }
     let vb = candle_nn::VarBuilder::from_tensors(tensors, DType::F32, device);
-    Ok(Llama::load(vb, &cfg)?)
+    Ok(Llama::load_quantized(vb, &cfg, q_weights)?)
 }
 
 /// SFT steps on fixed random sequences, every position learned; (losses, measured seconds).

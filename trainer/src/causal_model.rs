@@ -100,12 +100,37 @@ pub struct CausalModel {
     pub files: CausalModelFiles,
 }
 
+/// How a model's frozen projections are held in memory while it trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BaseWeights {
+    /// In f32, as the scoring kernels and merges need them.
+    #[default]
+    F32,
+    /// A GGUF file's block-quantized projections kept in their block format and expanded a
+    /// layer at a time ([`crate::quantized`]): the same training, bit for bit, in less memory.
+    /// Adapted projections are still held in f32; a Hugging Face folder (plain floats) is
+    /// refused.
+    Quantized,
+}
+
 impl CausalModel {
     /// Loads the model at `path` (see [`CausalModelFiles::locate`]).
     pub fn load(path: &Path, device: &Device) -> Result<CausalModel> {
+        Self::load_with(path, device, BaseWeights::F32)
+    }
+
+    /// [`CausalModel::load`] with the projections held as `base` says.
+    pub fn load_with(path: &Path, device: &Device, base: BaseWeights) -> Result<CausalModel> {
         let files = CausalModelFiles::locate(path)?;
         let (model, tokenizer) = match &files {
-            CausalModelFiles::Gguf(file) => load_gguf(file, device)?,
+            CausalModelFiles::Gguf(file) => load_gguf(file, device, base)?,
+            CausalModelFiles::Folder(dir) if base == BaseWeights::Quantized => {
+                return Err(Error::Invalid(format!(
+                    "{}: a Hugging Face folder holds plain floats, so there is no quantized \
+                     base to keep; only a GGUF file's block-quantized projections can be",
+                    dir.display()
+                )));
+            }
             CausalModelFiles::Folder(dir) => load_folder(dir, device)?,
         };
         Ok(CausalModel {
@@ -116,11 +141,11 @@ impl CausalModel {
     }
 }
 
-fn load_gguf(path: &Path, device: &Device) -> Result<(Llama, LmTokenizer)> {
+fn load_gguf(path: &Path, device: &Device, base: BaseWeights) -> Result<(Llama, LmTokenizer)> {
     let file = GgufFile::open(path).map_err(|e| Error::Invalid(e.to_string()))?;
     let tokenizer = LmTokenizer::from_gguf(&file).map_err(|e| Error::Tokenizer(e.to_string()))?;
     let model = file
-        .load_model(device)
+        .load_model_with(device, base == BaseWeights::Quantized)
         .map_err(|e| Error::Invalid(e.to_string()))?;
     Ok((model, tokenizer))
 }
@@ -315,6 +340,7 @@ pub fn write_folder(
     )?;
     let tensors: HashMap<String, Tensor> = model
         .base_tensors()
+        .map_err(|e| Error::Invalid(e.to_string()))?
         .into_iter()
         .map(|(name, t)| Ok((name, t.to_dtype(dtype)?)))
         .collect::<Result<_>>()?;

@@ -16,7 +16,8 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 
-use crate::llama::{Config, Llama};
+use crate::llama::{Config, Llama, QuantizedWeights};
+use crate::quantized::QuantizedWeight;
 
 /// Why a GGUF file could not be used; every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -257,6 +258,18 @@ impl GgufFile {
         cfg: &Config,
         device: &Device,
     ) -> Result<HashMap<String, Tensor>, GgufError> {
+        Ok(self.read_tensors(cfg, device, false)?.0)
+    }
+
+    /// The tensors under their Hugging Face names: the projection weights stored in a block
+    /// format kept that way when `keep_quantized` (second map), every other tensor dequantized
+    /// to f32 (first map); llama.cpp's Q/K row permutation undone either way.
+    fn read_tensors(
+        &self,
+        cfg: &Config,
+        device: &Device,
+        keep_quantized: bool,
+    ) -> Result<(HashMap<String, Tensor>, QuantizedWeights), GgufError> {
         let arch = self.architecture()?;
         let file = File::open(&self.path).map_err(|source| GgufError::Open {
             path: self.path.clone(),
@@ -264,39 +277,95 @@ impl GgufFile {
         })?;
         let mut reader = BufReader::new(file);
         let mut out = HashMap::with_capacity(self.content.tensor_infos.len());
+        let mut quantized = QuantizedWeights::new();
         for name in self.content.tensor_infos.keys() {
             let hf_name = hf_name(name)
                 .ok_or_else(|| self.tensor_err(name, "not a tensor of a Llama-family model"))?;
-            let tensor = self
+            let err = |e: &dyn std::fmt::Display| self.tensor_err(name, e.to_string());
+            let q = self
                 .content
                 .tensor(&mut reader, name, device)
-                .and_then(|q| q.dequantize(device))
-                .and_then(|t| t.to_dtype(DType::F32))
-                .map_err(|e| self.tensor_err(name, e.to_string()))?;
-            let tensor = if arch == "llama" && name.contains(".attn_q.") {
-                unpermute_rows(&tensor, cfg.num_attention_heads)
-            } else if arch == "llama" && name.contains(".attn_k.") {
-                unpermute_rows(&tensor, cfg.num_kv_heads())
-            } else {
-                Ok(tensor)
+                .map_err(|e| err(&e))?;
+            // Rows of a query or key weight in llama.cpp's rotary order, by head count.
+            let permuted_heads = match () {
+                _ if arch == "llama" && name.contains(".attn_q.") => Some(cfg.num_attention_heads),
+                _ if arch == "llama" && name.contains(".attn_k.") => Some(cfg.num_kv_heads()),
+                _ => None,
+            };
+            let projection = name.ends_with(".weight")
+                && PROJECTIONS.iter().any(|p| name.contains(&format!(".{p}.")));
+            if keep_quantized
+                && projection
+                && device.is_cpu()
+                && QuantizedWeight::is_block_format(q.dtype())
+            {
+                let w = QuantizedWeight::new(q).map_err(|e| err(&e))?;
+                let w = match permuted_heads {
+                    Some(heads) => {
+                        let order = unpermuted_row_order(w.dims().0, heads).map_err(|e| err(&e))?;
+                        w.permute_rows(&order).map_err(|e| err(&e))?
+                    }
+                    None => w,
+                };
+                quantized.insert(hf_name, w);
+                continue;
             }
-            .map_err(|e| self.tensor_err(name, e.to_string()))?;
-            out.insert(hf_name, tensor);
+            out.insert(hf_name, self.f32_tensor(name, q, device, permuted_heads)?);
         }
-        Ok(out)
+        Ok((out, quantized))
+    }
+
+    /// `q` dequantized to f32, its rows unpermuted over `permuted_heads` heads when given.
+    fn f32_tensor(
+        &self,
+        name: &str,
+        q: candle_core::quantized::QTensor,
+        device: &Device,
+        permuted_heads: Option<usize>,
+    ) -> Result<Tensor, GgufError> {
+        let tensor = q
+            .dequantize(device)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .map_err(|e| self.tensor_err(name, e.to_string()))?;
+        match permuted_heads {
+            Some(heads) => unpermute_rows(&tensor, heads),
+            None => Ok(tensor),
+        }
+        .map_err(|e| self.tensor_err(name, e.to_string()))
     }
 
     /// Builds the model; weights whose shapes disagree with the metadata are reported by name.
     pub fn load_model(&self, device: &Device) -> Result<Llama, GgufError> {
+        self.load_model_with(device, false)
+    }
+
+    /// [`GgufFile::load_model`], with the projections stored in a block format kept in it
+    /// (training expands them a layer at a time: [`crate::quantized`]) when `keep_quantized`.
+    pub fn load_model_with(
+        &self,
+        device: &Device,
+        keep_quantized: bool,
+    ) -> Result<Llama, GgufError> {
         let cfg = self.config()?;
-        let tensors = self.hf_tensors(&cfg, device)?;
+        let (tensors, quantized) = self.read_tensors(&cfg, device, keep_quantized)?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, device);
-        Llama::load(vb, &cfg).map_err(|source| GgufError::Model {
+        Llama::load_quantized(vb, &cfg, quantized).map_err(|source| GgufError::Model {
             path: self.path.clone(),
             source,
         })
     }
 }
+
+/// The llama.cpp names of the decoder's projections.
+const PROJECTIONS: [&str; 7] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
 
 /// Maps a llama.cpp tensor name to the Hugging Face one.
 pub fn hf_name(gguf_name: &str) -> Option<String> {
@@ -350,6 +419,24 @@ pub fn unpermute_rows(t: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
         .reshape(dims)
 }
 
+/// [`unpermute_rows`] as a row order: row `i` of the unpermuted tensor is row `order[i]` of
+/// the stored one (for weights kept in a block format, whose rows move as whole byte runs).
+pub fn unpermuted_row_order(rows: usize, heads: usize) -> candle_core::Result<Vec<usize>> {
+    if heads == 0 || !rows.is_multiple_of(heads * 2) {
+        candle_core::bail!("{rows} rows cannot be split into {heads} heads of even size");
+    }
+    let half = rows / heads / 2;
+    // Stored as (heads, half, 2), wanted as (heads, 2, half): the wanted row (h, s, i) is the
+    // stored row (h, i, s).
+    Ok((0..rows)
+        .map(|r| {
+            let (h, rest) = (r / (2 * half), r % (2 * half));
+            let (s, i) = (rest / half, rest % half);
+            h * 2 * half + i * 2 + s
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,6 +465,19 @@ mod tests {
         let t = Tensor::new(permuted, &Device::Cpu).unwrap();
         let restored = unpermute_rows(&t, heads).unwrap().to_vec2::<f32>().unwrap();
         assert_eq!(restored, rows);
+    }
+
+    #[test]
+    fn the_row_order_moves_rows_as_unpermute_does() {
+        let (rows, heads, cols) = (24, 3, 2);
+        let values: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+        let t = Tensor::from_vec(values, (rows, cols), &Device::Cpu).unwrap();
+        let want: Vec<Vec<f32>> = unpermute_rows(&t, heads).unwrap().to_vec2().unwrap();
+        let stored: Vec<Vec<f32>> = t.to_vec2().unwrap();
+        let order = unpermuted_row_order(rows, heads).unwrap();
+        let got: Vec<Vec<f32>> = order.iter().map(|&r| stored[r].clone()).collect();
+        assert_eq!(got, want);
+        assert!(unpermuted_row_order(10, 3).is_err());
     }
 
     #[test]

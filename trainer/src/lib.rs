@@ -6,7 +6,8 @@
 //! shardwork-trainer -e normal` shows what it links.
 //!
 //! * models: [`bert`] (BERT-family classification), [`llama`] (Llama-family causal LM, from
-//!   [`gguf`] or safetensors), [`lora`] layers, [`nn`] building blocks;
+//!   [`gguf`] or safetensors, its frozen projections optionally kept [`quantized`]), [`lora`]
+//!   layers, [`nn`] building blocks;
 //! * data: [`data`] (classification JSONL and splits), [`train::sft_data`] (SFT records),
 //!   [`text`] and [`tokenizer_gguf`] tokenizers, [`chat_template`];
 //! * work: [`train`] loops with [`optim`], [`eval`] and [`inference`] (held-out scoring),
@@ -43,6 +44,7 @@ pub mod nn;
 pub mod optim;
 pub mod peft;
 pub mod process;
+pub mod quantized;
 pub mod safetensors_file;
 pub mod sample;
 pub mod text;

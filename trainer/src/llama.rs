@@ -10,12 +10,14 @@
 //! factors, so the norms, rotary embeddings, attention and SwiGLU gate run through
 //! [`crate::fused`]'s kernels (which do), and generation with a cache through composed ops.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{D, DType, Device, Module, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
 
 use crate::lora::{LoraBuilder, LoraLinear};
+use crate::quantized::QuantizedWeight;
 use serde::Deserialize;
 
 /// Why a model could not be configured or run.
@@ -211,11 +213,18 @@ impl Config {
     }
 }
 
+/// Projection weights kept in their GGUF block format, by Hugging Face tensor name
+/// (`model.layers.0.mlp.up_proj.weight`): [`Llama::load_quantized`] builds those projections
+/// from here instead of from f32 tensors.
+pub type QuantizedWeights = HashMap<String, QuantizedWeight>;
+
 /// A projection inside a decoder block: the frozen checkpoint layer, or the same layer wrapped
 /// by [`Llama::apply_lora`].
 pub enum Proj {
     /// The checkpoint layer as loaded, frozen.
     Base(Linear),
+    /// The checkpoint layer kept in its block format, frozen (and its f32 bias, if any).
+    Quantized(QuantizedWeight, Option<Tensor>),
     /// The layer with a LoRA branch added.
     Lora(LoraLinear),
 }
@@ -224,6 +233,7 @@ impl std::fmt::Debug for Proj {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Proj::Base(l) => f.debug_tuple("Base").field(&l.weight().dims()).finish(),
+            Proj::Quantized(w, _) => f.debug_tuple("Quantized").field(w).finish(),
             Proj::Lora(l) => f.debug_tuple("Lora").field(&l.name()).finish(),
         }
     }
@@ -235,7 +245,20 @@ impl Proj {
         in_dim: usize,
         out_dim: usize,
         bias: bool,
+        quantized: &mut QuantizedWeights,
     ) -> candle_core::Result<Self> {
+        let name = format!("{}.weight", vb.prefix());
+        if let Some(w) = quantized.remove(&name) {
+            if w.dims() != (out_dim, in_dim) {
+                candle_core::bail!(
+                    "{name}: shape {:?} where the config asks for {:?}",
+                    w.dims(),
+                    (out_dim, in_dim)
+                );
+            }
+            let bias = bias.then(|| vb.get(out_dim, "bias")).transpose()?;
+            return Ok(Proj::Quantized(w, bias));
+        }
         let linear = if bias {
             candle_nn::linear(in_dim, out_dim, vb)?
         } else {
@@ -244,20 +267,46 @@ impl Proj {
         Ok(Proj::Base(linear))
     }
 
-    /// The frozen base weight (out, in) and bias.
-    pub fn base(&self) -> (&Tensor, Option<&Tensor>) {
-        match self {
-            Proj::Base(l) => (l.weight(), l.bias()),
-            Proj::Lora(l) => (l.weight(), l.bias()),
-        }
+    /// The frozen base weight (out, in) in f32 (expanded, for a quantized one) and its bias.
+    pub fn base(&self) -> Result<(Tensor, Option<Tensor>), LlamaError> {
+        Ok(match self {
+            Proj::Base(l) => (l.weight().clone(), l.bias().cloned()),
+            Proj::Quantized(w, b) => (w.dequantize().map_err(LlamaError::Lora)?, b.clone()),
+            Proj::Lora(l) => (l.weight().clone(), l.bias().cloned()),
+        })
     }
 
     fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, LlamaError> {
         match self {
             Proj::Base(l) => frozen_linear(xs, l.weight(), l.bias()),
+            Proj::Quantized(w, b) => quantized_linear(xs, w, b.as_ref()),
             Proj::Lora(l) => l.forward(xs, train).map_err(LlamaError::Lora),
         }
     }
+}
+
+/// [`frozen_linear`] for a weight kept quantized: the same product on the same f32 values,
+/// expanded for the call.
+fn quantized_linear(
+    xs: &Tensor,
+    w: &QuantizedWeight,
+    bias: Option<&Tensor>,
+) -> Result<Tensor, LlamaError> {
+    let dims = xs.dims();
+    let Some((&in_dim, lead)) = dims.split_last() else {
+        return Err(LlamaError::InvalidConfig("a projection of a scalar".into()));
+    };
+    let rows: usize = lead.iter().product();
+    let y = w
+        .matmul_t(&xs.reshape((rows, in_dim))?)
+        .map_err(LlamaError::Lora)?;
+    let y = match bias {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    let mut out_dims = lead.to_vec();
+    out_dims.push(w.dims().0);
+    Ok(y.reshape(out_dims)?)
 }
 
 /// `xs (..., in) · wᵀ + bias` for frozen weights, through [`crate::nn::frozen_matmul_t`] on the
@@ -384,18 +433,19 @@ pub struct Attention {
 }
 
 impl Attention {
-    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+    fn load(vb: VarBuilder, cfg: &Config, q: &mut QuantizedWeights) -> candle_core::Result<Self> {
         let (h, hd) = (cfg.hidden_size, cfg.head_dim());
         let bias = cfg.qkv_bias();
         Ok(Self {
-            q_proj: Proj::load(vb.pp("q_proj"), h, cfg.num_attention_heads * hd, bias)?,
-            k_proj: Proj::load(vb.pp("k_proj"), h, cfg.num_kv_heads() * hd, bias)?,
-            v_proj: Proj::load(vb.pp("v_proj"), h, cfg.num_kv_heads() * hd, bias)?,
+            q_proj: Proj::load(vb.pp("q_proj"), h, cfg.num_attention_heads * hd, bias, q)?,
+            k_proj: Proj::load(vb.pp("k_proj"), h, cfg.num_kv_heads() * hd, bias, q)?,
+            v_proj: Proj::load(vb.pp("v_proj"), h, cfg.num_kv_heads() * hd, bias, q)?,
             o_proj: Proj::load(
                 vb.pp("o_proj"),
                 cfg.num_attention_heads * hd,
                 h,
                 cfg.attention_bias,
+                q,
             )?,
             num_heads: cfg.num_attention_heads,
             num_kv_heads: cfg.num_kv_heads(),
@@ -485,12 +535,12 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+    fn load(vb: VarBuilder, cfg: &Config, q: &mut QuantizedWeights) -> candle_core::Result<Self> {
         let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
         Ok(Self {
-            gate_proj: Proj::load(vb.pp("gate_proj"), h, i, false)?,
-            up_proj: Proj::load(vb.pp("up_proj"), h, i, false)?,
-            down_proj: Proj::load(vb.pp("down_proj"), i, h, false)?,
+            gate_proj: Proj::load(vb.pp("gate_proj"), h, i, false, q)?,
+            up_proj: Proj::load(vb.pp("up_proj"), h, i, false, q)?,
+            down_proj: Proj::load(vb.pp("down_proj"), i, h, false, q)?,
         })
     }
 
@@ -515,10 +565,10 @@ pub struct Block {
 }
 
 impl Block {
-    fn load(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+    fn load(vb: VarBuilder, cfg: &Config, q: &mut QuantizedWeights) -> candle_core::Result<Self> {
         Ok(Self {
-            self_attn: Attention::load(vb.pp("self_attn"), cfg)?,
-            mlp: Mlp::load(vb.pp("mlp"), cfg)?,
+            self_attn: Attention::load(vb.pp("self_attn"), cfg, q)?,
+            mlp: Mlp::load(vb.pp("mlp"), cfg, q)?,
             input_layernorm: RmsNorm::load(
                 vb.pp("input_layernorm"),
                 cfg.hidden_size,
@@ -573,16 +623,36 @@ impl Llama {
     /// A checkpoint without `lm_head.weight` uses the tied embedding even when the config does
     /// not say so, as transformers does for SmolLM exports.
     pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Self, LlamaError> {
-        cfg.validate().map_err(LlamaError::InvalidConfig)?;
-        Self::load_inner(vb, cfg).map_err(LlamaError::Weights)
+        Self::load_quantized(vb, cfg, QuantizedWeights::new())
     }
 
-    fn load_inner(vb: VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+    /// [`Llama::load`], with the projections named in `quantized` kept in their block format
+    /// (`vb` need not hold those weights). Every weight in `quantized` must be used.
+    pub fn load_quantized(
+        vb: VarBuilder,
+        cfg: &Config,
+        mut quantized: QuantizedWeights,
+    ) -> Result<Self, LlamaError> {
+        cfg.validate().map_err(LlamaError::InvalidConfig)?;
+        let model = Self::load_inner(vb, cfg, &mut quantized).map_err(LlamaError::Weights)?;
+        if let Some(name) = quantized.keys().min() {
+            return Err(LlamaError::InvalidConfig(format!(
+                "{name} is not a projection of this model"
+            )));
+        }
+        Ok(model)
+    }
+
+    fn load_inner(
+        vb: VarBuilder,
+        cfg: &Config,
+        quantized: &mut QuantizedWeights,
+    ) -> candle_core::Result<Self> {
         let m = vb.pp("model");
         let embed_tokens =
             candle_nn::embedding(cfg.vocab_size, cfg.hidden_size, m.pp("embed_tokens"))?;
         let layers = (0..cfg.num_hidden_layers)
-            .map(|i| Block::load(m.pp(format!("layers.{i}")), cfg))
+            .map(|i| Block::load(m.pp(format!("layers.{i}")), cfg, quantized))
             .collect::<candle_core::Result<Vec<_>>>()?;
         let norm = RmsNorm::load(m.pp("norm"), cfg.hidden_size, cfg.rms_norm_eps)?;
         let lm_head = if cfg.tie_word_embeddings || !vb.contains_tensor("lm_head.weight") {
@@ -615,23 +685,23 @@ impl Llama {
     }
 
     /// Every frozen base tensor under its Hugging Face name, for saving a merged model and for
-    /// checking that training left the base untouched.
-    pub fn base_tensors(&self) -> Vec<(String, Tensor)> {
+    /// checking that training left the base untouched (quantized projections expanded to f32).
+    pub fn base_tensors(&self) -> Result<Vec<(String, Tensor)>, LlamaError> {
         let mut out = vec![(
             "model.embed_tokens.weight".to_owned(),
             self.embed_tokens.embeddings().clone(),
         )];
         let linear =
-            |out: &mut Vec<(String, Tensor)>, name: String, (w, b): (&Tensor, Option<&Tensor>)| {
-                out.push((format!("{name}.weight"), w.clone()));
+            |out: &mut Vec<(String, Tensor)>, name: String, (w, b): (Tensor, Option<Tensor>)| {
+                out.push((format!("{name}.weight"), w));
                 if let Some(b) = b {
-                    out.push((format!("{name}.bias"), b.clone()));
+                    out.push((format!("{name}.bias"), b));
                 }
             };
         for (i, layer) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
             for (n, proj) in layer.projections() {
-                linear(&mut out, format!("{p}.{n}"), proj.base());
+                linear(&mut out, format!("{p}.{n}"), proj.base()?);
             }
             out.push((
                 format!("{p}.input_layernorm.weight"),
@@ -644,9 +714,13 @@ impl Llama {
         }
         out.push(("model.norm.weight".to_owned(), self.norm.weight.clone()));
         if let Some(head) = &self.lm_head {
-            linear(&mut out, "lm_head".to_owned(), (head.weight(), head.bias()));
+            linear(
+                &mut out,
+                "lm_head".to_owned(),
+                (head.weight().clone(), head.bias().cloned()),
+            );
         }
-        out
+        Ok(out)
     }
 
     /// Final hidden states (batch, seq, hidden) for a full sequence, without a cache: the
@@ -717,13 +791,16 @@ impl Llama {
                 if !builder.config().is_target(&path) {
                     continue;
                 }
-                let Proj::Base(base) = proj else {
+                if let Proj::Lora(_) = proj {
                     return Err(LlamaError::InvalidConfig(format!(
                         "{path} already has a LoRA adapter"
                     )));
-                };
+                }
+                // An adapted projection's base is kept in f32 (expanded once, if it was
+                // quantized): scoring folds the adapter into it.
+                let (weight, bias) = proj.base()?;
                 let lora = builder
-                    .linear(&path, base.weight().clone(), base.bias().cloned())
+                    .linear(&path, weight, bias)
                     .map_err(LlamaError::Lora)?;
                 *proj = Proj::Lora(lora);
                 wrapped += 1;

@@ -59,6 +59,7 @@ fn lora_sft_on_chatterbot_lowers_held_out_loss_and_keeps_base_weights() {
     let before = sft::evaluate(&model, &held_out, 16, pad).unwrap();
     let frozen_before: Vec<(String, Vec<f32>)> = model
         .base_tensors()
+        .unwrap()
         .into_iter()
         .filter(|(name, _)| name.contains("q_proj") || name.contains("v_proj"))
         .map(|(name, t)| (name, t.flatten_all().unwrap().to_vec1().unwrap()))
@@ -115,6 +116,7 @@ fn lora_sft_on_chatterbot_lowers_held_out_loss_and_keeps_base_weights() {
     // Only adapter tensors changed: the wrapped base projections are bit-identical.
     let frozen_after: Vec<(String, Vec<f32>)> = model
         .base_tensors()
+        .unwrap()
         .into_iter()
         .filter(|(name, _)| name.contains("q_proj") || name.contains("v_proj"))
         .map(|(name, t)| (name, t.flatten_all().unwrap().to_vec1().unwrap()))

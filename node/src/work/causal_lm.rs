@@ -311,7 +311,13 @@ impl Work for CausalLmJob {
         let frozen = match self.frozen.get() {
             Some(frozen) => frozen,
             None => {
-                let built = self.lock()?.model.base_tensors().into_iter().collect();
+                let built = self
+                    .lock()?
+                    .model
+                    .base_tensors()
+                    .map_err(|e| Error::Invalid(e.to_string()))?
+                    .into_iter()
+                    .collect();
                 self.frozen.get_or_init(|| built)
             }
         };
