@@ -287,13 +287,15 @@ impl GgufFile {
                 .tensor(&mut reader, name, device)
                 .map_err(|e| err(&e))?;
             // Rows of a query or key weight in llama.cpp's rotary order, by head count.
-            let permuted_heads = match () {
-                _ if arch == "llama" && name.contains(".attn_q.") => Some(cfg.num_attention_heads),
-                _ if arch == "llama" && name.contains(".attn_k.") => Some(cfg.num_kv_heads()),
-                _ => None,
+            let permuted_heads = if arch == "llama" && name.contains(".attn_q.") {
+                Some(cfg.num_attention_heads)
+            } else if arch == "llama" && name.contains(".attn_k.") {
+                Some(cfg.num_kv_heads())
+            } else {
+                None
             };
-            let projection = name.ends_with(".weight")
-                && PROJECTIONS.iter().any(|p| name.contains(&format!(".{p}.")));
+            // The decoder's seven projections (`self_attn.q_proj`, ..., `mlp.down_proj`).
+            let projection = hf_name.ends_with("_proj.weight");
             if keep_quantized
                 && projection
                 && device.is_cpu()
@@ -355,17 +357,6 @@ impl GgufFile {
         })
     }
 }
-
-/// The llama.cpp names of the decoder's projections.
-const PROJECTIONS: [&str; 7] = [
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-];
 
 /// Maps a llama.cpp tensor name to the Hugging Face one.
 pub fn hf_name(gguf_name: &str) -> Option<String> {
