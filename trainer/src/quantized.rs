@@ -233,20 +233,8 @@ impl CustomOp1 for FrozenQuantizedMatmulT {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fused::max_abs_diff;
     use candle_core::Var;
-
-    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar()
-            .unwrap()
-    }
 
     #[test]
     fn parallel_expansion_equals_candles_dequantize_for_every_kept_format() {
