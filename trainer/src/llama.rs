@@ -292,21 +292,8 @@ fn quantized_linear(
     w: &QuantizedWeight,
     bias: Option<&Tensor>,
 ) -> Result<Tensor, LlamaError> {
-    let dims = xs.dims();
-    let Some((&in_dim, lead)) = dims.split_last() else {
-        return Err(LlamaError::InvalidConfig("a projection of a scalar".into()));
-    };
-    let rows: usize = lead.iter().product();
-    let y = w
-        .matmul_t(&xs.reshape((rows, in_dim))?)
-        .map_err(LlamaError::Lora)?;
-    let y = match bias {
-        Some(b) => y.broadcast_add(b)?,
-        None => y,
-    };
-    let mut out_dims = lead.to_vec();
-    out_dims.push(w.dims().0);
-    Ok(y.reshape(out_dims)?)
+    on_rows(xs, w.dims().0, bias, |rows| w.matmul_t(rows))?
+        .ok_or_else(|| LlamaError::InvalidConfig("a projection of a scalar".into()))
 }
 
 /// `xs (..., in) · wᵀ + bias` for frozen weights, through [`crate::nn::frozen_matmul_t`] on the
@@ -315,20 +302,35 @@ fn quantized_linear(
 /// SmolLM2 SFT with LoRA on the attention only, that was the MLP's share of a step's time and
 /// most of its peak memory.
 fn frozen_linear(xs: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, LlamaError> {
+    match on_rows(xs, w.dim(0)?, bias, |rows| {
+        crate::nn::frozen_matmul_t(rows, w)
+    })? {
+        Some(y) => Ok(y),
+        None => Ok(xs.broadcast_matmul(&w.t()?)?),
+    }
+}
+
+/// `product` (a `(rows, in) -> (rows, out)` frozen projection) applied to `xs (..., in)` viewed
+/// as rows, plus `bias`, back in `xs`'s leading shape; `None` for a scalar `xs`.
+fn on_rows(
+    xs: &Tensor,
+    out_dim: usize,
+    bias: Option<&Tensor>,
+    product: impl FnOnce(&Tensor) -> crate::error::Result<Tensor>,
+) -> Result<Option<Tensor>, LlamaError> {
     let dims = xs.dims();
     let Some((&in_dim, lead)) = dims.split_last() else {
-        return Ok(xs.broadcast_matmul(&w.t()?)?);
+        return Ok(None);
     };
     let rows: usize = lead.iter().product();
-    let y =
-        crate::nn::frozen_matmul_t(&xs.reshape((rows, in_dim))?, w).map_err(LlamaError::Lora)?;
+    let y = product(&xs.reshape((rows, in_dim))?).map_err(LlamaError::Lora)?;
     let y = match bias {
         Some(b) => y.broadcast_add(b)?,
         None => y,
     };
     let mut out_dims = lead.to_vec();
-    out_dims.push(w.dim(0)?);
-    Ok(y.reshape(out_dims)?)
+    out_dims.push(out_dim);
+    Ok(Some(y.reshape(out_dims)?))
 }
 
 /// RMSNorm from differentiable ops (see the module comment for why not candle's kernel).
