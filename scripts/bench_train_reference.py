@@ -33,6 +33,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
 
     import torch
@@ -42,6 +43,12 @@ def main() -> int:
     from peft import LoraConfig, get_peft_model
 
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        # Full f32 products, as candle's (PyTorch's default, stated so that no environment
+        # setting turns TF32 on for one side only).
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
     b, t = args.batch_size, args.seq_len
@@ -95,22 +102,22 @@ def main() -> int:
         )
         vocab = model.config.vocab_size
 
-    model = get_peft_model(model, lora)
+    model = get_peft_model(model.to(device), lora)
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-8)
 
     if args.workload == "minilm":
-        ids = torch.randint(0, vocab, (b, t), generator=generator)
-        mask = torch.ones(b, t, dtype=torch.long)
-        labels = torch.randint(0, 2, (b,), generator=generator)
+        ids = torch.randint(0, vocab, (b, t), generator=generator).to(device)
+        mask = torch.ones(b, t, dtype=torch.long, device=device)
+        labels = torch.randint(0, 2, (b,), generator=generator).to(device)
 
         def loss_fn():
             logits = model(input_ids=ids, attention_mask=mask).logits
             return F.cross_entropy(logits, labels)
     else:
         # seq_len + 1 tokens: the model reads the first seq_len, every next token is learned.
-        ids = torch.randint(0, vocab, (b, t + 1), generator=generator)
+        ids = torch.randint(0, vocab, (b, t + 1), generator=generator).to(device)
         inputs, targets = ids[:, :-1], ids[:, 1:]
 
         def loss_fn():
@@ -123,6 +130,7 @@ def main() -> int:
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        # float() waits for the GPU, so each step's time is its whole work, as on the candle side.
         return float(loss.detach())
 
     losses = [step() for _ in range(args.warmup)]
@@ -134,14 +142,17 @@ def main() -> int:
     # The f32 matrix-product rate at the configuration's feed-forward shape (tokens x hidden x
     # intermediate), best of five runs of ten, as the candle child measures it.
     cfg = model.get_base_model().config
-    x = torch.randn(b * t, cfg.hidden_size)
-    w = torch.randn(cfg.hidden_size, cfg.intermediate_size)
+    x = torch.randn(b * t, cfg.hidden_size, device=device)
+    w = torch.randn(cfg.hidden_size, cfg.intermediate_size, device=device)
     torch.mm(x, w)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
     best = 0.0
     for _ in range(5):
         started = time.perf_counter()
         for _ in range(10):
             torch.mm(x, w)
+        sync()
         best = max(best, 2.0 * x.shape[0] * x.shape[1] * w.shape[1] * 10 / (time.perf_counter() - started))
     print(
         json.dumps(
@@ -155,6 +166,9 @@ def main() -> int:
                 "first_loss": losses[0],
                 "last_loss": losses[-1],
                 "peak_rss_mb": peak_rss_mb(),
+                "peak_gpu_mb": torch.cuda.max_memory_allocated(device) / 2**20
+                if device.type == "cuda"
+                else None,
                 "matmul_shape": [x.shape[0], x.shape[1], w.shape[1]],
                 "matmul_gflops": best / 1e9,
             }

@@ -19,8 +19,14 @@ pub const HEARTBEAT: Duration = Duration::from_secs(5);
 pub const VALIDATOR_POLL: Duration = Duration::from_millis(300);
 
 /// The device training runs on: the first CUDA GPU when built with `cuda` and one is present.
+/// On a GPU, memory freed between steps stays in the process's pool for the next step.
 pub fn training_device() -> Device {
-    Device::cuda_if_available(0).unwrap_or(Device::Cpu)
+    let device = Device::cuda_if_available(0).unwrap_or(Device::Cpu);
+    if let Err(e) = shardwork_trainer::gpu::keep_freed_memory(&device) {
+        // Only speed depends on it: each step then allocates from the driver again.
+        tracing::warn!("freed GPU memory goes back to the driver at each step: {e}");
+    }
+    device
 }
 
 /// A hex secp256k1 private key from `key_file`, else from the environment variable `variable`.

@@ -94,6 +94,10 @@ pub enum BenchCommand {
         /// Threads for each stack (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// Where both stacks train: `cuda` needs a GPU and a binary built with --features cuda
+        /// (scripts/cuda-build).
+        #[arg(long, value_enum, default_value_t = train::BenchDevice::Cpu)]
+        device: train::BenchDevice,
         /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
         #[arg(long)]
         gguf: Option<PathBuf>,
@@ -117,9 +121,9 @@ pub enum BenchCommand {
         #[arg(long, value_enum)]
         workload: train::TrainConfig,
         #[arg(long)]
-        gguf: PathBuf,
+        gguf: Option<PathBuf>,
         #[arg(long)]
-        minilm: PathBuf,
+        minilm: Option<PathBuf>,
         #[arg(long)]
         batch_size: usize,
         #[arg(long)]
@@ -128,6 +132,8 @@ pub enum BenchCommand {
         steps: usize,
         #[arg(long)]
         warmup: usize,
+        #[arg(long, value_enum)]
+        device: train::BenchDevice,
         /// Set through RAYON_NUM_THREADS by the parent; accepted for symmetry with the script.
         #[arg(long)]
         threads: usize,
@@ -250,6 +256,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             steps,
             warmup,
             threads,
+            device,
             gguf,
             minilm,
             python,
@@ -260,30 +267,41 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 rounds >= 1 && steps >= 1,
                 "bench train: --rounds and --steps must be at least 1"
             );
-            let gguf = gguf
-                .or_else(shardwork_trainer::fixtures::smollm2_gguf)
-                .context(
-                    "SmolLM2 GGUF not found: run scripts/install/python-fixtures or pass --gguf",
-                )?;
-            let minilm = minilm
-                .or_else(shardwork_trainer::fixtures::minilm_dir)
-                .context(
-                    "all-MiniLM-L6-v2 not found: run scripts/install/python-fixtures or pass --minilm",
-                )?;
+            let configs = if configs.is_empty() {
+                train::TrainConfig::ALL.to_vec()
+            } else {
+                configs
+            };
+            // Each fixture is looked for only when a chosen configuration reads it, so the
+            // random-weight 1B shape runs on a machine that has none (a GPU machine, say).
+            let uses = |wanted: &[train::TrainConfig]| configs.iter().any(|c| wanted.contains(c));
+            let gguf = match gguf.or_else(shardwork_trainer::fixtures::smollm2_gguf) {
+                Some(path) => Some(path),
+                None if uses(&[train::TrainConfig::Smollm2, train::TrainConfig::Smollm2Q4]) => {
+                    anyhow::bail!(
+                        "SmolLM2 GGUF not found: run scripts/install/python-fixtures or pass --gguf"
+                    )
+                }
+                None => None,
+            };
+            let minilm = match minilm.or_else(shardwork_trainer::fixtures::minilm_dir) {
+                Some(path) => Some(path),
+                None if uses(&[train::TrainConfig::Minilm]) => anyhow::bail!(
+                    "all-MiniLM-L6-v2 not found: run scripts/install/python-fixtures or pass --minilm"
+                ),
+                None => None,
+            };
             let python = match (candle_only, python) {
                 (true, _) => None,
                 (false, Some(python)) => Some(python),
                 (false, None) => Some(reference_python()?),
             };
             let bench = train::TrainBenchConfig {
-                configs: if configs.is_empty() {
-                    train::TrainConfig::ALL.to_vec()
-                } else {
-                    configs
-                },
+                configs,
                 rounds,
                 steps,
                 warmup,
+                device,
                 threads: threads
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)),
                 gguf,
@@ -306,6 +324,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             seq_len,
             steps,
             warmup,
+            device,
             threads: _,
         } => {
             let args = train::ChildArgs {
@@ -316,6 +335,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 seq_len,
                 steps,
                 warmup,
+                device,
             };
             let figures = tokio::task::spawn_blocking(move || train::run_child(&args)).await??;
             println!("{}", serde_json::to_string(&figures)?);

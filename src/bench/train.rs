@@ -27,6 +27,38 @@ use shardwork_trainer::quantized::QuantizedWeight;
 use shardwork_trainer::train::sft::{self, SftConfig};
 use shardwork_trainer::train::sft_data::SftExample;
 
+/// Where both stacks train: the CPU (the issue's comparison) or the first CUDA GPU (candle built
+/// with `--features cuda`, scripts/cuda-build; PyTorch on the same GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchDevice {
+    Cpu,
+    Cuda,
+}
+
+impl BenchDevice {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
+        }
+    }
+
+    fn open(self) -> anyhow::Result<Device> {
+        Ok(match self {
+            Self::Cpu => Device::Cpu,
+            Self::Cuda => {
+                let device = Device::new_cuda(0).context(
+                    "bench train --device cuda: no CUDA GPU, or this binary was built without \
+                     --features cuda (scripts/cuda-build)",
+                )?;
+                shardwork_trainer::gpu::keep_freed_memory(&device)?;
+                device
+            }
+        })
+    }
+}
+
 /// The configurations of issue 17.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -121,6 +153,10 @@ pub struct StackFigures {
     pub last_loss: f64,
     /// The child's peak resident memory, MiB (VmHWM).
     pub peak_rss_mb: f64,
+    /// On a GPU, the peak of device memory the child's allocations held, MiB: the high-water
+    /// mark of CUDA's memory pool for candle, `torch.cuda.max_memory_allocated` for PyTorch.
+    #[serde(default)]
+    pub peak_gpu_mb: Option<f64>,
     /// The feed-forward product of the trained model, (tokens per step, hidden,
     /// intermediate), as the child read it from the model's configuration.
     pub matmul_shape: [usize; 3],
@@ -137,10 +173,13 @@ pub struct TrainBenchConfig {
     pub rounds: usize,
     pub steps: usize,
     pub warmup: usize,
+    pub device: BenchDevice,
     /// Threads each stack may use (candle's rayon pool, `torch.set_num_threads`).
     pub threads: usize,
-    pub gguf: PathBuf,
-    pub minilm: PathBuf,
+    /// The SmolLM2 GGUF (read by the `smollm2` configurations only).
+    pub gguf: Option<PathBuf>,
+    /// The all-MiniLM-L6-v2 folder (read by `minilm` only).
+    pub minilm: Option<PathBuf>,
     /// The reference stack's interpreter; `None` measures candle alone.
     pub python: Option<PathBuf>,
     /// The reference script (scripts/bench_train_reference.py).
@@ -169,15 +208,26 @@ impl ConfigReport {
         })
     }
 
-    /// candle peak memory over PyTorch's, worst rounds (< 1: candle is leaner).
+    /// candle peak memory over PyTorch's, worst rounds (< 1: candle is leaner): GPU memory
+    /// where both trained on a GPU, resident memory otherwise.
     pub fn memory_ratio(&self) -> Option<f64> {
-        let worst = |v: &[StackFigures]| v.iter().map(|f| f.peak_rss_mb).fold(0.0, f64::max);
+        let on_gpu = self
+            .candle
+            .iter()
+            .chain(&self.pytorch)
+            .all(|f| f.peak_gpu_mb.is_some());
+        let peak = |f: &StackFigures| match f.peak_gpu_mb {
+            Some(gpu) if on_gpu => gpu,
+            _ => f.peak_rss_mb,
+        };
+        let worst = |v: &[StackFigures]| v.iter().map(peak).fold(0.0, f64::max);
         (!self.pytorch.is_empty()).then(|| worst(&self.candle) / worst(&self.pytorch))
     }
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainBenchReport {
+    pub device: BenchDevice,
     pub threads: usize,
     pub steps: usize,
     pub warmup: usize,
@@ -188,8 +238,11 @@ impl fmt::Display for TrainBenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "LoRA training, f32, AdamW, r=8 alpha=16, {} threads each, {} measured steps after {} warm-up, every round shown",
-            self.threads, self.steps, self.warmup
+            "LoRA training on {}, f32, AdamW, r=8 alpha=16, {} threads each, {} measured steps after {} warm-up, every round shown",
+            self.device.name(),
+            self.threads,
+            self.steps,
+            self.warmup
         )?;
         for c in &self.configs {
             writeln!(f, "{}", c.config.describe())?;
@@ -201,7 +254,10 @@ impl fmt::Display for TrainBenchReport {
                         .collect();
                     let memory: Vec<String> = runs
                         .iter()
-                        .map(|r| format!("{:.0}", r.peak_rss_mb))
+                        .map(|r| match r.peak_gpu_mb {
+                            Some(gpu) => format!("{gpu:.0} (GPU; host {:.0})", r.peak_rss_mb),
+                            None => format!("{:.0}", r.peak_rss_mb),
+                        })
                         .collect();
                     writeln!(
                         f,
@@ -302,6 +358,7 @@ pub fn run(cfg: &TrainBenchConfig) -> anyhow::Result<TrainBenchReport> {
         }
     }
     Ok(TrainBenchReport {
+        device: cfg.device,
         threads: cfg.threads,
         steps: cfg.steps,
         warmup: cfg.warmup,
@@ -325,15 +382,18 @@ fn child(
             .arg(&cfg.script)
             .args(["--workload", config.reference().name()]);
     }
+    if let Some(gguf) = &cfg.gguf {
+        command.arg("--gguf").arg(gguf);
+    }
+    if let Some(minilm) = &cfg.minilm {
+        command.arg("--minilm").arg(minilm);
+    }
     command
-        .arg("--gguf")
-        .arg(&cfg.gguf)
-        .arg("--minilm")
-        .arg(&cfg.minilm)
         .args(["--batch-size", &batch.to_string()])
         .args(["--seq-len", &seq.to_string()])
         .args(["--steps", &cfg.steps.to_string()])
         .args(["--warmup", &cfg.warmup.to_string()])
+        .args(["--device", cfg.device.name()])
         .args(["--threads", &cfg.threads.to_string()])
         // candle's pool size; PyTorch's intra-op threads are set by the script.
         .env("RAYON_NUM_THREADS", cfg.threads.to_string())
@@ -366,12 +426,13 @@ fn child(
 /// The child side for candle: trains one configuration in this process.
 pub struct ChildArgs {
     pub config: TrainConfig,
-    pub gguf: PathBuf,
-    pub minilm: PathBuf,
+    pub gguf: Option<PathBuf>,
+    pub minilm: Option<PathBuf>,
     pub batch_size: usize,
     pub seq_len: usize,
     pub steps: usize,
     pub warmup: usize,
+    pub device: BenchDevice,
 }
 
 /// The process's peak resident set in MiB (`VmHWM`; Linux).
@@ -415,11 +476,16 @@ fn optim(steps: usize) -> OptimConfig {
 }
 
 pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
-    let device = Device::Cpu;
+    let device = args.device.open()?;
+    let gguf = || {
+        args.gguf
+            .as_deref()
+            .context("this configuration reads the SmolLM2 GGUF: pass --gguf")
+    };
     let (losses, seconds, (hidden, intermediate)) = match args.config {
-        TrainConfig::Smollm2 => train_llm(GgufFile::open(&args.gguf)?.load_model(&device)?, args)?,
+        TrainConfig::Smollm2 => train_llm(GgufFile::open(gguf()?)?.load_model(&device)?, args)?,
         TrainConfig::Smollm2Q4 => train_llm(
-            GgufFile::open(&args.gguf)?.load_model_with(&device, true)?,
+            GgufFile::open(gguf()?)?.load_model_with(&device, true)?,
             args,
         )?,
         TrainConfig::Llama1b => train_llm(random_llama_1b(&device, None)?, args)?,
@@ -444,6 +510,7 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
         first_loss: losses.first().copied().unwrap_or(f64::NAN),
         last_loss: losses.last().copied().unwrap_or(f64::NAN),
         peak_rss_mb: peak_rss_mb()?,
+        peak_gpu_mb: shardwork_trainer::gpu::peak_memory_mb(&device)?,
         matmul_shape,
         matmul_gflops,
     })
@@ -559,7 +626,11 @@ fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
 
 /// Classification steps on a fixed random batch; (losses, measured seconds).
 fn train_minilm(args: &ChildArgs, device: &Device) -> anyhow::Result<Trained> {
-    let weights = BertWeights::load(&args.minilm, device)?;
+    let minilm = args
+        .minilm
+        .as_deref()
+        .context("this configuration reads all-MiniLM-L6-v2: pass --minilm")?;
+    let weights = BertWeights::load(minilm, device)?;
     let spec = ClassifierSpec {
         num_labels: 2,
         lora: LoraConfig::new(8, 16.0, 0.0, &["query", "value"], &["classifier"])?,

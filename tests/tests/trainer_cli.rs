@@ -183,3 +183,34 @@ fn train_eval_and_merge_adapters_from_the_terminal() {
         "nothing written for a refused run"
     );
 }
+
+/// `bench train --device cuda` from a build without the CUDA feature (every CI build) stops at
+/// once with an error that says how to get a GPU build, instead of loading a model or panicking.
+#[test]
+fn a_gpu_bench_from_a_cpu_build_says_how_to_build_for_the_gpu() {
+    let out = shardwork(&[
+        "bench",
+        "train",
+        "--device",
+        "cuda",
+        "--candle-only",
+        "--configs",
+        "llama1b",
+        "--rounds",
+        "1",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a CPU build trained on cuda: {stderr}"
+    );
+    assert!(
+        stderr.contains("--features cuda") && stderr.contains("scripts/cuda-build"),
+        "the error does not say how to build for the GPU: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -12,7 +12,8 @@
 //!   [`text`] and [`tokenizer_gguf`] tokenizers, [`chat_template`];
 //! * work: [`train`] loops with [`optim`], [`eval`] and [`inference`] (held-out scoring),
 //!   [`generate`], [`merge`] of adapters, [`peft`] files, [`sample`] (a generated model and
-//!   dataset for demos and tests).
+//!   dataset for demos and tests);
+//! * devices: [`gpu`] (a CUDA training process's memory pool and its peak).
 //!
 //! With the `experiments` feature: the fixed experiments, benchmarks and fixture finder the
 //! tests, benches and the CLI's `bench` and `demo` use.
@@ -35,6 +36,7 @@ pub mod fixtures;
 pub mod fused;
 pub mod generate;
 pub mod gguf;
+pub mod gpu;
 pub mod inference;
 pub mod linalg;
 pub mod llama;
