@@ -27,4 +27,12 @@ pub enum BackgroundError {
     /// A stored row cannot be read as what it should be: a bad payload, a missing escrow id.
     #[error("inconsistent record: {0}")]
     Corrupt(String),
+    /// The effect cannot be taken yet, and nothing failed: try again after `wait`.
+    #[error("not yet: {what}")]
+    NotYet {
+        /// What is waited for, and until when.
+        what: String,
+        /// How long until the effect can be taken.
+        wait: std::time::Duration,
+    },
 }

@@ -8,7 +8,7 @@
 //! | `finalize`       | the payout: `completeJob`, or `completeFederatedJob` when the          |
 //! |                  | contributors fit one transaction, else `beginFederatedPayout` and   |
 //! |                  | `payFederatedBatch`es (resumed from the escrow's `payoutOf`)        |
-//! | `refund_due`     | `refund` on chain                                                   |
+//! | `refund_due`     | `refund` on chain (a stalled payout: once `PAYOUT_GRACE` has passed) |
 //! | `abort_due`      | `abortJob` on chain: the whole stake back to the requester now      |
 //!
 //! Every effect is safe to repeat, because a crash after the effect and before the stamp repeats
@@ -47,6 +47,9 @@ use crate::entities::{chain_transaction, job, job_event, task};
 const BATCH: u64 = 50;
 /// Longest wait before retrying a failed effect.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Longest wait before looking again at an effect that was not due yet: the chain's clock can
+/// run ahead of this one (or be moved, on a test chain), so a long wait is taken in parts.
+const MAX_NOT_YET_WAIT: Duration = Duration::from_secs(3600);
 
 /// The dispatcher's memory of failures, for backoff between retries (lost on restart, which
 /// only means a prompt retry).
@@ -100,6 +103,20 @@ impl Dispatcher {
                         .await?;
                     self.retry_after.remove(&row.id);
                     done += 1;
+                }
+                Err(BackgroundError::NotYet { what, wait }) => {
+                    // Not a failure: no attempt is counted, and the wait is the effect's own.
+                    span.in_scope(|| tracing::info!(%what, ?wait, "dispatch waits"));
+                    job_event::Entity::update_many()
+                        .col_expr(
+                            job_event::Column::LastDispatchError,
+                            Expr::value(format!("waiting: {what}")),
+                        )
+                        .filter(job_event::Column::Id.eq(row.id))
+                        .exec(db)
+                        .await?;
+                    self.retry_after
+                        .insert(row.id, Instant::now() + wait.min(MAX_NOT_YET_WAIT));
                 }
                 Err(err) => {
                     let attempts = row.dispatch_attempts + 1;
@@ -350,6 +367,10 @@ async fn abort(
     record_tx(db, chain, job_id, "abort", &outcome).await
 }
 
+/// `refund`, unless the escrow shows the job ended. A federated payout that stalled (status
+/// Paying: begun, not every batch paid) is refunded what it had not paid once the escrow's
+/// `PAYOUT_GRACE` past the deadline has passed; until then the event waits, since the payout
+/// may still complete (which makes the refund moot).
 async fn refund(
     db: &DatabaseConnection,
     chain: &Chain,
@@ -357,8 +378,23 @@ async fn refund(
 ) -> Result<(), BackgroundError> {
     let (_, id) = escrow_id(db, job_id).await?;
     let info = chain.ledger.job(chain.escrow, id).await?;
-    if !matches!(info.status, EscrowStatus::Open | EscrowStatus::Started) {
-        return Ok(());
+    match info.status {
+        EscrowStatus::Open | EscrowStatus::Started => {}
+        EscrowStatus::Paying => {
+            let grace = chain.ledger.payout_grace(chain.escrow).await?;
+            let until = info.deadline.saturating_add(grace);
+            let now = chain.ledger.block_timestamp().await?;
+            if now <= until {
+                return Err(BackgroundError::NotYet {
+                    what: format!(
+                        "the payout of job {job_id} stalled; the escrow refunds what it had not \
+                         paid after chain time {until} ({grace} s past the deadline), now {now}"
+                    ),
+                    wait: Duration::from_secs(until - now + 1),
+                });
+            }
+        }
+        _ => return Ok(()),
     }
     let outcome = chain
         .ledger

@@ -874,10 +874,184 @@ async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
     );
 }
 
+/// A federated payout that began on chain and stalled (its batches never all sent) keeps the
+/// escrow in Paying, where a plain refund is refused: the refund waits, without counting as a
+/// failure, until the escrow's PAYOUT_GRACE past the deadline, then returns what was not paid.
+async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(backend: Backend) {
+    use alloy::primitives::{Address, U256};
+    use alloy::sol_types::SolCall;
+    use shardwork_contracts::bindings::JobEscrow;
+    use shardwork_contracts::ledger::{ETH, JobStatus as EscrowStatus, TxRequest};
+
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    app.state
+        .queue
+        .declare(TASK_QUEUE, &QueueOptions::default())
+        .await
+        .unwrap();
+    let mut dispatcher = Dispatcher::default();
+    let requester = access_token(&service, &requester_key(), &[]).await;
+    let reply = send(&service, post_job(&requester, &spec(), &dataset(40))).await;
+    let job_id = reply.body["id"].as_str().unwrap().to_owned();
+    send(
+        &service,
+        post_json(
+            &requester,
+            &format!("/v1/jobs/{job_id}/dev-fund"),
+            json!({}),
+        ),
+    )
+    .await;
+    step(&app, &mut dispatcher).await;
+    let chain = app.state.chain.clone().unwrap();
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    let escrow_id: U256 = job.body["escrow_job_id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        chain
+            .ledger
+            .job(chain.escrow, escrow_id)
+            .await
+            .unwrap()
+            .status,
+        EscrowStatus::Started
+    );
+
+    // The validator begins a payout to two contributors and pays the first batch only.
+    let (first, second) = (Address::repeat_byte(0x11), Address::repeat_byte(0x22));
+    let send_as_validator = |input: Vec<u8>| {
+        chain.ledger.send_transaction(TxRequest {
+            from: chain.operator,
+            to: Some(chain.escrow),
+            input: input.into(),
+            value: U256::ZERO,
+        })
+    };
+    let weigh = JobEscrow::weighCall {
+        jobId: escrow_id,
+        contributors: vec![first, second],
+        qualityScores: vec![8_000, 6_000],
+    };
+    let total_weight = JobEscrow::weighCall::abi_decode_returns(
+        &chain
+            .ledger
+            .call(TxRequest {
+                from: Address::ZERO,
+                to: Some(chain.escrow),
+                input: weigh.abi_encode().into(),
+                value: U256::ZERO,
+            })
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    send_as_validator(
+        JobEscrow::beginFederatedPayoutCall {
+            jobId: escrow_id,
+            adapterCid: "bafkreibm6jg3ux5qumhcn2b3flc3tyu6dmlb4xa7u5bf44yegnrjhc4yeq".into(),
+            manifestCid: String::new(),
+            contributorCount: 2,
+            totalWeight: u64::try_from(total_weight).unwrap(),
+        }
+        .abi_encode(),
+    )
+    .await
+    .unwrap();
+    send_as_validator(
+        JobEscrow::payFederatedBatchCall {
+            jobId: escrow_id,
+            contributors: vec![first],
+            qualityScores: vec![8_000],
+        }
+        .abi_encode(),
+    )
+    .await
+    .unwrap();
+    let paid = chain
+        .ledger
+        .payout_progress(chain.escrow, escrow_id)
+        .await
+        .unwrap()
+        .paid;
+    assert!(paid > U256::ZERO, "the first batch paid nothing");
+    let funder = chain.dev_funder.unwrap();
+    let before = chain
+        .ledger
+        .withdrawable(chain.escrow, funder, ETH)
+        .await
+        .unwrap();
+
+    // A day past the deadline (seven days ahead at posting) the reaper records the refund as
+    // due; the escrow still refuses it, so the event waits and counts no failed attempt.
+    chain.ledger.advance_time(8 * 86_400).await.unwrap();
+    let reaper_clock = chrono::Utc::now() + chrono::Duration::days(8);
+    assert_eq!(
+        shardwork_api::background::reaper::reap_once(&app.db, reaper_clock)
+            .await
+            .unwrap(),
+        1
+    );
+    step(&app, &mut dispatcher).await;
+    let refund_row = |db: &sea_orm::DatabaseConnection| {
+        let db = db.clone();
+        let job_id: uuid::Uuid = job_id.parse().unwrap();
+        async move {
+            use sea_orm::{ColumnTrait, EntityTrait};
+            use shardwork_api::entities::job_event;
+            job_event::Entity::find()
+                .filter(job_event::Column::JobId.eq(job_id))
+                .filter(job_event::Column::Kind.eq("refund_due"))
+                .one(&db)
+                .await
+                .unwrap()
+                .expect("a refund_due event")
+        }
+    };
+    let waiting = refund_row(&app.db).await;
+    assert!(waiting.dispatched_at.is_none(), "refunded inside the grace");
+    assert_eq!(waiting.dispatch_attempts, 0, "a wait counted as a failure");
+    let reason = waiting.last_dispatch_error.unwrap_or_default();
+    assert!(
+        reason.starts_with("waiting: ") && reason.contains("stalled"),
+        "{reason}"
+    );
+    assert_eq!(
+        chain
+            .ledger
+            .job(chain.escrow, escrow_id)
+            .await
+            .unwrap()
+            .status,
+        EscrowStatus::Paying
+    );
+
+    // Past the grace, the next look (a restarted dispatcher looks at once) refunds the stake
+    // less what the first batch paid.
+    chain.ledger.advance_time(7 * 86_400).await.unwrap();
+    let mut restarted = Dispatcher::default();
+    step(&app, &mut restarted).await;
+    assert!(refund_row(&app.db).await.dispatched_at.is_some());
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(job.body["status"], "refunded", "{}", job.text);
+    let after = chain
+        .ledger
+        .withdrawable(chain.escrow, funder, ETH)
+        .await
+        .unwrap();
+    assert_eq!(
+        after - before,
+        U256::from(1_000_000_000_000_000_000u128) - paid,
+        "the requester gets back what the stalled payout had not paid"
+    );
+}
+
 on_both_databases!(
     federated_job_runs_from_funding_to_payout,
     expired_leases_go_back_to_the_queue_until_attempts_run_out,
     a_stopping_worker_releases_its_task_with_the_attempt_returned_twice,
     workers_cannot_read_the_held_out_set_or_the_raw_dataset,
     a_job_past_its_deadline_is_refunded_on_chain,
+    a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace,
 );

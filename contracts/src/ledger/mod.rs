@@ -484,6 +484,17 @@ pub trait Ledger: Send + Sync {
         .await
     }
 
+    /// How long past its deadline a stalled federated payout (status [`JobStatus::Paying`])
+    /// must wait before `refund` returns what it had not paid, in seconds (the escrow's
+    /// `PAYOUT_GRACE`).
+    async fn payout_grace(&self, escrow: Address) -> Result<u64> {
+        let grace = view(self, escrow, JobEscrow::PAYOUT_GRACECall {}, "PAYOUT_GRACE").await?;
+        u64::try_from(grace).map_err(|_| LedgerError::Decode {
+            what: "PAYOUT_GRACE",
+            detail: format!("{grace} seconds does not fit 64 bits"),
+        })
+    }
+
     /// The job `job_id` as the escrow stores it; an unknown id reads as status
     /// [`JobStatus::None`], not as an error.
     async fn job(&self, escrow: Address, job_id: U256) -> Result<JobInfo> {
