@@ -812,22 +812,31 @@ async fn workers_cannot_read_the_held_out_set_or_the_raw_dataset(backend: Backen
     );
 }
 
-async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
-    let Some(app) = TestApp::with_chain(backend).await else {
-        return;
-    };
-    let service = app.service().await;
+/// A federated job posted by the requester, funded through the development chain and started
+/// (round 1 opened, `markStarted` mined), nobody training yet: (the requester's token, job id).
+async fn started_job<S, B>(
+    app: &TestApp,
+    service: &S,
+    dispatcher: &mut Dispatcher,
+) -> (String, String)
+where
+    S: actix_web::dev::Service<
+            actix_http::Request,
+            Response = actix_web::dev::ServiceResponse<B>,
+            Error = actix_web::Error,
+        >,
+    B: actix_web::body::MessageBody,
+{
     app.state
         .queue
         .declare(TASK_QUEUE, &QueueOptions::default())
         .await
         .unwrap();
-    let mut dispatcher = Dispatcher::default();
-    let requester = access_token(&service, &requester_key(), &[]).await;
-    let reply = send(&service, post_job(&requester, &spec(), &dataset(40))).await;
+    let requester = access_token(service, &requester_key(), &[]).await;
+    let reply = send(service, post_job(&requester, &spec(), &dataset(40))).await;
     let job_id = reply.body["id"].as_str().unwrap().to_owned();
     send(
-        &service,
+        service,
         post_json(
             &requester,
             &format!("/v1/jobs/{job_id}/dev-fund"),
@@ -835,7 +844,17 @@ async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
         ),
     )
     .await;
-    step(&app, &mut dispatcher).await;
+    step(app, dispatcher).await;
+    (requester, job_id)
+}
+
+async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let mut dispatcher = Dispatcher::default();
+    let (requester, job_id) = started_job(&app, &service, &mut dispatcher).await;
     let chain = app.state.chain.clone().unwrap();
     let funder = chain.dev_funder.unwrap();
     let before = chain
@@ -887,25 +906,8 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
         return;
     };
     let service = app.service().await;
-    app.state
-        .queue
-        .declare(TASK_QUEUE, &QueueOptions::default())
-        .await
-        .unwrap();
     let mut dispatcher = Dispatcher::default();
-    let requester = access_token(&service, &requester_key(), &[]).await;
-    let reply = send(&service, post_job(&requester, &spec(), &dataset(40))).await;
-    let job_id = reply.body["id"].as_str().unwrap().to_owned();
-    send(
-        &service,
-        post_json(
-            &requester,
-            &format!("/v1/jobs/{job_id}/dev-fund"),
-            json!({}),
-        ),
-    )
-    .await;
-    step(&app, &mut dispatcher).await;
+    let (requester, job_id) = started_job(&app, &service, &mut dispatcher).await;
     let chain = app.state.chain.clone().unwrap();
     let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
     let escrow_id: U256 = job.body["escrow_job_id"].as_str().unwrap().parse().unwrap();
