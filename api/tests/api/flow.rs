@@ -848,21 +848,26 @@ where
     (requester, job_id)
 }
 
-async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
-    let Some(app) = TestApp::with_chain(backend).await else {
-        return;
-    };
-    let service = app.service().await;
-    let mut dispatcher = Dispatcher::default();
-    let (requester, job_id) = started_job(&app, &service, &mut dispatcher).await;
-    let chain = app.state.chain.clone().unwrap();
-    let funder = chain.dev_funder.unwrap();
-    let before = chain
+/// What the development funder (who funded the job on chain, so a refund credits it) may
+/// withdraw in ether.
+async fn funder_credit(chain: &shardwork_api::chain::Chain) -> alloy::primitives::U256 {
+    chain
         .ledger
-        .withdrawable(chain.escrow, funder, shardwork_contracts::ledger::ETH)
+        .withdrawable(
+            chain.escrow,
+            chain.dev_funder.unwrap(),
+            shardwork_contracts::ledger::ETH,
+        )
         .await
-        .unwrap();
-    // Nobody trains; eight days pass on chain and on the reaper's clock.
+        .unwrap()
+}
+
+/// Moves the chain's clock and the reaper's eight days on, a day past `spec()`'s deadline, and
+/// checks that the reaper records the unfinished job's refund as due; the reaper's clock.
+async fn a_day_past_the_deadline(
+    app: &TestApp,
+    chain: &shardwork_api::chain::Chain,
+) -> chrono::DateTime<chrono::Utc> {
     chain.ledger.advance_time(8 * 86_400).await.unwrap();
     let later = chrono::Utc::now() + chrono::Duration::days(8);
     assert_eq!(
@@ -871,6 +876,20 @@ async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
             .unwrap(),
         1
     );
+    later
+}
+
+async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let mut dispatcher = Dispatcher::default();
+    let (requester, job_id) = started_job(&app, &service, &mut dispatcher).await;
+    let chain = app.state.chain.clone().unwrap();
+    let before = funder_credit(&chain).await;
+    // Nobody trains; eight days pass on chain and on the reaper's clock.
+    let later = a_day_past_the_deadline(&app, &chain).await;
     // Recorded once, however often the reaper runs.
     assert_eq!(
         shardwork_api::background::reaper::reap_once(&app.db, later)
@@ -881,11 +900,7 @@ async fn a_job_past_its_deadline_is_refunded_on_chain(backend: Backend) {
     step(&app, &mut dispatcher).await;
     let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
     assert_eq!(job.body["status"], "refunded", "{}", job.text);
-    let after = chain
-        .ledger
-        .withdrawable(chain.escrow, funder, shardwork_contracts::ledger::ETH)
-        .await
-        .unwrap();
+    let after = funder_credit(&chain).await;
     assert_eq!(
         after - before,
         alloy::primitives::U256::from(1_000_000_000_000_000_000u128),
@@ -900,7 +915,7 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
     use alloy::primitives::{Address, U256};
     use alloy::sol_types::SolCall;
     use shardwork_contracts::bindings::JobEscrow;
-    use shardwork_contracts::ledger::{ETH, JobStatus as EscrowStatus, TxRequest};
+    use shardwork_contracts::ledger::{JobStatus as EscrowStatus, TxRequest};
 
     let Some(app) = TestApp::with_chain(backend).await else {
         return;
@@ -978,23 +993,11 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
         .unwrap()
         .paid;
     assert!(paid > U256::ZERO, "the first batch paid nothing");
-    let funder = chain.dev_funder.unwrap();
-    let before = chain
-        .ledger
-        .withdrawable(chain.escrow, funder, ETH)
-        .await
-        .unwrap();
+    let before = funder_credit(&chain).await;
 
     // A day past the deadline (seven days ahead at posting) the reaper records the refund as
     // due; the escrow still refuses it, so the event waits and counts no failed attempt.
-    chain.ledger.advance_time(8 * 86_400).await.unwrap();
-    let reaper_clock = chrono::Utc::now() + chrono::Duration::days(8);
-    assert_eq!(
-        shardwork_api::background::reaper::reap_once(&app.db, reaper_clock)
-            .await
-            .unwrap(),
-        1
-    );
+    a_day_past_the_deadline(&app, &chain).await;
     step(&app, &mut dispatcher).await;
     let refund_row = |db: &sea_orm::DatabaseConnection| {
         let db = db.clone();
@@ -1037,11 +1040,7 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
     assert!(refund_row(&app.db).await.dispatched_at.is_some());
     let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
     assert_eq!(job.body["status"], "refunded", "{}", job.text);
-    let after = chain
-        .ledger
-        .withdrawable(chain.escrow, funder, ETH)
-        .await
-        .unwrap();
+    let after = funder_credit(&chain).await;
     assert_eq!(
         after - before,
         U256::from(1_000_000_000_000_000_000u128) - paid,
