@@ -625,19 +625,16 @@ impl BertClassifier {
             self.hidden_dropout,
             train,
         )?;
-        let token_mask = attention_mask.to_dtype(DType::F32)?;
-        // Scoring on the CPU runs each layer through the fused kernels, which read the token
-        // mask itself; elsewhere (and for gradients) candle's ops add HF's extended mask:
-        // 0 where attended, a large negative where padded.
+        let token_mask = attention_mask.to_dtype(DType::F32)?.contiguous()?;
+        // Scoring on the CPU runs each layer through the inference kernels (no gradient);
+        // training, and scoring elsewhere, through the differentiable ones.
         if pass == Pass::Infer && x.device().is_cpu() && x.dtype() == DType::F32 {
-            let token_mask = token_mask.contiguous()?;
             for layer in &self.layers {
                 x = self.layer_infer_cpu(layer, &x, &token_mask)?;
             }
         } else {
-            let mask = ((&token_mask - 1.0)? * 1e4)?.reshape((b, 1, 1, t))?;
             for layer in &self.layers {
-                x = self.layer_forward(layer, &x, &mask, pass)?;
+                x = self.layer_forward(layer, &x, &token_mask, pass)?;
             }
         }
         // BertPooler, then BertForSequenceClassification's dropout and classifier.
@@ -647,29 +644,34 @@ impl BertClassifier {
         self.classifier.forward(&pooled, train)
     }
 
-    fn layer_forward(&self, l: &Layer, x: &Tensor, mask: &Tensor, pass: Pass) -> Result<Tensor> {
+    /// One encoder layer, differentiable. `token_mask`: `(b, t)` f32, 1 for a token.
+    fn layer_forward(
+        &self,
+        l: &Layer,
+        x: &Tensor,
+        token_mask: &Tensor,
+        pass: Pass,
+    ) -> Result<Tensor> {
         let train = pass.train();
         let (b, t, h) = x.dims3()?;
         let nh = self.cfg.num_attention_heads;
         let hd = self.cfg.head_dim();
-        let heads = |y: Tensor| -> Result<Tensor> {
-            Ok(y.reshape((b, t, nh, hd))?.transpose(1, 2)?.contiguous()?)
-        };
+        // (b, t, heads, head size) is the projections' own layout: no transpose, no copy.
+        let heads = |y: Tensor| y.reshape((b, t, nh, hd));
         let q = heads(l.query.forward(x, train)?)?;
         let k = heads(l.key.forward(x, train)?)?;
         let v = heads(l.value.forward(x, train)?)?;
-        let scores = (q.matmul(&k.t()?.contiguous()?)? / (hd as f64).sqrt())?;
-        let scores = scores.broadcast_add(mask)?;
-        let probs = match pass {
-            Pass::Infer => inference::softmax_last(&scores)?,
-            Pass::Train | Pass::Eval => nn::softmax_last(&scores)?,
+        // The dropout draws the positions the composed form's dropout over the (b, nh, t, t)
+        // probabilities drew, so a seed drops the same probabilities either way.
+        let dropout = if train {
+            self.rng.draw(b * nh * t * t, self.attn_dropout)
+        } else {
+            None
         };
-        let probs = self.dropout(&probs, self.attn_dropout, train)?;
-        let ctx = probs
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b, t, h))?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let ctx =
+            crate::fused::attention::padded_attention(&q, &k, &v, scale, token_mask, dropout)?
+                .reshape((b, t, h))?;
         let attn = self.dropout(
             &l.attn_out.forward(&ctx, train)?,
             self.hidden_dropout,

@@ -138,13 +138,20 @@ impl DropoutRng {
     /// Inverted dropout: keeps each element with probability `1 - p` and scales it by
     /// `1 / (1 - p)` so the expectation is unchanged.
     pub fn apply(&self, x: &Tensor, p: f32) -> Result<Tensor> {
-        if p <= 0.0 {
-            return Ok(x.clone());
+        match self.draw(x.elem_count(), p) {
+            Some(draw) => Ok(draw.apply(x)?),
+            None => Ok(x.clone()),
         }
-        let offset = self
-            .drawn
-            .fetch_add(x.elem_count() as u64, Ordering::Relaxed);
-        Ok(DropoutDraw::new(self.seed, offset, p).apply(x)?)
+    }
+
+    /// The next `n` positions of the stream as one draw dropping with probability `p`, for a
+    /// kernel that applies dropout inside a larger op; `None` when `p` drops nothing.
+    pub fn draw(&self, n: usize, p: f32) -> Option<DropoutDraw> {
+        if p <= 0.0 {
+            return None;
+        }
+        let offset = self.drawn.fetch_add(n as u64, Ordering::Relaxed);
+        Some(DropoutDraw::new(self.seed, offset, p))
     }
 }
 

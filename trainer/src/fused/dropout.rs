@@ -42,7 +42,7 @@ impl DropoutDraw {
 
     /// The mask value of the draw's element `i`: `1 / keep` when kept, else 0.
     #[inline]
-    fn factor(&self, i: u64) -> f32 {
+    pub(crate) fn factor(&self, i: u64) -> f32 {
         // The top 24 bits as a uniform in [0, 1): exact in f32.
         let bits = splitmix64(self.stream ^ self.offset.wrapping_add(i)) >> 40;
         if (bits as f32) * (1.0 / (1u64 << 24) as f32) < self.keep {
