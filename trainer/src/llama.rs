@@ -296,18 +296,13 @@ fn quantized_linear(
         .ok_or_else(|| LlamaError::InvalidConfig("a projection of a scalar".into()))
 }
 
-/// `xs (..., in) · wᵀ + bias` for frozen weights, through [`crate::nn::frozen_matmul_t`] on the
-/// rows of `xs`. candle-nn's `Linear` broadcasts `w` over the batch, so its backward computed
-/// a (batch, in, out) weight gradient per projection (then summed it) that nothing reads: in
-/// SmolLM2 SFT with LoRA on the attention only, that was the MLP's share of a step's time and
-/// most of its peak memory.
+/// `xs (..., in) · wᵀ + bias` for frozen weights: one node of the graph whose backward computes
+/// only the input gradient ([`crate::fused::linear`]). candle-nn's `Linear` broadcasts `w` over
+/// the batch, so its backward computed a (batch, in, out) weight gradient per projection (then
+/// summed it) that nothing reads: in SmolLM2 SFT with LoRA on the attention only, that was the
+/// MLP's share of a step's time and most of its peak memory.
 fn frozen_linear(xs: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor, LlamaError> {
-    match on_rows(xs, w.dim(0)?, bias, |rows| {
-        crate::nn::frozen_matmul_t(rows, w)
-    })? {
-        Some(y) => Ok(y),
-        None => Ok(xs.broadcast_matmul(&w.t()?)?),
-    }
+    Ok(crate::fused::linear::linear(xs, w, bias, None)?)
 }
 
 /// `product` (a `(rows, in) -> (rows, out)` frozen projection) applied to `xs (..., in)` viewed

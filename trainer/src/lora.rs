@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fused::dropout::DropoutDraw;
+use crate::fused::linear::{LoraBranch, linear};
 use crate::inference::{PackedLinear, ScoringKernel};
 
 /// What to adapt and how. Field names follow PEFT's `LoraConfig`.
@@ -326,53 +327,53 @@ impl LoraLinear {
                 self.in_features()
             )));
         }
-        if let Kind::Packed(packed) = &self.kind {
-            if train {
+        let lora = |a: &Var, b: &Var, scale: f64, dropout: f32, rng: &DropoutRng| {
+            // Scoring reads the factors detached: through a variable, candle would keep every
+            // activation of the forward pass alive in the result's graph, for a backward that
+            // never comes (a held-out batch then held as much memory as a training step).
+            let (a, b, dropout) = if train {
+                let draw = rng.draw(x.elem_count(), dropout);
+                (a.as_tensor().clone(), b.as_tensor().clone(), draw)
+            } else {
+                (a.as_tensor().detach(), b.as_tensor().detach(), None)
+            };
+            let branch = LoraBranch {
+                a: &a,
+                b: &b,
+                scale,
+                dropout,
+            };
+            linear(x, &self.weight, self.bias.as_ref(), Some(branch))
+        };
+        let y = match &self.kind {
+            Kind::Packed(_) if train => {
                 return Err(Error::Invalid(format!(
                     "{}: a layer folded for scoring cannot train",
                     self.name
                 )));
             }
-            return packed.forward(x);
-        }
-        let rows: usize = lead.iter().product();
-        let x2 = x.reshape((rows, in_dim))?;
-        let mut y = match self.kind {
+            Kind::Packed(packed) => return packed.forward(x),
+            Kind::Frozen => linear(x, &self.weight, self.bias.as_ref(), None)?,
+            Kind::Lora {
+                a,
+                b,
+                scale,
+                dropout,
+                rng,
+            } => lora(a, b, *scale, *dropout, rng)?,
             // The head trains: its weight needs the ordinary matmul's gradient.
-            Kind::Full => x2.matmul(&self.weight.t()?)?,
-            Kind::Frozen | Kind::Lora { .. } | Kind::Packed(_) => {
-                crate::nn::frozen_matmul_t(&x2, &self.weight)?
+            Kind::Full => {
+                let rows: usize = lead.iter().product();
+                let mut y = x.reshape((rows, in_dim))?.matmul(&self.weight.t()?)?;
+                if let Some(b) = &self.bias {
+                    y = y.broadcast_add(b)?;
+                }
+                let mut out_dims = lead.to_vec();
+                out_dims.push(self.out_features());
+                y.reshape(out_dims)?
             }
         };
-        if let Some(b) = &self.bias {
-            y = y.broadcast_add(b)?;
-        }
-        if let Kind::Lora {
-            a,
-            b,
-            scale,
-            dropout,
-            rng,
-        } = &self.kind
-        {
-            // Scoring reads the factors detached: through a variable, candle would keep every
-            // activation of the forward pass alive in the result's graph, for a backward that
-            // never comes (a held-out batch then held as much memory as a training step).
-            let (xd, a, b) = if train {
-                (
-                    rng.apply(&x2, *dropout)?,
-                    a.as_tensor().clone(),
-                    b.as_tensor().clone(),
-                )
-            } else {
-                (x2, a.as_tensor().detach(), b.as_tensor().detach())
-            };
-            let delta = xd.matmul(&a.t()?)?.matmul(&b.t()?)?.affine(*scale, 0.0)?;
-            y = (y + delta)?;
-        }
-        let mut out_dims = lead.to_vec();
-        out_dims.push(self.out_features());
-        Ok(y.reshape(out_dims)?)
+        Ok(y)
     }
 
     /// The packed form of a layer folded for the AMX kernel.

@@ -25,6 +25,7 @@ use candle_core::{CpuStorage, CustomOp3, D, DType, Layout, Shape, Storage, Tenso
 use rayon::prelude::*;
 
 use super::dropout::DropoutDraw;
+use super::matmul::{Mat, Shared, product, product_into};
 
 const NAME: &str = "fused-attention";
 const BWD_NAME: &str = "fused-attention-backward";
@@ -446,7 +447,7 @@ fn forward(q: &[f32], k: &[f32], v: &[f32], dims: Dims, spec: &Spec) -> Vec<f32>
             let i1 = (i0 + BLOCK).min(t);
             let keys = seen.keys(i1, t);
             let (qb, kvb) = (qh.row_range(i0, i1), kvh.row_range(0, keys));
-            let pm = Mat::score_block(i1 - i0, keys);
+            let pm = score_block(i1 - i0, keys);
             product_into(&mut p, pm, false, q, qb, k, kvb.t(), scale);
             if let Some(draw) = &spec.dropout {
                 dropout_factors(&mut mask, pm, draw, dims.probability_at(bi, h, i0));
@@ -496,7 +497,7 @@ fn backward(q: &[f32], k: &[f32], v: &[f32], dout: &[f32], dims: Dims, spec: &Sp
                 let keys = seen.keys(i1, t);
                 let (qb, kvb) = (qh.row_range(i0, i1), kvh.row_range(0, keys));
                 let (dkb, dvb) = (dkh.row_range(0, keys), dvh.row_range(0, keys));
-                let pm = Mat::score_block(i1 - i0, keys);
+                let pm = score_block(i1 - i0, keys);
                 product_into(&mut p, pm, false, q, qb, k, kvb.t(), scale);
                 // dP̃ = dO·Vᵀ is the gradient of the dropped probabilities P̃ = P ⊙ M, so
                 // dP = dP̃ ⊙ M and dS = P ⊙ (dP − rowsum(dP ⊙ P)), in place over dP̃; then
@@ -679,172 +680,17 @@ fn exp_nonpositive(x: f32) -> f32 {
     e * f32::from_bits((n_bits.wrapping_add(127) as u32) << 23)
 }
 
-/// A strided matrix view into a buffer: element `(r, c)` is at `at + r·rs + c·cs`.
-#[derive(Clone, Copy, Debug)]
-struct Mat {
-    at: usize,
-    rows: usize,
-    cols: usize,
-    rs: usize,
-    cs: usize,
-}
-
-impl Mat {
-    /// Rows `rs` apart, each `cols` consecutive elements.
-    fn rows(at: usize, rows: usize, cols: usize, rs: usize) -> Self {
-        Self {
-            at,
-            rows,
-            cols,
-            rs,
-            cs: 1,
-        }
-    }
-
-    /// The scores of `rows` query rows against `keys` keys in a task's scratch buffer, stored
-    /// key-major (column-major): gemm's kernels want the product's output columns contiguous,
-    /// and `q·kᵀ` written row-major ran at half the speed (75 against 135 GFLOP/s, one core,
-    /// 64 × 512 × 64). Every later product reads it through strides at no cost.
-    fn score_block(rows: usize, keys: usize) -> Self {
-        Self {
-            at: 0,
-            rows,
-            cols: keys,
-            rs: 1,
-            cs: rows,
-        }
-    }
-
-    /// The transpose: the same elements with the strides swapped, no copy.
-    fn t(self) -> Self {
-        Self {
-            rows: self.cols,
-            cols: self.rows,
-            rs: self.cs,
-            cs: self.rs,
-            ..self
-        }
-    }
-
-    /// Rows `r0..r1`.
-    fn row_range(self, r0: usize, r1: usize) -> Self {
-        Self {
-            at: self.at + r0 * self.rs,
-            rows: r1 - r0,
-            ..self
-        }
-    }
-
-    /// The same view `by` elements further on (into the next part of a concatenated buffer).
-    fn shifted(self, by: usize) -> Self {
-        Self {
-            at: self.at + by,
-            ..self
-        }
-    }
-
-    /// One past the last element addressed.
-    fn end(&self) -> usize {
-        if self.rows == 0 || self.cols == 0 {
-            self.at
-        } else {
-            self.at + (self.rows - 1) * self.rs + (self.cols - 1) * self.cs + 1
-        }
-    }
-}
-
-/// An output buffer that the tasks of one parallel loop write at the same time, each to
-/// elements no other task reads or writes.
-#[derive(Clone, Copy)]
-struct Shared {
-    ptr: *mut f32,
-    len: usize,
-}
-
-// SAFETY: `Shared` is a pointer and a length; sharing them is harmless in itself. Every access
-// through it is an `unsafe` call to `product` whose caller shows that no other task touches the
-// elements written. `forward` and `backward` make it from their output vector and neither touch
-// nor drop that vector until the parallel loop has returned.
-unsafe impl Send for Shared {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    fn new(buf: &mut [f32]) -> Self {
-        Self {
-            ptr: buf.as_mut_ptr(),
-            len: buf.len(),
-        }
-    }
-}
-
-/// `dst ← lhs·rhs·scale`, or `dst ← dst + lhs·rhs·scale` when `accumulate`, on a task's own
-/// scratch buffer.
-#[allow(clippy::too_many_arguments)]
-fn product_into(
-    dst: &mut [f32],
-    d: Mat,
-    accumulate: bool,
-    lhs: &[f32],
-    l: Mat,
-    rhs: &[f32],
-    r: Mat,
-    scale: f32,
-) {
-    let dst = Shared::new(dst);
-    // SAFETY: `dst` was borrowed mutably for this call, so nothing else reads or writes it.
-    unsafe { product(dst, d, accumulate, lhs, l, rhs, r, scale) }
-}
-
-/// `dst ← lhs·rhs·scale`, or `dst ← dst + lhs·rhs·scale` when `accumulate`, through gemm on
-/// strided views (no packing copies on our side, no threads: the callers are already parallel).
-///
-/// Panics if the shapes disagree or a view overruns its buffer; the callers derive both from
-/// checked [`Dims`], so that would be a bug here, not a bad input.
-///
-/// # Safety
-///
-/// `dst` must describe one live buffer, and during the call no other thread (nor `lhs` or
-/// `rhs`) may read or write the elements that `d` addresses in it.
-#[allow(clippy::too_many_arguments)]
-unsafe fn product(
-    dst: Shared,
-    d: Mat,
-    accumulate: bool,
-    lhs: &[f32],
-    l: Mat,
-    rhs: &[f32],
-    r: Mat,
-    scale: f32,
-) {
-    assert!(d.rows == l.rows && d.cols == r.cols && l.cols == r.rows);
-    assert!(d.end() <= dst.len && l.end() <= lhs.len() && r.end() <= rhs.len());
-    let s = |x: usize| x as isize;
-    // SAFETY: the asserts keep every element gemm reads or writes inside its buffer, `at ≤ len`
-    // keeps the base pointers in bounds, and the caller guarantees exclusive access to `dst`'s
-    // elements. gemm computes dst = 1·dst + scale·lhs·rhs when reading dst, else scale·lhs·rhs.
-    unsafe {
-        gemm::gemm(
-            d.rows,
-            d.cols,
-            l.cols,
-            dst.ptr.add(d.at),
-            s(d.cs),
-            s(d.rs),
-            accumulate,
-            lhs.as_ptr().add(l.at),
-            s(l.cs),
-            s(l.rs),
-            rhs.as_ptr().add(r.at),
-            s(r.cs),
-            s(r.rs),
-            1.0,
-            scale,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        )
+/// A score block: the scores of `rows` query rows against `keys` keys in a task's scratch buffer, stored
+/// key-major (column-major): gemm's kernels want the product's output columns contiguous,
+/// and `q·kᵀ` written row-major ran at half the speed (75 against 135 GFLOP/s, one core,
+/// 64 × 512 × 64). Every later product reads it through strides at no cost.
+fn score_block(rows: usize, keys: usize) -> Mat {
+    Mat {
+        at: 0,
+        rows,
+        cols: keys,
+        rs: 1,
+        cs: rows,
     }
 }
 

@@ -13,6 +13,8 @@ pub mod attention;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod gelu;
+pub mod linear;
+mod matmul;
 pub mod norm;
 pub mod rotary;
 pub mod softmax;
