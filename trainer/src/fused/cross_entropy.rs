@@ -31,6 +31,8 @@ use candle_core::{
 };
 use rayon::prelude::*;
 
+use super::exp::exp_nonpositive;
+
 const OP: &str = "linear_cross_entropy";
 
 /// Rows whose logits exist at once. Every vocabulary block re-reads its slice of `W` once per
@@ -542,35 +544,6 @@ fn softmax_scaled(row: &mut [f32], lse: f32, scale: f32) {
     }
 }
 
-/// `exp(x)` for `x ≤ 0` (arguments of a softmax after subtracting the max or the
-/// log-sum-exp), to about 1 ulp. `f32::exp` is a libm call per element that the compiler
-/// cannot vectorise, and two exponentials per logit (50 M per SmolLM2 batch, each way) would
-/// cost as much as the matrix products; this is Cephes' `expf` without branches.
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    // Below ln(f32::MIN_POSITIVE) the result would be subnormal: flush it to 0. The
-    // comparison, not `f32::max`, lets a NaN through.
-    const LOWEST: f32 = -87.336_54;
-    let underflow = x < LOWEST;
-    let x = if underflow { LOWEST } else { x };
-    // k = round(x / ln 2) by the 1.5·2²³ trick: the sum's low mantissa bits are k.
-    let shifted = x * std::f32::consts::LOG2_E + 12_582_912.0;
-    let k = shifted - 12_582_912.0;
-    let k_bits = (shifted.to_bits() as i32).wrapping_sub(0x4B40_0000);
-    // r = x − k·ln 2 in two parts, so that r keeps its low bits.
-    let r = x - k * 0.693_359_4 - k * -2.121_944_4e-4;
-    let p = 1.987_569_1e-4_f32;
-    let p = p * r + 1.398_2e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    // 2^k for −126 ≤ k ≤ 0, built from its exponent bits.
-    let scale = f32::from_bits((k_bits.wrapping_add(127) << 23) as u32);
-    if underflow { 0.0 } else { y * scale }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -757,23 +730,6 @@ mod tests {
             let err = err.unwrap_err().to_string();
             assert!(err.contains(OP), "{err}");
         }
-    }
-
-    #[test]
-    fn exp_nonpositive_is_close_to_exp() {
-        let mut worst = 0f32;
-        for i in 0..=200_000 {
-            let x = -90.0 * i as f32 / 200_000.0;
-            let (fast, exact) = (exp_nonpositive(x), x.exp());
-            if exact >= f32::MIN_POSITIVE {
-                worst = worst.max((fast - exact).abs() / exact);
-            } else {
-                assert!(fast <= f32::MIN_POSITIVE);
-            }
-        }
-        assert!(worst < 3e-7, "relative error up to {worst}");
-        assert!(exp_nonpositive(f32::NAN).is_nan());
-        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
     }
 
     fn peak_rss_mb() -> f64 {

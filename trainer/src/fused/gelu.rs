@@ -7,6 +7,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::exp::exp_nonpositive;
 use crate::inference::{contiguous_f32, erf, gelu_erf_scalar};
 
 /// Elements handed to one rayon task.
@@ -74,7 +75,7 @@ impl CustomOp2 for GeluGrad {
             .for_each(|((out, xs), dys)| {
                 for ((dx, &x), &dy) in out.iter_mut().zip(xs).zip(dys) {
                     let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
-                    let pdf = INV_SQRT_2PI * (-0.5 * x * x).exp();
+                    let pdf = INV_SQRT_2PI * exp_nonpositive(-0.5 * x * x);
                     *dx = dy * (cdf + x * pdf);
                 }
             });

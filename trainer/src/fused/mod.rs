@@ -12,6 +12,7 @@
 pub mod attention;
 pub mod cross_entropy;
 pub mod dropout;
+mod exp;
 pub mod gelu;
 pub mod linear;
 mod matmul;
