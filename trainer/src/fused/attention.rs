@@ -26,6 +26,7 @@ use rayon::prelude::*;
 
 use super::dropout::DropoutDraw;
 use super::exp::exp_nonpositive;
+use super::f32s;
 use super::matmul::{Mat, Shared, product, product_into};
 
 const NAME: &str = "fused-attention";
@@ -406,26 +407,6 @@ impl CustomOp3 for FusedAttentionBackward {
         let grads = backward(q, k, v, dout, dims, &self.spec);
         let len = grads.len();
         Ok((CpuStorage::F32(grads), Shape::from(len)))
-    }
-}
-
-/// The contiguous f32 data a layout describes; the public entry point makes inputs contiguous,
-/// so anything else is a caller bug reported as an error.
-fn f32s<'a>(
-    op: &str,
-    what: &str,
-    storage: &'a CpuStorage,
-    layout: &Layout,
-) -> candle_core::Result<&'a [f32]> {
-    let CpuStorage::F32(data) = storage else {
-        candle_core::bail!("{op}: {what} must be f32");
-    };
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        candle_core::bail!("{op}: {what} must be contiguous");
-    };
-    match data.get(start..end) {
-        Some(data) => Ok(data),
-        None => candle_core::bail!("{op}: {what}'s layout overruns its storage"),
     }
 }
 

@@ -19,6 +19,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Storag
 use rayon::prelude::*;
 
 use super::dropout::DropoutDraw;
+use super::f32s;
 use super::matmul::{Mat, parallel_product_into};
 
 const NAME: &str = "fused-linear";
@@ -440,26 +441,6 @@ impl CustomOp3 for LoraLinearBackward {
         })?;
         let len = all.len();
         Ok((CpuStorage::F32(all), Shape::from(len)))
-    }
-}
-
-/// The contiguous f32 data a layout describes; the entry point makes operands contiguous, so
-/// anything else is a caller bug reported as an error.
-fn f32s<'a>(
-    op: &str,
-    what: &str,
-    storage: &'a CpuStorage,
-    layout: &Layout,
-) -> candle_core::Result<&'a [f32]> {
-    let CpuStorage::F32(data) = storage else {
-        candle_core::bail!("{op}: {what} must be f32");
-    };
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        candle_core::bail!("{op}: {what} must be contiguous");
-    };
-    match data.get(start..end) {
-        Some(data) => Ok(data),
-        None => candle_core::bail!("{op}: {what}'s layout overruns its storage"),
     }
 }
 

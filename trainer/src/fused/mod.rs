@@ -21,6 +21,26 @@ pub mod rotary;
 pub mod softmax;
 pub mod swiglu;
 
+/// The contiguous f32 data a layout describes. The kernels' entry points make their operands
+/// contiguous, so anything else is a caller bug, reported as an error naming `op` and `what`.
+pub(crate) fn f32s<'a>(
+    op: &str,
+    what: &str,
+    storage: &'a candle_core::CpuStorage,
+    layout: &candle_core::Layout,
+) -> candle_core::Result<&'a [f32]> {
+    let candle_core::CpuStorage::F32(data) = storage else {
+        candle_core::bail!("{op}: {what} must be f32");
+    };
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        candle_core::bail!("{op}: {what} must be contiguous");
+    };
+    match data.get(start..end) {
+        Some(data) => Ok(data),
+        None => candle_core::bail!("{op}: {what}'s layout overruns its storage"),
+    }
+}
+
 /// The largest absolute difference between two tensors of one shape: how far a kernel is from
 /// its composed reference, in every module's tests.
 #[cfg(test)]
