@@ -213,30 +213,26 @@ struct Base {
 }
 
 impl Base {
-    /// `bias + x·Wᵀ` for `x` as rows.
+    /// `x·Wᵀ + bias` for `x` as rows. The bias is added after the product, as candle's
+    /// composite does, so the sum rounds the same way: a projection kept quantized
+    /// ([`crate::quantized`]) must train bit for bit as its expanded f32 weight does.
     fn forward(&self, op: &str, x: &[f32]) -> candle_core::Result<Vec<f32>> {
         let d = self.dims;
         let mut y = vec![0f32; d.rows * d.output];
+        with_f32s(op, "the weight", &self.weight, |w| {
+            parallel_product_into(&mut y, d.y(), false, x, d.x(), w, d.weight().t(), 1.0);
+            Ok(())
+        })?;
         if let Some(bias) = &self.bias {
             with_f32s(op, "the bias", bias, |bias| {
-                y.par_chunks_mut(d.output)
-                    .for_each(|row| row.copy_from_slice(bias));
+                y.par_chunks_mut(d.output).for_each(|row| {
+                    for (y, &b) in row.iter_mut().zip(bias) {
+                        *y += b;
+                    }
+                });
                 Ok(())
             })?;
         }
-        with_f32s(op, "the weight", &self.weight, |w| {
-            parallel_product_into(
-                &mut y,
-                d.y(),
-                self.bias.is_some(),
-                x,
-                d.x(),
-                w,
-                d.weight().t(),
-                1.0,
-            );
-            Ok(())
-        })?;
         Ok(y)
     }
 
