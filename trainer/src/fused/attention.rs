@@ -21,13 +21,13 @@
 
 use std::sync::Arc;
 
-use candle_core::{CpuStorage, CustomOp3, D, DType, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp3, D, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::dropout::DropoutDraw;
 use super::exp::exp_nonpositive;
-use super::f32s;
 use super::matmul::{Mat, Shared, product, product_into};
+use super::{f32s, split_gradients, with_f32s};
 
 const NAME: &str = "fused-attention";
 const BWD_NAME: &str = "fused-attention-backward";
@@ -347,7 +347,7 @@ impl CustomOp3 for FusedAttention {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dims = Dims::of(q.dims(), k.dims(), v.dims())?;
+        Dims::of(q.dims(), k.dims(), v.dims())?;
         let op = FusedAttentionBackward {
             spec: self.spec.clone(),
             dout: grad.contiguous()?,
@@ -355,10 +355,7 @@ impl CustomOp3 for FusedAttention {
         // One op for all three gradients: each needs the recomputed probabilities, and
         // recomputing them once per gradient would triple the cost of the pass.
         let all = q.apply_op3_no_bwd(k, v, &op)?;
-        let (nq, nkv) = (dims.q_len(), dims.kv_len());
-        let dq = all.narrow(0, 0, nq)?.reshape(q.shape())?;
-        let dk = all.narrow(0, nq, nkv)?.reshape(k.shape())?;
-        let dv = all.narrow(0, nq + nkv, nkv)?.reshape(v.shape())?;
+        let [dq, dk, dv] = split_gradients(&all, [q.shape(), k.shape(), v.shape()])?;
         Ok((Some(dq), Some(dk), Some(dv)))
     }
 }
@@ -392,19 +389,16 @@ impl CustomOp3 for FusedAttentionBackward {
             f32s(BWD_NAME, "k", k, kl)?,
             f32s(BWD_NAME, "v", v, vl)?,
         );
-        let (storage, dl) = self.dout.storage_and_layout();
-        if dl.dims() != ql.dims() {
+        if self.dout.dims() != ql.dims() {
             candle_core::bail!(
                 "{BWD_NAME}: output gradient {:?} does not match q {:?}",
-                dl.dims(),
+                self.dout.dims(),
                 ql.dims()
             );
         }
-        let Storage::Cpu(dout) = &*storage else {
-            candle_core::bail!("{BWD_NAME}: the output gradient is not on the CPU");
-        };
-        let dout = f32s(BWD_NAME, "the output gradient", dout, dl)?;
-        let grads = backward(q, k, v, dout, dims, &self.spec);
+        let grads = with_f32s(BWD_NAME, "the output gradient", &self.dout, |dout| {
+            Ok(backward(q, k, v, dout, dims, &self.spec))
+        })?;
         let len = grads.len();
         Ok((CpuStorage::F32(grads), Shape::from(len)))
     }

@@ -57,6 +57,33 @@ impl DropoutDraw {
         (0..n as u64).map(|i| self.factor(i)).collect()
     }
 
+    /// `x ⊙ mask` for the draw's first `x.len()` elements, on every core: the kernel behind
+    /// [`Self::apply`], and dropout inside larger kernels.
+    pub(crate) fn masked(&self, x: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; x.len()];
+        self.zip_factors(&mut out, x, |y, x, f| *y = x * f);
+        out
+    }
+
+    /// `dst += src ⊙ mask` for the draw's first `dst.len()` elements: the input gradient of a
+    /// dropout whose output gradient `src` is to be added into `dst`.
+    pub(crate) fn add_masked(&self, dst: &mut [f32], src: &[f32]) {
+        self.zip_factors(dst, src, |d, s, f| *d += s * f);
+    }
+
+    /// Calls `op(dst[i], src[i], factor(i))` for every element, chunk-parallel.
+    fn zip_factors(&self, dst: &mut [f32], src: &[f32], op: impl Fn(&mut f32, f32, f32) + Sync) {
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .enumerate()
+            .for_each(|(c, (dst, src))| {
+                let start = (c * CHUNK) as u64;
+                for (j, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
+                    op(d, s, self.factor(start + j as u64));
+                }
+            });
+    }
+
     /// `x ⊙ mask`, differentiable.
     pub fn apply(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         if x.device().is_cpu() && x.dtype() == DType::F32 {
@@ -90,17 +117,7 @@ impl CustomOp1 for DropoutDraw {
 
     fn cpu_fwd(&self, x: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let xs = contiguous_f32(self.name(), x, layout)?;
-        let mut out = vec![0f32; xs.len()];
-        out.par_chunks_mut(CHUNK)
-            .zip(xs.par_chunks(CHUNK))
-            .enumerate()
-            .for_each(|(c, (out, xs))| {
-                let start = (c * CHUNK) as u64;
-                for (j, (y, &x)) in out.iter_mut().zip(xs).enumerate() {
-                    *y = x * self.factor(start + j as u64);
-                }
-            });
-        Ok((CpuStorage::F32(out), layout.shape().clone()))
+        Ok((CpuStorage::F32(self.masked(xs)), layout.shape().clone()))
     }
 
     fn bwd(

@@ -15,19 +15,16 @@
 //! of `x` in row-major order, as in the composed form: the backward pass recomputes it rather
 //! than keeping `dropout(x)`, and a seed drops the same inputs either way.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::dropout::DropoutDraw;
-use super::f32s;
 use super::matmul::{Mat, parallel_product_into};
+use super::{f32s, split_gradients, with_f32s};
 
 const NAME: &str = "fused-linear";
 const LORA_NAME: &str = "fused-lora-linear";
 const LORA_BWD_NAME: &str = "fused-lora-linear-backward";
-
-/// Elements handed to one rayon task in element-wise passes.
-const CHUNK: usize = 1 << 14;
 
 /// The trainable low-rank branch of a LoRA layer.
 #[derive(Debug, Clone, Copy)]
@@ -54,14 +51,11 @@ pub fn linear(
     lora: Option<LoraBranch<'_>>,
 ) -> candle_core::Result<Tensor> {
     let dims = Dims::of(x, weight, bias, lora.as_ref())?;
-    let mut operands = vec![x, weight];
-    operands.extend(bias);
-    if let Some(l) = &lora {
-        operands.extend([l.a, l.b]);
-    }
-    let fused = operands
-        .iter()
-        .all(|t| t.dtype() == DType::F32 && t.device().is_cpu());
+    let cpu_f32 = |t: &Tensor| t.dtype() == DType::F32 && t.device().is_cpu();
+    let fused = cpu_f32(x)
+        && cpu_f32(weight)
+        && bias.is_none_or(cpu_f32)
+        && lora.as_ref().is_none_or(|l| cpu_f32(l.a) && cpu_f32(l.b));
     if !fused {
         return composite(x, weight, bias, lora, dims);
     }
@@ -281,19 +275,7 @@ impl LoraLinear {
     fn dropped<'a>(&self, x: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
         match &self.dropout {
             None => x.into(),
-            Some(draw) => {
-                let mut out = vec![0f32; x.len()];
-                out.par_chunks_mut(CHUNK)
-                    .zip(x.par_chunks(CHUNK))
-                    .enumerate()
-                    .for_each(|(c, (out, x))| {
-                        let start = (c * CHUNK) as u64;
-                        for (j, (o, &v)) in out.iter_mut().zip(x).enumerate() {
-                            *o = v * draw.factor(start + j as u64);
-                        }
-                    });
-                out.into()
-            }
+            Some(draw) => draw.masked(x).into(),
         }
     }
 }
@@ -343,7 +325,6 @@ impl CustomOp3 for LoraLinear {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let d = self.base.dims;
         let op = LoraLinearBackward {
             forward: LoraLinear {
                 base: self.base.clone(),
@@ -354,12 +335,7 @@ impl CustomOp3 for LoraLinear {
         };
         // One op for the three gradients: `g·B` feeds both dx and dA.
         let all = x.apply_op3_no_bwd(a, b, &op)?;
-        let (nx, na) = (d.rows * d.input, d.rank * d.input);
-        let dx = all.narrow(0, 0, nx)?.reshape(x.shape())?;
-        let da = all.narrow(0, nx, na)?.reshape(a.shape())?;
-        let db = all
-            .narrow(0, nx + na, d.output * d.rank)?
-            .reshape(b.shape())?;
+        let [dx, da, db] = split_gradients(&all, [x.shape(), a.shape(), b.shape()])?;
         Ok((Some(dx), Some(da), Some(db)))
     }
 }
@@ -422,15 +398,7 @@ impl CustomOp3 for LoraLinearBackward {
                 Some(draw) => {
                     let mut branch = vec![0f32; nx];
                     parallel_product_into(&mut branch, d.x(), false, &gb, d.low(), a, d.a(), s);
-                    dx.par_chunks_mut(CHUNK)
-                        .zip(branch.par_chunks(CHUNK))
-                        .enumerate()
-                        .for_each(|(c, (dx, branch))| {
-                            let start = (c * CHUNK) as u64;
-                            for (j, (o, &v)) in dx.iter_mut().zip(branch).enumerate() {
-                                *o += v * draw.factor(start + j as u64);
-                            }
-                        });
+                    draw.add_masked(dx, &branch);
                 }
             }
             Ok(())
@@ -438,21 +406,6 @@ impl CustomOp3 for LoraLinearBackward {
         let len = all.len();
         Ok((CpuStorage::F32(all), Shape::from(len)))
     }
-}
-
-/// Runs `f` on the f32 values of a tensor the op holds (its frozen weight, bias or output
-/// gradient), which must be contiguous on the CPU.
-fn with_f32s<T>(
-    op: &str,
-    what: &str,
-    tensor: &Tensor,
-    f: impl FnOnce(&[f32]) -> candle_core::Result<T>,
-) -> candle_core::Result<T> {
-    let (storage, layout) = tensor.storage_and_layout();
-    let Storage::Cpu(cpu) = &*storage else {
-        candle_core::bail!("{op}: {what} is not on the CPU");
-    };
-    f(f32s(op, what, cpu, layout)?)
 }
 
 #[cfg(test)]

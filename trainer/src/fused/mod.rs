@@ -41,6 +41,37 @@ pub(crate) fn f32s<'a>(
     }
 }
 
+/// Runs `f` on the f32 values of a tensor an op holds rather than takes as an input (a frozen
+/// weight, a bias, an output gradient), which must be contiguous on the CPU.
+pub(crate) fn with_f32s<T>(
+    op: &str,
+    what: &str,
+    tensor: &candle_core::Tensor,
+    f: impl FnOnce(&[f32]) -> candle_core::Result<T>,
+) -> candle_core::Result<T> {
+    let (storage, layout) = tensor.storage_and_layout();
+    let candle_core::Storage::Cpu(cpu) = &*storage else {
+        candle_core::bail!("{op}: {what} is not on the CPU");
+    };
+    f(f32s(op, what, cpu, layout)?)
+}
+
+/// The three gradients a backward op wrote as one flat tensor `[d0 | d1 | d2]`, each viewed in
+/// the shape of its input.
+pub(crate) fn split_gradients(
+    all: &candle_core::Tensor,
+    shapes: [&candle_core::Shape; 3],
+) -> candle_core::Result<[candle_core::Tensor; 3]> {
+    let mut at = 0;
+    let mut part = |shape: &candle_core::Shape| {
+        let n = shape.elem_count();
+        let grad = all.narrow(0, at, n)?.reshape(shape);
+        at += n;
+        grad
+    };
+    Ok([part(shapes[0])?, part(shapes[1])?, part(shapes[2])?])
+}
+
 /// The largest absolute difference between two tensors of one shape: how far a kernel is from
 /// its composed reference, in every module's tests.
 #[cfg(test)]
