@@ -1,6 +1,6 @@
 //! `eˣ` for `x ≤ 0`, in a form a loop vectorises: the exponentials of the kernels' softmaxes
-//! (arguments after subtracting the row's max or log-sum-exp) and of the normal density in
-//! GELU's gradient.
+//! (arguments after subtracting the row's max or log-sum-exp), of the normal density in
+//! GELU's gradient and of SwiGLU's sigmoid (of `−|x|`).
 //!
 //! `f32::exp` is a libm call per element that the compiler cannot vectorise: two exponentials
 //! per logit (50 M per SmolLM2 batch, each way) cost as much as the matrix products, the

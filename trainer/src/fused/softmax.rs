@@ -7,6 +7,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, D, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::exp::exp_nonpositive;
 use crate::inference::contiguous_f32;
 
 /// Rows handed to one rayon task.
@@ -38,7 +39,7 @@ impl CustomOp1 for Softmax {
                     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let mut sum = 0f32;
                     for (y, &x) in y.iter_mut().zip(x) {
-                        *y = (x - max).exp();
+                        *y = exp_nonpositive(x - max);
                         sum += *y;
                     }
                     let inv = 1.0 / sum;

@@ -7,6 +7,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
+use super::exp::exp_nonpositive;
 use crate::inference::contiguous_f32;
 
 /// Elements handed to one rayon task.
@@ -36,8 +37,14 @@ pub fn composed(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
     candle_nn::ops::silu(gate)? * up
 }
 
+/// The logistic function from one [`exp_nonpositive`] of `−|x|`: `1 / (1 + e)` for `x ≥ 0` and
+/// `e / (1 + e)` below, so neither side overflows and the loops vectorise (libm's `expf`, one
+/// call per element, was 2.3% of a SmolLM2 training step on an AVX-512 Xeon).
+#[inline(always)]
 fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    let e = exp_nonpositive(-x.abs());
+    let r = 1.0 / (1.0 + e);
+    if x >= 0.0 { r } else { e * r }
 }
 
 struct SwiGlu;
@@ -169,6 +176,25 @@ mod tests {
                 assert!(max_diff(a, b) < 1e-4, "{shape:?}: {}", max_diff(a, b));
             }
         }
+    }
+
+    #[test]
+    fn sigmoid_matches_libm_and_saturates_without_overflow() {
+        let reference = |x: f32| 1.0 / (1.0 + f64::from(-x).exp());
+        // Down to −80, where e⁻⁸⁰ is still a normal f32 (below −87.3 it flushes to 0).
+        let mut x = -80.0f32;
+        while x <= 80.0 {
+            let (got, want) = (f64::from(sigmoid(x)), reference(x));
+            assert!(
+                (got - want).abs() <= 4.0 * f64::from(f32::EPSILON) * want,
+                "sigmoid({x}) = {got}, want {want}"
+            );
+            x += 0.37;
+        }
+        assert_eq!(sigmoid(f32::INFINITY), 1.0);
+        assert_eq!(sigmoid(f32::NEG_INFINITY), 0.0);
+        assert_eq!(sigmoid(0.0), 0.5);
+        assert!(sigmoid(f32::NAN).is_nan());
     }
 
     #[test]
