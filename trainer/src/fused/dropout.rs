@@ -13,10 +13,7 @@
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use crate::inference::contiguous_f32;
-
-/// Elements handed to one rayon task.
-const CHUNK: usize = 1 << 14;
+use crate::inference::{CHUNK, contiguous_f32};
 
 /// One draw of a dropout mask: which stream, where in it, and how much is kept.
 #[derive(Debug, Clone, Copy)]

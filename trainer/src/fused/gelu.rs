@@ -8,10 +8,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::exp::exp_nonpositive;
-use crate::inference::{contiguous_f32, erf, gelu_erf_scalar};
-
-/// Elements handed to one rayon task.
-const CHUNK: usize = 1 << 14;
+use crate::inference::{CHUNK, contiguous_f32, erf, gelu_erf_scalar};
 
 /// `x · Φ(x)`, differentiable.
 pub fn gelu_erf(x: &Tensor) -> candle_core::Result<Tensor> {

@@ -8,10 +8,7 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::exp::exp_nonpositive;
-use crate::inference::contiguous_f32;
-
-/// Elements handed to one rayon task.
-const CHUNK: usize = 1 << 14;
+use crate::inference::{CHUNK, contiguous_f32};
 
 /// `silu(gate) · up`, differentiable in both.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {

@@ -68,8 +68,9 @@ pub(crate) fn contiguous_f32<'a>(
     Ok(&values[start..end])
 }
 
-/// Elements per parallel chunk: large enough that scheduling costs nothing next to the work.
-const CHUNK: usize = 1 << 14;
+/// Elements per parallel chunk of an element-wise pass, here and in the fused training kernels:
+/// large enough that scheduling costs nothing next to the work.
+pub(crate) const CHUNK: usize = 1 << 14;
 
 struct GeluErf;
 
