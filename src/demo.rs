@@ -39,8 +39,9 @@ pub struct DemoArgs {
     /// the shard, submit the opposite of what they trained, or train on wrong answers.
     #[arg(long, value_enum, default_value = "noise")]
     pub adversary: shardwork_node::worker::Behaviour,
-    /// Share of accepted submissions the validator trains again to check them (the job's
-    /// `validation.spot_check`; 0.1 when not given).
+    /// Share of accepted submissions whose whole run the validator trains again (the job's
+    /// `validation.spot_check`; 0.1 when not given). Every other accepted submission has one
+    /// stretch of its run replayed from its proof of training.
     #[arg(long)]
     pub spot_check: Option<f64>,
     #[arg(long, default_value_t = 3)]

@@ -26,6 +26,7 @@ use shardwork_trainer::tokenizer_gguf::LmTokenizer;
 use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::sft::{self, SftConfig};
 use shardwork_trainer::train::sft_data::{SftExample, read_sft_jsonl};
+use shardwork_trainer::train::trace::Span;
 
 use crate::progress::ProgressLine;
 
@@ -289,7 +290,13 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
                 .as_ref()
                 .map(|h| job.evaluate(None, h, &device))
                 .transpose()?;
-            let (adapter, report) = job.train(None, &data, &device, &mut on_progress(&mut bar))?;
+            let (adapter, report, _) = job.train(
+                None,
+                &data,
+                &device,
+                Span::whole(),
+                &mut on_progress(&mut bar),
+            )?;
             bar.finish();
             adapter.save(&args.out)?;
             let after = held_out

@@ -15,8 +15,9 @@
 //! * [`Behaviour::LabelFlip`]: trains on its shard with the answers wrong: binary labels
 //!   flipped, other labels and every completion, output or chat reply moved to the next record.
 //! * [`Behaviour::Lazy`]: trains on the first tenth of its shard, a tenth of the steps, a real
-//!   update in a sensible direction: only the validator's spot check (training the task again)
-//!   tells it from honest work.
+//!   update in a sensible direction, and forges the proof of training a whole run would send
+//!   ([`stretched_trace`]: its own short run's states and losses, relabelled to the steps the
+//!   whole shard takes): only the validator's replay of a stretch tells it from honest work.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,10 +26,13 @@ use std::time::{Duration, Instant};
 
 use candle_core::Tensor;
 use shardwork_client::Lease;
+use shardwork_core::protocol::submission::TRACE_SEGMENTS;
 use shardwork_trainer::peft::Adapter;
+use shardwork_trainer::train::trace::{Checkpoint, TrainTrace, boundaries};
 use uuid::Uuid;
 
 use crate::NodeError;
+use crate::work::Trained;
 
 /// How a worker behaves. Anything but `Honest` exists to prove the validator catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -168,6 +172,64 @@ pub async fn copy_another(lease: &Lease) -> Result<Adapter, NodeError> {
     }
 }
 
+/// A lazy worker's forged proof of training: the trace of a whole run of `asked_steps` steps,
+/// made from its own short run (`trained`): each state it kept moved to the step a whole run
+/// would keep it at (its last state, the adapter's values, standing in for any it lacks), and
+/// its losses stretched over the asked steps. Every part is a real state of a real run; none
+/// is where the asked run would be.
+pub fn stretched_trace(trained: &Trained, asked_steps: usize) -> TrainTrace {
+    let own = &trained.trace;
+    let asked = boundaries(asked_steps, TRACE_SEGMENTS);
+    let inner = &asked[1..asked.len() - 1];
+    let fallback = own.checkpoints.last().cloned();
+    let checkpoints = inner
+        .iter()
+        .enumerate()
+        .map(|(j, &step)| {
+            let mut c = own
+                .checkpoints
+                .get(j)
+                .cloned()
+                .or_else(|| fallback.clone())
+                .unwrap_or_else(|| Checkpoint {
+                    state: Default::default(),
+                    dropout: Vec::new(),
+                });
+            if c.state.values.is_empty() {
+                c.state.values = trained.adapter.tensors.clone();
+                c.state.first_moments = zeros(&trained.adapter);
+                c.state.second_moments = zeros(&trained.adapter);
+                c.dropout = vec![0; 1];
+            }
+            c.state.step = step;
+            c
+        })
+        .collect();
+    let n = own.losses.len().max(1);
+    let losses = (0..asked_steps)
+        .map(|i| {
+            own.losses
+                .get(i * n / asked_steps.max(1))
+                .copied()
+                .unwrap_or(0.0)
+        })
+        .collect();
+    TrainTrace {
+        total_steps: asked_steps,
+        first_step: 0,
+        losses,
+        checkpoints,
+    }
+}
+
+fn zeros(adapter: &Adapter) -> BTreeMap<String, Tensor> {
+    adapter
+        .tensors
+        .iter()
+        .filter_map(|(k, t)| Some((k.clone(), t.zeros_like().ok()?)))
+        .collect()
+}
+
 /// The first tenth (at least one) of the JSONL records in `shard`, written back over it: what a
 /// lazy worker trains on.
 pub fn keep_a_tenth(shard: &Path) -> Result<(), NodeError> {
@@ -249,6 +311,54 @@ pub fn flip_answers(shard: &Path) -> Result<(), NodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardwork_trainer::lora::LoraConfig;
+    use shardwork_trainer::optim::OptimState;
+    use shardwork_trainer::peft::AdapterConfig;
+
+    /// The forgery is well-formed, so only a replay can tell it: the states a whole run of the
+    /// asked steps keeps, every step's loss, real states of the short run inside.
+    #[test]
+    fn a_lazy_workers_trace_has_the_shape_of_the_asked_run() {
+        let dev = candle_core::Device::Cpu;
+        let tensor = |v: f32| Tensor::new(&[v, v], &dev).unwrap();
+        let values = |v: f32| -> BTreeMap<String, Tensor> {
+            [("w.lora_A.weight".to_owned(), tensor(v))].into()
+        };
+        let lora = LoraConfig::new(1, 2.0, 0.0, &["w"], &[]).unwrap();
+        let own_checkpoint = Checkpoint {
+            state: OptimState {
+                step: 1,
+                values: values(0.5),
+                first_moments: values(0.1),
+                second_moments: values(0.01),
+            },
+            dropout: vec![42],
+        };
+        let trained = Trained {
+            adapter: Adapter {
+                config: AdapterConfig::from_lora(&lora, "CAUSAL_LM", None),
+                tensors: values(1.0),
+            },
+            records: 3,
+            steps: 2,
+            final_loss: 1.0,
+            tokens_per_sec: 1.0,
+            trace: TrainTrace {
+                total_steps: 2,
+                first_step: 0,
+                losses: vec![2.0, 1.0],
+                checkpoints: vec![own_checkpoint],
+            },
+        };
+        let forged = stretched_trace(&trained, 20);
+        assert_eq!((forged.total_steps, forged.first_step), (20, 0));
+        assert_eq!(forged.losses.len(), 20);
+        assert_eq!((forged.losses[0], forged.losses[19]), (2.0, 1.0));
+        let steps: Vec<usize> = forged.checkpoints.iter().map(|c| c.state.step).collect();
+        assert_eq!(steps, vec![5, 10, 15]);
+        // The short run kept one state; the others repeat it.
+        assert!(forged.checkpoints.iter().all(|c| c.dropout == vec![42]));
+    }
 
     #[test]
     fn flipped_answers_are_wrong_and_the_questions_stay() {

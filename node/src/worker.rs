@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use candle_core::Device;
+use shardwork_core::protocol::submission::{TRACE_FILE, TRACE_SEGMENTS};
 use shardwork_core::protocol::{
     ContentId, JobSpec, PROTOCOL_VERSION, Submission, SubmissionMetrics, TASK_QUEUE, TaskMessage,
 };
@@ -33,6 +34,7 @@ use shardwork_client::{ApiClient, Lease, Progress};
 use shardwork_core::store::keys::{BundleSeal, Sealed};
 use shardwork_core::store::seal::SealingKey;
 use shardwork_trainer::peft::Adapter;
+use shardwork_trainer::train::trace::Span;
 
 /// When a task refused to this worker becomes visible again.
 const REFUSED_REDELIVERY: Duration = Duration::from_millis(500);
@@ -257,6 +259,8 @@ impl WorkerNode {
         let training = if behaviour.trains(task.round) {
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                 let work = work::load(spec, &model_dir, &device)?;
+                // What the whole shard's run takes, which a lazy worker's forged proof claims.
+                let asked_steps = work.total_steps(&shard_path)?;
                 match behaviour {
                     Behaviour::Lazy => adversary::keep_a_tenth(&shard_path)?,
                     Behaviour::LabelFlip => adversary::flip_answers(&shard_path)?,
@@ -266,9 +270,16 @@ impl WorkerNode {
                     Some(p) => Some(Adapter::load(&p, &device)?),
                     None => None,
                 };
-                let trained = work.train(start.as_ref(), &shard_path, &device, &mut |p| {
+                let span = Span::Whole {
+                    segments: TRACE_SEGMENTS,
+                };
+                let trained = work.train(start.as_ref(), &shard_path, &device, span, &mut |p| {
                     let _ = progress_tx.send(Some(*p));
                 })?;
+                let trace = match behaviour {
+                    Behaviour::Lazy => adversary::stretched_trace(&trained, asked_steps),
+                    _ => trained.trace.clone(),
+                };
                 match behaviour {
                     Behaviour::RandomNoise => {
                         adversary::noise_like(&trained.adapter)?.save(&out)?
@@ -277,6 +288,7 @@ impl WorkerNode {
                     Behaviour::SignFlip => adversary::sign_flipped(&trained.adapter)?.save(&out)?,
                     _ => trained.adapter.save(&out)?,
                 }
+                trace.save(&out.join(TRACE_FILE))?;
                 Ok(Claimed::from(&trained))
             })
         } else {
@@ -306,11 +318,16 @@ impl WorkerNode {
         let report = self.heartbeat_until(lease, training, progress_rx).await?;
         let samples = report.records;
 
+        // An adversary that trained nothing has no proof of training to send.
+        let mut files = vec!["adapter_config.json", "adapter_model.safetensors"];
+        if out_dir.join(TRACE_FILE).exists() {
+            files.push(TRACE_FILE);
+        }
         let adapter_cid = put_bundle(
             self.blobs.as_ref(),
             "adapter",
             &out_dir,
-            &["adapter_config.json", "adapter_model.safetensors"],
+            &files,
             Some(&seals.submission),
         )
         .await?;

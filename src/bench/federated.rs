@@ -25,6 +25,7 @@ use shardwork_node::work::causal_lm::CausalLmJob;
 use shardwork_trainer::merge::MergeMode;
 use shardwork_trainer::peft::Adapter;
 use shardwork_trainer::train::sft_data::SftExample;
+use shardwork_trainer::train::trace::Span;
 
 use crate::progress::ProgressLine;
 
@@ -220,13 +221,15 @@ impl Trainer<'_> {
         tally: &mut Tally,
     ) -> anyhow::Result<Adapter> {
         let (bar, done, all_steps) = (&mut self.bar, self.done, self.all_steps);
-        let (adapter, report) = self.job.train_examples(start, examples, &mut |p| {
-            bar.draw(
-                (done + p.step) as u64,
-                all_steps as u64,
-                &format!("{label} loss {:.3}", p.loss),
-            );
-        })?;
+        let (adapter, report, _) =
+            self.job
+                .train_examples(start, examples, Span::whole(), &mut |p| {
+                    bar.draw(
+                        (done + p.step) as u64,
+                        all_steps as u64,
+                        &format!("{label} loss {:.3}", p.loss),
+                    );
+                })?;
         self.done += report.steps;
         tally.steps += report.steps;
         tally.seconds += report.seconds;

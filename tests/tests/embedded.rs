@@ -250,13 +250,8 @@ async fn five_workers_with_one_cheat_of_each_kind_pay_only_the_honest() {
         ("sign-flip", &["does not beat"], &[]),
         ("label-flip", &["does not beat"], &[]),
         // A tenth of the sample shard scores below the start here; where it does not (the chat
-        // test below), only training the task again (every task, here) tells it from honest
-        // work.
-        (
-            "lazy",
-            &["does not beat", "spot check"],
-            &["--spot-check", "1"][..],
-        ),
+        // test below), only its forged proof of training, replayed, tells it from honest work.
+        ("lazy", &["does not beat", "proof of training"], &[][..]),
     ] {
         let (report, reasons) = adversarial_demo(cheat, 5, &[SAMPLE_JOB, extra].concat()).await;
         all_for_one_of(&reasons, rules);
@@ -341,12 +336,14 @@ async fn a_job_whose_every_worker_fails_is_refunded_long_before_its_deadline() {
     }
 }
 
-/// A lazy worker trains a chat SFT task on a tenth of its shard: a real update in a sensible
-/// direction that beats the base model (on the sample classifier it does not even do that). The
-/// validator, told to spot-check every submission, trains each task again: the honest ones
-/// match their replays exactly, the lazy one does not (cosine 0.32 when measured).
+/// A lazy worker trains a chat SFT task on a tenth of its shard (a real update in a sensible
+/// direction that beats the base model; on the sample classifier it does not even do that) and
+/// forges the proof of training a whole run sends. With no submission drawn for a full replay
+/// (`--spot-check 0`), the validator trains one stretch of each run again from the state its
+/// trace gives: the honest ones end where their traces say, to the bit; the lazy one does not,
+/// whichever stretch is drawn.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_lazy_worker_is_caught_by_the_spot_check_and_earns_nothing() {
+async fn a_lazy_worker_is_caught_by_replaying_one_stretch_and_earns_nothing() {
     if !chat_fixtures("tests embedded lazy worker") {
         return;
     }
@@ -358,10 +355,10 @@ async fn a_lazy_worker_is_caught_by_the_spot_check_and_earns_nothing() {
         "--rounds",
         "1",
         "--spot-check",
-        "1",
+        "0",
     ];
     let (_, reasons) = adversarial_demo("lazy", 2, &chat).await;
-    all_for(&reasons, "spot check");
+    all_for(&reasons, "proof of training");
 }
 
 /// The README's first command's job, CI-sized: `shardwork demo` (chat SFT of SmolLM2-135M-Instruct

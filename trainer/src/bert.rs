@@ -430,7 +430,9 @@ impl BertClassifier {
             rng,
             num_labels: spec.num_labels,
         };
-        Ok((model, lb.finish()))
+        let mut trainables = lb.finish();
+        trainables.add_dropout_stream(model.rng.clone());
+        Ok((model, trainables))
     }
 
     /// The base model's config.

@@ -136,6 +136,17 @@ impl DropoutRng {
         self.drawn.store(0, Ordering::Relaxed);
     }
 
+    /// Stream positions drawn so far: kept with a training checkpoint, so a run resumed from it
+    /// ([`DropoutRng::seek`]) draws the masks the uninterrupted run drew.
+    pub fn position(&self) -> u64 {
+        self.drawn.load(Ordering::Relaxed)
+    }
+
+    /// Moves the stream to `position`, for every layer sharing it.
+    pub fn seek(&self, position: u64) {
+        self.drawn.store(position, Ordering::Relaxed);
+    }
+
     /// Inverted dropout: keeps each element with probability `1 - p` and scales it by
     /// `1 / (1 - p)` so the expectation is unchanged.
     pub fn apply(&self, x: &Tensor, p: f32) -> Result<Tensor> {
@@ -162,9 +173,9 @@ impl DropoutRng {
 #[derive(Default, Clone)]
 pub struct Trainables {
     vars: BTreeMap<String, Var>,
-    /// The dropout masks' generator of the layers these tensors belong to, when built by a
-    /// [`LoraBuilder`].
-    dropout: Option<DropoutRng>,
+    /// The dropout masks' generators of the model these tensors belong to: the LoRA layers'
+    /// (when built by a [`LoraBuilder`]) and any the model draws from itself (BERT's encoder).
+    dropout: Vec<DropoutRng>,
 }
 
 impl Trainables {
@@ -173,11 +184,15 @@ impl Trainables {
         Self::default()
     }
 
-    /// Starts the layers' dropout masks over from their seed (see [`DropoutRng::restart`]).
-    pub fn restart_dropout(&self) {
-        if let Some(d) = &self.dropout {
-            d.restart();
-        }
+    /// The model's dropout generators, in a fixed order (the LoRA layers' first).
+    pub fn dropout_streams(&self) -> &[DropoutRng] {
+        &self.dropout
+    }
+
+    /// Adds a generator the model draws masks from outside its LoRA layers, so checkpoints keep
+    /// its position too.
+    pub fn add_dropout_stream(&mut self, stream: DropoutRng) {
+        self.dropout.push(stream);
     }
 
     /// Registers `var` under `name`; registering a name twice is an error.
@@ -571,10 +586,9 @@ impl LoraBuilder {
 
     /// Ends building and hands over the registry the optimiser and the adapter writer use.
     pub fn finish(self) -> Trainables {
-        Trainables {
-            dropout: Some(self.dropout),
-            ..self.trainables
-        }
+        let mut trainables = self.trainables;
+        trainables.dropout.insert(0, self.dropout);
+        trainables
     }
 }
 

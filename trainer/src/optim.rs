@@ -5,6 +5,8 @@
 //! candle's own `AdamW` has no schedule, clipping or accumulation, so the step is written here
 //! over the [`GradStore`] that `Tensor::backward` returns.
 
+use std::collections::BTreeMap;
+
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use serde::{Deserialize, Serialize};
@@ -117,6 +119,19 @@ struct Slot {
     decay: bool,
 }
 
+/// Where an [`AdamW`] run stands between two steps: enough to continue it exactly.
+#[derive(Debug, Clone, Default)]
+pub struct OptimState {
+    /// Optimiser steps taken.
+    pub step: usize,
+    /// Every trainable's value, by PEFT name.
+    pub values: BTreeMap<String, Tensor>,
+    /// AdamW's first moment of each, by the same names.
+    pub first_moments: BTreeMap<String, Tensor>,
+    /// AdamW's second moment of each.
+    pub second_moments: BTreeMap<String, Tensor>,
+}
+
 /// AdamW over a model's [`Trainables`], with gradient accumulation and global-norm clipping.
 pub struct AdamW {
     cfg: OptimConfig,
@@ -159,6 +174,82 @@ impl AdamW {
     /// Optimiser steps taken so far.
     pub fn steps_taken(&self) -> usize {
         self.step
+    }
+
+    /// A copy of the state a run resumes from after `steps_taken` steps: every trainable's
+    /// value and its first and second moments, by name. Only between steps (no micro-batch
+    /// accumulated).
+    pub fn state(&self) -> Result<OptimState> {
+        if self.micro != 0 || self.slots.iter().any(|s| s.acc.is_some()) {
+            return Err(Error::Invalid(
+                "optimiser state asked for in the middle of a step".into(),
+            ));
+        }
+        let mut state = OptimState {
+            step: self.step,
+            ..OptimState::default()
+        };
+        for slot in &self.slots {
+            state
+                .values
+                .insert(slot.name.clone(), slot.var.as_detached_tensor().copy()?);
+            state
+                .first_moments
+                .insert(slot.name.clone(), slot.m.copy()?);
+            state
+                .second_moments
+                .insert(slot.name.clone(), slot.v.copy()?);
+        }
+        Ok(state)
+    }
+
+    /// Puts the optimiser and its trainables where `state` says a run was after
+    /// `state.step` steps. Every trainable must be there, with its shape, and nothing else.
+    pub fn resume(&mut self, state: &OptimState) -> Result<()> {
+        if state.step > self.cfg.total_steps {
+            return Err(Error::Mismatch(format!(
+                "checkpoint at step {} of a run of {} steps",
+                state.step, self.cfg.total_steps
+            )));
+        }
+        for (what, map) in [
+            ("value", &state.values),
+            ("first moment", &state.first_moments),
+            ("second moment", &state.second_moments),
+        ] {
+            if map.len() != self.slots.len() {
+                return Err(Error::Mismatch(format!(
+                    "checkpoint holds {} {what}s, the model trains {} tensors",
+                    map.len(),
+                    self.slots.len()
+                )));
+            }
+            for slot in &self.slots {
+                let t = map.get(&slot.name).ok_or_else(|| {
+                    Error::Mismatch(format!("checkpoint lacks the {what} of {}", slot.name))
+                })?;
+                if t.dims() != slot.var.dims() {
+                    return Err(Error::Mismatch(format!(
+                        "checkpoint's {what} of {} is {:?}, the model's is {:?}",
+                        slot.name,
+                        t.dims(),
+                        slot.var.dims()
+                    )));
+                }
+            }
+        }
+        for slot in &mut self.slots {
+            let on = |t: &Tensor| -> Result<Tensor> {
+                Ok(t.to_dtype(slot.var.dtype())?.to_device(slot.var.device())?)
+            };
+            slot.var.set(&on(&state.values[&slot.name])?)?;
+            slot.m = on(&state.first_moments[&slot.name])?;
+            slot.v = on(&state.second_moments[&slot.name])?;
+            slot.acc = None;
+        }
+        self.step = state.step;
+        self.micro = 0;
+        Ok(())
     }
 
     /// Adds one micro-batch's gradients. Every `grad_accum`-th call averages what was

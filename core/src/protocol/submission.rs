@@ -11,6 +11,18 @@ use super::validation::SpecErrors;
 /// files, with the submission's key (`store::keys::Sealed::Submission`).
 pub const METRICS_FILE: &str = "metrics.json";
 
+/// The file of a submission's adapter bundle, beside `adapter_config.json` and
+/// `adapter_model.safetensors`, that proves the training was done: the loss of every step and
+/// the optimiser's state where the run crosses from one of [`TRACE_SEGMENTS`] equal stretches
+/// of its steps into the next. The validator trains one stretch again from the state at its
+/// start and compares where it ends (docs/decisions/0033).
+pub const TRACE_FILE: &str = "training_trace.safetensors";
+
+/// Equal stretches of steps a task's run is cut into for the proof of training ([`TRACE_FILE`];
+/// fewer when the run has fewer steps). A worker that does less than one stretch's worth of
+/// the work has forged every stretch and is caught by any replay.
+pub const TRACE_SEGMENTS: usize = 4;
+
 /// Training metrics a worker reports; stored as metrics.json beside the adapter.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 //! * [`norms`]: the update norms the verdict and the merge read;
 //! * [`similarity`]: what a submission added to its round's start, against what earlier
 //!   submissions added (the replay and copy rules);
+//! * [`replay`]: the proof of training, checked by training a stretch of the run again;
 //! * [`context`]: each job's model, held-out set and base score, loaded once (ahead of time
 //!   while idle);
 //! * this module: the poll loop, scoring a submission and merging a round.
@@ -26,6 +27,7 @@
 
 pub mod context;
 pub mod norms;
+pub mod replay;
 pub mod rules;
 pub mod similarity;
 
@@ -40,9 +42,10 @@ use crate::NodeError;
 use crate::content::{Blobs, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
 use context::{Contexts, JobContext, JobRef, Loader};
+use replay::{Proof, StretchCheck};
 pub use rules::{Nearest, Rules, Scores, judge};
 use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
-use shardwork_core::protocol::{Aggregation, ShardManifest};
+use shardwork_core::protocol::Aggregation;
 use shardwork_core::store::keys::Sealed;
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
@@ -368,104 +371,27 @@ impl ValidatorNode {
         })
         .await
         .map_err(|e| NodeError::Io(format!("scoring: {e}")))?;
-        if !(judged.accepted
-            && spot_checked(pending.submission_id, job_context.validation.spot_check))
-        {
+        if !judged.accepted {
             return Ok(judged);
         }
-        let check = self
-            .spot_check(&job_context, pending, &submitted_dir)
-            .await?;
         let mut judged = judged;
-        judged.report["spot_check"] = json!({
-            "cosine": check.cosine.is_finite().then_some(check.cosine),
-            "norm_ratio": check.norm_ratio.is_finite().then_some(check.norm_ratio),
-            "seconds": check.seconds,
-        });
-        if let Some(reason) = check.mismatch() {
-            judged.accepted = false;
-            judged.quality = 0.0;
-            judged.reason = Some(reason);
+        match self
+            .check_proof(&job_context, pending, &submitted_dir)
+            .await?
+        {
+            Proof::Held(checks) => {
+                judged.report["proof_of_training"] =
+                    checks.iter().map(StretchCheck::report).collect();
+            }
+            Proof::Failed { reason, checks } => {
+                judged.report["proof_of_training"] =
+                    checks.iter().map(StretchCheck::report).collect();
+                judged.accepted = false;
+                judged.quality = 0.0;
+                judged.reason = Some(reason);
+            }
         }
         Ok(judged)
-    }
-
-    /// Trains the submission's task again as an honest worker would (the round's start, the
-    /// shard from the job's manifest, the job's seed) and compares what the replay added to the
-    /// start with what the submission added. Failing here is the validator's problem, not the
-    /// worker's: an error, not a rejection.
-    async fn spot_check(
-        &self,
-        context: &Arc<JobContext>,
-        pending: &PendingValidation,
-        submitted_dir: &std::path::Path,
-    ) -> Result<SpotCheck, NodeError> {
-        let manifest_cid = pending.manifest_cid.as_deref().ok_or_else(|| {
-            NodeError::Content(format!("job {} has no shard manifest", pending.job_id))
-        })?;
-        let manifest: ShardManifest =
-            serde_json::from_slice(&self.blobs.get(manifest_cid, 1 << 20).await?)
-                .map_err(|e| NodeError::Content(format!("shard manifest {manifest_cid}: {e}")))?;
-        let shard = manifest
-            .shards
-            .get(pending.shard_index as usize)
-            .ok_or_else(|| {
-                NodeError::Content(format!(
-                    "the manifest of job {} has no shard {}",
-                    pending.job_id, pending.shard_index
-                ))
-            })?;
-        let dir = self.work_dir.scratch("replay-")?;
-        let shard_path = dir.path().join("shard.jsonl");
-        let bytes = self
-            .blobs
-            .get(&shard.cid.to_string(), crate::content::MAX_FILE_BYTES)
-            .await?;
-        std::fs::write(&shard_path, &bytes)
-            .map_err(|e| NodeError::Io(format!("{}: {e}", shard_path.display())))?;
-        let start_dir = match &pending.previous_adapter_cid {
-            Some(cid) => {
-                let d = dir.path().join("start");
-                fetch_bundle(
-                    self.blobs.as_ref(),
-                    cid,
-                    &d,
-                    context.start_seal(pending.round).as_ref(),
-                )
-                .await?;
-                Some(d)
-            }
-            None => None,
-        };
-        let (context, device, submitted_dir) = (
-            context.clone(),
-            self.device.clone(),
-            submitted_dir.to_path_buf(),
-        );
-        let submission = pending.submission_id;
-        tokio::task::spawn_blocking(move || -> Result<SpotCheck, NodeError> {
-            let started = std::time::Instant::now();
-            let start = start_dir.map(|d| Adapter::load(&d, &device)).transpose()?;
-            tracing::info!(%submission, "spot check: training the task again");
-            let replay = context
-                .work
-                .train(start.as_ref(), &shard_path, &device, &mut |_| {})?;
-            let submitted = Adapter::load(&submitted_dir, &device)?;
-            let start_update = start.as_ref().map(Update::of).transpose()?;
-            let c = Additions::measure(
-                &Update::of(&submitted)?,
-                start_update.as_ref(),
-                &[&Update::of(&replay.adapter)?],
-            )?
-            .compare();
-            Ok(SpotCheck {
-                cosine: c.cosines[0],
-                norm_ratio: c.norm_ratios[0],
-                seconds: started.elapsed().as_secs_f64(),
-            })
-        })
-        .await
-        .map_err(|e| NodeError::Io(format!("spot check: {e}")))?
     }
 
     async fn merge_round(
@@ -676,57 +602,6 @@ fn shape_problem(
     Ok(None)
 }
 
-/// What a spot check's replay added against what the submission added.
-struct SpotCheck {
-    /// `cos(d_submitted, d_replay)`.
-    cosine: f64,
-    /// `‖d_submitted‖ / ‖d_replay‖`.
-    norm_ratio: f64,
-    /// How long the replay took.
-    seconds: f64,
-}
-
-/// A spot check passes when the submission added what the replay added: the same direction
-/// (cosine at least this) ...
-pub const SPOT_CHECK_COSINE: f64 = 0.98;
-/// ... and the same size, within this share. Training is deterministic for a given seed and
-/// thread count, so an honest submission judged on the machine that trained it matches to
-/// rounding (cosine 1.0000, ratio 1.000 in `demo`); the margins absorb another thread count's
-/// summation order.
-pub const SPOT_CHECK_NORM_TOLERANCE: f64 = 0.1;
-
-impl SpotCheck {
-    /// Why the submission does not match its replay, if it does not.
-    fn mismatch(&self) -> Option<String> {
-        let matches = self.cosine >= SPOT_CHECK_COSINE
-            && (self.norm_ratio - 1.0).abs() <= SPOT_CHECK_NORM_TOLERANCE;
-        (!matches).then(|| {
-            format!(
-                "spot check: trained again from the same start, shard and seed, the task's update \
-                 differs from the submitted one (cosine {:.4}, norm ratio {:.3}; an honest \
-                 submission gives at least {SPOT_CHECK_COSINE} and 1 ± {SPOT_CHECK_NORM_TOLERANCE}): \
-                 the work was not done as asked",
-                self.cosine, self.norm_ratio
-            )
-        })
-    }
-}
-
-/// Whether submission `id` is spot-checked at `fraction`. The id is drawn by the API when the
-/// worker submits (so no worker can aim for or away from a check); its UUIDv7 bits (time, a
-/// counter, random bits) are mixed into a uniform number in [0, 1) and compared.
-fn spot_checked(id: uuid::Uuid, fraction: f64) -> bool {
-    // SplitMix64's finaliser: every input bit moves every output bit.
-    fn mix(mut z: u64) -> u64 {
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    let (hi, lo) = id.as_u64_pair();
-    let uniform = mix(hi ^ mix(lo)) >> 11;
-    (uniform as f64 / (1u64 << 53) as f64) < fraction
-}
-
 /// A round's merge as chosen: the adapter, its held-out metric and what the aggregate reports.
 struct ChosenMerge {
     adapter: Adapter,
@@ -849,37 +724,6 @@ fn aggregation_name(a: Aggregation) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spot_checks_take_the_asked_share_of_submissions() {
-        let ids: Vec<uuid::Uuid> = (0..4000).map(|_| uuid::Uuid::now_v7()).collect();
-        let share = |f: f64| ids.iter().filter(|id| spot_checked(**id, f)).count() as f64 / 4000.0;
-        assert_eq!(share(0.0), 0.0);
-        assert_eq!(share(1.0), 1.0);
-        assert!((share(0.1) - 0.1).abs() < 0.025, "{}", share(0.1));
-    }
-
-    #[test]
-    fn a_replay_that_differs_in_direction_or_size_is_a_mismatch() {
-        let check = |cosine, norm_ratio| SpotCheck {
-            cosine,
-            norm_ratio,
-            seconds: 1.0,
-        };
-        assert!(check(1.0, 1.0).mismatch().is_none());
-        assert!(check(0.995, 1.05).mismatch().is_none());
-        assert!(
-            check(0.9, 1.0)
-                .mismatch()
-                .unwrap()
-                .contains("cosine 0.9000")
-        );
-        assert!(
-            check(0.99, 0.3).mismatch().is_some(),
-            "a tenth of the steps"
-        );
-        assert!(check(f64::NAN, 1.0).mismatch().is_some());
-    }
 
     #[test]
     fn a_trimmed_mean_of_too_few_adapters_is_their_median() {

@@ -26,6 +26,7 @@ use shardwork_trainer::tokenizer_gguf::LmTokenizer;
 use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::sft::{self, LmEval, SftConfig};
 use shardwork_trainer::train::sft_data::{SftExample, read_sft_jsonl};
+use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
 use super::{DefaultGain, Direction, HeldOut, Metric, Trained, Work};
@@ -160,13 +161,11 @@ impl CausalLmJob {
         &self,
         start: Option<&Adapter>,
         examples: &[SftExample],
+        span: Span,
         progress: &mut dyn FnMut(&Progress),
-    ) -> Result<(Adapter, sft::SftReport)> {
+    ) -> Result<(Adapter, sft::SftReport, TrainTrace)> {
         let attached = self.lock()?;
         load_values(&attached, start)?;
-        // The model is kept between runs (the validator's spot checks, the bench): every run
-        // draws the dropout masks a freshly loaded model would, as a worker's does.
-        attached.trainables.restart_dropout();
         let t = &self.training;
         let total_steps = self.total_steps(examples.len());
         let cfg = SftConfig {
@@ -183,16 +182,17 @@ impl CausalLmJob {
             max_seq_len: t.max_seq_len as usize,
             seed: t.seed,
         };
-        let report = sft::train(
+        let (report, trace) = sft::train_span(
             &attached.model,
             &attached.trainables,
             examples,
             &cfg,
             self.tokenizer.eos_token_id,
+            span,
             progress,
         )?;
         let adapter = Adapter::from_trainables(self.adapter_config(), &attached.trainables)?;
-        Ok((adapter, report))
+        Ok((adapter, report, trace))
     }
 
     /// Held-out loss and perplexity of the model at `adapter` (the base model without one).
@@ -280,17 +280,23 @@ impl Work for CausalLmJob {
         start: Option<&Adapter>,
         shard: &Path,
         _device: &Device,
+        span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Trained> {
         let examples = self.examples(shard)?;
-        let (adapter, report) = self.train_examples(start, &examples, progress)?;
+        let (adapter, report, trace) = self.train_examples(start, &examples, span, progress)?;
         Ok(Trained {
             adapter,
             records: examples.len(),
             steps: report.steps,
             final_loss: report.final_loss,
             tokens_per_sec: report.tokens_per_sec,
+            trace,
         })
+    }
+
+    fn total_steps(&self, shard: &Path) -> Result<usize> {
+        Ok(CausalLmJob::total_steps(self, self.examples(shard)?.len()))
     }
 
     fn held_out(&self, path: &Path) -> Result<HeldOut> {

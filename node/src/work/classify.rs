@@ -20,6 +20,7 @@ use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::text::TextTokenizer;
 use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::classify::{self, ClassifyConfig, TrainReport};
+use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
 use super::{DefaultGain, Direction, HeldOut, Metric, Trained, Work};
@@ -141,8 +142,9 @@ impl ClassifyJob {
         start: Option<&Adapter>,
         data: &ClassificationSet,
         device: &Device,
+        span: Span,
         progress: &mut dyn FnMut(&Progress),
-    ) -> Result<(Adapter, TrainReport)> {
+    ) -> Result<(Adapter, TrainReport, TrainTrace)> {
         let (model, trainables) = self.build_from(start)?;
         let t = &self.training;
         let total_steps = self.total_steps(data.len());
@@ -159,17 +161,18 @@ impl ClassifyJob {
             },
             seed: t.seed,
         };
-        let report = classify::train(
+        let (report, trace) = classify::train_span(
             &model,
             &trainables,
             &self.tokenizer,
             data,
             &config,
             device,
+            span,
             progress,
         )?;
         let adapter = Adapter::from_trainables(self.adapter_config(), &trainables)?;
-        Ok((adapter, report))
+        Ok((adapter, report, trace))
     }
 
     /// Held-out accuracy and macro-F1 of the model at `adapter` (the fresh model without one).
@@ -215,17 +218,24 @@ impl Work for ClassifyJob {
         start: Option<&Adapter>,
         shard: &Path,
         device: &Device,
+        span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Trained> {
         let data = self.dataset(shard)?;
-        let (adapter, report) = ClassifyJob::train(self, start, &data, device, progress)?;
+        let (adapter, report, trace) =
+            ClassifyJob::train(self, start, &data, device, span, progress)?;
         Ok(Trained {
             adapter,
             records: data.len(),
             steps: report.steps,
             final_loss: report.final_loss,
             tokens_per_sec: report.tokens_per_sec,
+            trace,
         })
+    }
+
+    fn total_steps(&self, shard: &Path) -> Result<usize> {
+        Ok(ClassifyJob::total_steps(self, self.dataset(shard)?.len()))
     }
 
     fn held_out(&self, path: &Path) -> Result<HeldOut> {

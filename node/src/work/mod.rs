@@ -22,6 +22,7 @@ use candle_core::{Device, Tensor};
 use shardwork_core::protocol::{JobSpec, TrainingTask};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::train::Progress;
+use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
 /// Which way a held-out metric improves.
@@ -104,6 +105,8 @@ pub struct Trained {
     pub final_loss: f32,
     /// Training throughput, reported with the submission.
     pub tokens_per_sec: f64,
+    /// The proof of what was trained: every step's loss and the states `span` asked to keep.
+    pub trace: TrainTrace,
 }
 
 /// A job's held-out set, parsed once by the [`Work`] that scores it. Opaque to the nodes: only
@@ -136,14 +139,21 @@ pub trait Work: Send + Sync {
     fn adapter_config(&self) -> AdapterConfig;
 
     /// Trains on the JSONL shard at `shard`, starting from `start` (the round's adapter; the
-    /// fresh model in round 1), reporting each step to `progress`.
+    /// fresh model in round 1), over the steps `span` asks for (a worker's whole run keeping
+    /// its proof-of-training checkpoints; a validator's replay of one stretch of it), reporting
+    /// each step to `progress`. A stretch resumed from a checkpoint starts from the checkpoint's
+    /// values, not from `start`.
     fn train(
         &self,
         start: Option<&Adapter>,
         shard: &Path,
         device: &Device,
+        span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Trained>;
+
+    /// Optimiser steps a whole run on the JSONL shard at `shard` takes.
+    fn total_steps(&self, shard: &Path) -> Result<usize>;
 
     /// Parses the held-out JSONL at `path` into what [`Work::score`] reads.
     fn held_out(&self, path: &Path) -> Result<HeldOut>;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Progress;
 use super::step_loop::StepLoop;
+use super::trace::{Span, TrainTrace};
 use crate::bert::BertClassifier;
 use crate::data::ClassificationSet;
 use crate::error::{Error, Result};
@@ -55,6 +56,26 @@ pub fn train(
     device: &Device,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<TrainReport> {
+    let span = Span::whole();
+    train_span(
+        model, trainables, tokenizer, data, cfg, device, span, progress,
+    )
+    .map(|(r, _)| r)
+}
+
+/// [`train`] over the steps `span` asks for (a whole run keeping its proof-of-training
+/// checkpoints, or one stretch of it resumed from its checkpoint), returning the trace too.
+#[allow(clippy::too_many_arguments)]
+pub fn train_span(
+    model: &BertClassifier,
+    trainables: &Trainables,
+    tokenizer: &TextTokenizer,
+    data: &ClassificationSet,
+    cfg: &ClassifyConfig,
+    device: &Device,
+    span: Span,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(TrainReport, TrainTrace)> {
     if cfg.batch_size == 0 {
         return Err(Error::Invalid(
             "batch_size: 0 is below the minimum 1".into(),
@@ -72,7 +93,7 @@ pub fn train(
     }
     let encoded = tokenizer.encode_all(&data.texts)?;
     let opt = AdamW::new(trainables, cfg.optim.clone())?;
-    let mut steps = StepLoop::new(opt, data.len(), cfg.batch_size, cfg.seed);
+    let mut steps = StepLoop::new(opt, trainables, data.len(), cfg.batch_size, cfg.seed, span)?;
     for _ in 0..steps.micro_batches() {
         let batch_idx = steps.next_batch();
         let seqs: Vec<&[u32]> = batch_idx.iter().map(|&i| encoded[i].as_slice()).collect();
@@ -83,14 +104,15 @@ pub fn train(
         let loss = candle_nn::loss::cross_entropy(&logits, &labels)?;
         steps.backward(&loss, batch.tokens, progress)?;
     }
-    let summary = steps.finish();
-    Ok(TrainReport {
+    let (summary, trace) = steps.finish();
+    let report = TrainReport {
         steps: summary.steps,
         final_loss: summary.final_loss,
         tokens: summary.tokens,
         seconds: summary.seconds,
         tokens_per_sec: summary.tokens as f64 / summary.seconds,
-    })
+    };
+    Ok((report, trace))
 }
 
 /// Predicted label ids for `texts`, in order. The model is scored folded, through the

@@ -4,6 +4,7 @@ pub mod classify;
 pub mod sft;
 pub mod sft_data;
 mod step_loop;
+pub mod trace;
 
 use serde::Serialize;
 

@@ -11,6 +11,7 @@ use shardwork_core::protocol::job_spec::SFT_TOKENS_PER_PASS;
 
 use super::Progress;
 use super::step_loop::StepLoop;
+use super::trace::{Span, TrainTrace};
 use crate::error::{Error, Result};
 use crate::llama::{Llama, LlamaError};
 use crate::lora::{LoraBuilder, LoraConfig, Trainables};
@@ -233,6 +234,29 @@ pub fn train(
     pad: u32,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<SftReport> {
+    train_span(
+        model,
+        trainables,
+        examples,
+        cfg,
+        pad,
+        Span::whole(),
+        progress,
+    )
+    .map(|(r, _)| r)
+}
+
+/// [`train`] over the steps `span` asks for (a whole run keeping its proof-of-training
+/// checkpoints, or one stretch of it resumed from its checkpoint), returning the trace too.
+pub fn train_span(
+    model: &Llama,
+    trainables: &Trainables,
+    examples: &[SftExample],
+    cfg: &SftConfig,
+    pad: u32,
+    span: Span,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<(SftReport, TrainTrace)> {
     if cfg.batch_size == 0 {
         return Err(Error::Invalid(
             "batch_size: 0 is below the minimum 1".into(),
@@ -249,7 +273,14 @@ pub fn train(
         ));
     }
     let opt = AdamW::new(trainables, cfg.optim.clone())?;
-    let mut steps = StepLoop::new(opt, examples.len(), cfg.batch_size, cfg.seed);
+    let mut steps = StepLoop::new(
+        opt,
+        trainables,
+        examples.len(),
+        cfg.batch_size,
+        cfg.seed,
+        span,
+    )?;
     for _ in 0..steps.micro_batches() {
         let picked: Vec<&SftExample> = steps
             .next_batch()
@@ -269,14 +300,15 @@ pub fn train(
             steps.backward_part(&loss, batch.tokens, i + 1 == parts.len(), progress)?;
         }
     }
-    let summary = steps.finish();
-    Ok(SftReport {
+    let (summary, trace) = steps.finish();
+    let report = SftReport {
         steps: summary.steps,
         final_loss: summary.final_loss,
         tokens: summary.tokens,
         seconds: summary.seconds,
         tokens_per_sec: summary.tokens as f64 / summary.seconds,
-    })
+    };
+    Ok((report, trace))
 }
 
 #[cfg(test)]
@@ -359,17 +391,14 @@ mod tests {
     }
 
     #[test]
-    fn a_kept_model_retrains_a_task_to_the_same_adapter_once_its_dropout_restarts() {
+    fn a_kept_model_retrains_a_task_to_the_same_adapter() {
         let mut model = tiny_model(&tiny_config());
         let data = examples();
         let cfg = config(4);
         let trainables = attach_lora(&mut model, &cfg.lora, cfg.seed).unwrap();
         let fresh = trainables.snapshot().unwrap();
-        let run_from_fresh = |restart: bool| {
+        let run_from_fresh = || {
             trainables.load(&fresh).unwrap();
-            if restart {
-                trainables.restart_dropout();
-            }
             let mut losses = Vec::new();
             train(&model, &trainables, &data, &cfg, 0, &mut |p| {
                 losses.push(p.loss)
@@ -377,10 +406,91 @@ mod tests {
             .unwrap();
             losses
         };
-        let first = run_from_fresh(false);
-        // Without a restart the second run draws the next masks: another adapter.
-        assert_ne!(run_from_fresh(false), first);
-        assert_eq!(run_from_fresh(true), first);
+        // Every run draws its dropout masks from the start of the stream.
+        assert_eq!(run_from_fresh(), run_from_fresh());
+    }
+
+    /// The proof of training rests on this: any stretch of a run, resumed from the checkpoint
+    /// the whole run kept at its start, ends exactly where the whole run passed (the next
+    /// checkpoint, or the final adapter), with the same losses on the way.
+    #[test]
+    fn a_stretch_resumed_from_its_checkpoint_ends_where_the_whole_run_passed() {
+        let mut model = tiny_model(&tiny_config());
+        let data = examples();
+        let cfg = config(7);
+        let trainables = attach_lora(&mut model, &cfg.lora, cfg.seed).unwrap();
+        let fresh = trainables.snapshot().unwrap();
+        let (_, whole) = train_span(
+            &model,
+            &trainables,
+            &data,
+            &cfg,
+            0,
+            Span::Whole { segments: 3 },
+            &mut |_| {},
+        )
+        .unwrap();
+        let end = trainables.snapshot().unwrap();
+        assert_eq!(whole.total_steps, 7);
+        assert_eq!(whole.losses.len(), 7);
+        let kept: Vec<usize> = whole.checkpoints.iter().map(|c| c.state.step).collect();
+        assert_eq!(kept, vec![2, 4]);
+        let bounds = crate::train::trace::boundaries(7, 3);
+        for index in 0..3 {
+            trainables.load(&fresh).unwrap();
+            let from = (index > 0).then(|| Box::new(whole.at(bounds[index]).unwrap().clone()));
+            let (report, replay) = train_span(
+                &model,
+                &trainables,
+                &data,
+                &cfg,
+                0,
+                Span::Segment {
+                    index,
+                    segments: 3,
+                    from,
+                },
+                &mut |_| {},
+            )
+            .unwrap();
+            assert_eq!(report.steps, bounds[index + 1] - bounds[index]);
+            assert_eq!(replay.first_step, bounds[index]);
+            assert_eq!(
+                replay.losses,
+                whole.losses_of(bounds[index], bounds[index + 1]).unwrap()
+            );
+            assert_eq!(replay.checkpoints.len(), 2);
+            assert_eq!(replay.checkpoints[0].state.step, bounds[index]);
+            if index == 0 {
+                assert_eq!(replay.checkpoints[0].state.values.len(), fresh.len());
+            }
+            let reached = &replay.checkpoints[1].state;
+            assert_eq!(reached.step, bounds[index + 1]);
+            let expected = match whole.at(bounds[index + 1]) {
+                Some(c) => c.state.values.clone(),
+                None => end.clone(),
+            };
+            for (name, t) in &expected {
+                assert_eq!(max_abs_diff(t, &reached.values[name]), 0.0, "{name}");
+            }
+        }
+        // A checkpoint from the wrong step is refused, not trained from.
+        let wrong = Box::new(whole.at(2).unwrap().clone());
+        let err = train_span(
+            &model,
+            &trainables,
+            &data,
+            &cfg,
+            0,
+            Span::Segment {
+                index: 2,
+                segments: 3,
+                from: Some(wrong),
+            },
+            &mut |_| {},
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("starts at step 4"), "{err}");
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! The bookkeeping every training loop shares, whatever the model: seeded epoch order, the
-//! non-finite loss check, gradient accumulation, progress reports and the closing summary.
-//! The loops themselves only build batches and compute losses.
+//! non-finite loss check, gradient accumulation, progress reports, the proof-of-training
+//! checkpoints ([`super::trace`]) and the closing summary. The loops themselves only build
+//! batches and compute losses.
 
 use std::time::Instant;
 
 use candle_core::Tensor;
 
 use super::Progress;
+use super::trace::{Checkpoint, Span, TrainTrace, boundaries};
 use crate::data::split;
 use crate::error::{Error, Result};
+use crate::lora::{DropoutRng, Trainables};
 use crate::optim::AdamW;
 
 pub(crate) struct StepLoop {
@@ -25,6 +28,15 @@ pub(crate) struct StepLoop {
     pending: Vec<f32>,
     /// Loss of the passes of the micro-batch in progress so far (see [`StepLoop::backward_part`]).
     partial: f32,
+    /// The model's dropout generators, whose positions checkpoints keep.
+    dropout: Vec<DropoutRng>,
+    /// Steps taken before this loop's first (a resumed stretch starts later than 0).
+    first_step: usize,
+    /// The step after which this loop stops.
+    until: usize,
+    /// Steps after which the state is kept.
+    keep: Vec<usize>,
+    checkpoints: Vec<Checkpoint>,
 }
 
 /// What a finished loop measured.
@@ -40,10 +52,76 @@ pub(crate) struct LoopSummary {
 }
 
 impl StepLoop {
-    /// A loop over `examples` examples in micro-batches of `batch_size`, epochs shuffled by `seed`.
-    pub fn new(opt: AdamW, examples: usize, batch_size: usize, seed: u64) -> Self {
+    /// A loop over `examples` examples in micro-batches of `batch_size`, epochs shuffled by
+    /// `seed`, over the steps `span` asks for: a resumed stretch puts `trainables` (through the
+    /// optimiser) and their dropout streams where its checkpoint says, and skips the data order
+    /// up to its first step without computing anything.
+    pub fn new(
+        mut opt: AdamW,
+        trainables: &Trainables,
+        examples: usize,
+        batch_size: usize,
+        seed: u64,
+        span: Span,
+    ) -> Result<Self> {
         let total = opt.config().total_steps;
-        StepLoop {
+        let segment = matches!(span, Span::Segment { .. });
+        let (first_step, until, keep, from) = match span {
+            Span::Whole { segments } => {
+                let b = boundaries(total, segments);
+                let inner = b[1..b.len() - 1].to_vec();
+                (0, total, inner, None)
+            }
+            Span::Segment {
+                index,
+                segments,
+                from,
+            } => {
+                let b = boundaries(total, segments);
+                if index + 1 >= b.len() {
+                    return Err(Error::Invalid(format!(
+                        "stretch {index} of a run of {total} steps cut into {} stretches",
+                        b.len() - 1
+                    )));
+                }
+                match (&from, index) {
+                    (None, 0) => {}
+                    (Some(c), _) if c.state.step == b[index] && index > 0 => {}
+                    (Some(c), _) => {
+                        return Err(Error::Mismatch(format!(
+                            "stretch {index} starts at step {}, its checkpoint is at step {}",
+                            b[index], c.state.step
+                        )));
+                    }
+                    (None, _) => {
+                        return Err(Error::Invalid(format!(
+                            "stretch {index} needs the checkpoint it starts from"
+                        )));
+                    }
+                }
+                (b[index], b[index + 1], vec![b[index + 1]], from)
+            }
+        };
+        let dropout = trainables.dropout_streams().to_vec();
+        // A run draws its masks from the start of each stream, so a model kept between runs
+        // (the validator's replays, the bench) draws what a freshly built one would.
+        for stream in &dropout {
+            stream.seek(0);
+        }
+        if let Some(c) = &from {
+            if c.dropout.len() != dropout.len() {
+                return Err(Error::Mismatch(format!(
+                    "checkpoint keeps {} dropout positions, the model draws from {} streams",
+                    c.dropout.len(),
+                    dropout.len()
+                )));
+            }
+            opt.resume(&c.state)?;
+            for (stream, &position) in dropout.iter().zip(&c.dropout) {
+                stream.seek(position);
+            }
+        }
+        let mut this = StepLoop {
             opt,
             seed,
             examples,
@@ -52,15 +130,33 @@ impl StepLoop {
             epoch: 0,
             start: Instant::now(),
             tokens: 0,
-            step_losses: Vec::with_capacity(total),
+            step_losses: Vec::with_capacity(until - first_step),
             pending: Vec::new(),
             partial: 0.0,
+            dropout,
+            first_step,
+            until,
+            keep,
+            checkpoints: Vec::new(),
+        };
+        if segment {
+            // A stretch keeps where it started as well as where it ended, so a verifier has
+            // both ends of the update it compares (stretch 0 starts from the run's start).
+            this.checkpoints.push(Checkpoint {
+                state: this.opt.state()?,
+                dropout: this.dropout.iter().map(DropoutRng::position).collect(),
+            });
         }
+        // The data order is a function of the seed and how many micro-batches came before.
+        for _ in 0..first_step * this.opt.config().grad_accum {
+            this.next_batch();
+        }
+        Ok(this)
     }
 
     /// Micro-batches to run: optimiser steps times accumulation.
     pub fn micro_batches(&self) -> usize {
-        self.opt.config().total_steps * self.opt.config().grad_accum
+        (self.until - self.first_step) * self.opt.config().grad_accum
     }
 
     /// Example indices of the next micro-batch. A fresh seeded permutation per epoch; leftovers
@@ -117,6 +213,12 @@ impl StepLoop {
             let mean = self.pending.iter().sum::<f32>() / self.pending.len() as f32;
             self.pending.clear();
             self.step_losses.push(mean);
+            if self.keep.contains(&(info.step + 1)) {
+                self.checkpoints.push(Checkpoint {
+                    state: self.opt.state()?,
+                    dropout: self.dropout.iter().map(DropoutRng::position).collect(),
+                });
+            }
             progress(&Progress {
                 step: info.step + 1,
                 total_steps: self.opt.config().total_steps,
@@ -129,15 +231,22 @@ impl StepLoop {
         Ok(())
     }
 
-    /// Ends the loop and summarises it.
-    pub fn finish(self) -> LoopSummary {
+    /// Ends the loop and summarises it, with the proof of what it trained.
+    pub fn finish(self) -> (LoopSummary, TrainTrace) {
         let steps = self.step_losses.len();
         let tail = (steps / 10).max(1).min(steps.max(1));
-        LoopSummary {
+        let summary = LoopSummary {
             steps,
             final_loss: self.step_losses.iter().rev().take(tail).sum::<f32>() / tail as f32,
             tokens: self.tokens,
             seconds: self.start.elapsed().as_secs_f64(),
-        }
+        };
+        let trace = TrainTrace {
+            total_steps: self.opt.config().total_steps,
+            first_step: self.first_step,
+            losses: self.step_losses,
+            checkpoints: self.checkpoints,
+        };
+        (summary, trace)
     }
 }
