@@ -250,11 +250,10 @@ pub struct ValidationSpec {
     /// How each round's accepted adapters are merged; `exact` when omitted.
     #[serde(default)]
     pub aggregation: Aggregation,
-    /// Share of accepted submissions whose whole run the validator trains again, stretch by
-    /// stretch from the states of its proof of training, to check the work was done as asked
-    /// (every other accepted submission has one stretch replayed); 0.1 when omitted. Which ones
-    /// (and which stretch) is drawn from the submission's id, unknown to the worker until it
-    /// has submitted.
+    /// Share of accepted submissions the validator trains again, from the same start, shard and
+    /// seed, to check the work was done as asked (a lazy or fabricated adapter does not match);
+    /// 0.1 when omitted. Which ones is drawn from the submission's id, unknown to the worker
+    /// until it has submitted.
     #[serde(default = "ValidationSpec::default_spot_check")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1, default = 0.1))]
     pub spot_check: f64,
