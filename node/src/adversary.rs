@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use candle_core::Tensor;
 use shardwork_client::Lease;
 use shardwork_core::protocol::submission::TRACE_SEGMENTS;
+use shardwork_trainer::optim::OptimState;
 use shardwork_trainer::peft::Adapter;
 use shardwork_trainer::train::trace::{Checkpoint, TrainTrace, boundaries};
 use uuid::Uuid;
@@ -181,7 +182,16 @@ pub fn stretched_trace(trained: &Trained, asked_steps: usize) -> TrainTrace {
     let own = &trained.trace;
     let asked = boundaries(asked_steps, TRACE_SEGMENTS);
     let inner = &asked[1..asked.len() - 1];
-    let fallback = own.checkpoints.last().cloned();
+    // A run too short to keep a state stands in its adapter, with zero moments.
+    let adapter_state = || Checkpoint {
+        state: OptimState {
+            step: 0,
+            values: trained.adapter.tensors.clone(),
+            first_moments: zeros(&trained.adapter),
+            second_moments: zeros(&trained.adapter),
+        },
+        dropout: vec![0],
+    };
     let checkpoints = inner
         .iter()
         .enumerate()
@@ -189,18 +199,9 @@ pub fn stretched_trace(trained: &Trained, asked_steps: usize) -> TrainTrace {
             let mut c = own
                 .checkpoints
                 .get(j)
+                .or(own.checkpoints.last())
                 .cloned()
-                .or_else(|| fallback.clone())
-                .unwrap_or_else(|| Checkpoint {
-                    state: Default::default(),
-                    dropout: Vec::new(),
-                });
-            if c.state.values.is_empty() {
-                c.state.values = trained.adapter.tensors.clone();
-                c.state.first_moments = zeros(&trained.adapter);
-                c.state.second_moments = zeros(&trained.adapter);
-                c.dropout = vec![0; 1];
-            }
+                .unwrap_or_else(adapter_state);
             c.state.step = step;
             c
         })
@@ -312,7 +313,6 @@ pub fn flip_answers(shard: &Path) -> Result<(), NodeError> {
 mod tests {
     use super::*;
     use shardwork_trainer::lora::LoraConfig;
-    use shardwork_trainer::optim::OptimState;
     use shardwork_trainer::peft::AdapterConfig;
 
     /// The forgery is well-formed, so only a replay can tell it: the states a whole run of the

@@ -260,9 +260,12 @@ impl WorkerNode {
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                 let work = work::load(spec, &model_dir, &device)?;
                 // What the whole shard's run takes, which a lazy worker's forged proof claims.
-                let asked_steps = work.total_steps(&shard_path)?;
+                let mut asked_steps = 0;
                 match behaviour {
-                    Behaviour::Lazy => adversary::keep_a_tenth(&shard_path)?,
+                    Behaviour::Lazy => {
+                        asked_steps = work.total_steps(&shard_path)?;
+                        adversary::keep_a_tenth(&shard_path)?
+                    }
                     Behaviour::LabelFlip => adversary::flip_answers(&shard_path)?,
                     _ => {}
                 }

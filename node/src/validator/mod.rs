@@ -42,7 +42,7 @@ use crate::NodeError;
 use crate::content::{Blobs, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
 use context::{Contexts, JobContext, JobRef, Loader};
-use replay::{Proof, StretchCheck};
+use replay::StretchCheck;
 pub use rules::{Nearest, Rules, Scores, judge};
 use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
 use shardwork_core::protocol::Aggregation;
@@ -375,21 +375,15 @@ impl ValidatorNode {
             return Ok(judged);
         }
         let mut judged = judged;
-        match self
+        let proof = self
             .check_proof(&job_context, pending, &submitted_dir)
-            .await?
-        {
-            Proof::Held(checks) => {
-                judged.report["proof_of_training"] =
-                    checks.iter().map(StretchCheck::report).collect();
-            }
-            Proof::Failed { reason, checks } => {
-                judged.report["proof_of_training"] =
-                    checks.iter().map(StretchCheck::report).collect();
-                judged.accepted = false;
-                judged.quality = 0.0;
-                judged.reason = Some(reason);
-            }
+            .await?;
+        judged.report["proof_of_training"] =
+            proof.checks.iter().map(StretchCheck::report).collect();
+        if let Some(reason) = proof.failure {
+            judged.accepted = false;
+            judged.quality = 0.0;
+            judged.reason = Some(reason);
         }
         Ok(judged)
     }

@@ -96,16 +96,21 @@ impl StretchCheck {
 }
 
 /// The outcome of checking a submission's proof of training.
-pub enum Proof {
-    /// Every replayed stretch matched.
-    Held(Vec<StretchCheck>),
-    /// The proof is missing, malformed or does not replay: the submission's rejection.
-    Failed {
-        /// Why, for the verdict.
-        reason: String,
-        /// The stretches replayed so far.
-        checks: Vec<StretchCheck>,
-    },
+pub struct Proof {
+    /// The stretches replayed, in the order they were.
+    pub checks: Vec<StretchCheck>,
+    /// Why the proof is missing, malformed or does not replay (the submission's rejection);
+    /// `None` when every replayed stretch matched.
+    pub failure: Option<String>,
+}
+
+impl Proof {
+    fn failed(reason: String, checks: Vec<StretchCheck>) -> Proof {
+        Proof {
+            checks,
+            failure: Some(reason),
+        }
+    }
 }
 
 /// Whether submission `id` has its whole run replayed at `fraction`. The id is drawn by the API
@@ -163,17 +168,14 @@ impl ValidatorNode {
     /// Replays the stretches of `pending`'s run drawn for it (see [`stretches_to_replay`]) and
     /// compares each with the submission's trace, read from `submitted_dir` beside its adapter.
     /// `Err` only for what is not the submission's fault (the store, the round's start, the
-    /// shard); a missing, malformed or mismatched proof is [`Proof::Failed`].
+    /// shard); a missing, malformed or mismatched proof is a [`Proof`] with its `failure`.
     pub(super) async fn check_proof(
         &self,
         context: &Arc<JobContext>,
         pending: &PendingValidation,
         submitted_dir: &Path,
     ) -> Result<Proof, NodeError> {
-        let failed = |reason: String| Proof::Failed {
-            reason,
-            checks: Vec::new(),
-        };
+        let failed = |reason: String| Proof::failed(reason, Vec::new());
         let trace_path = submitted_dir.join(TRACE_FILE);
         if !trace_path.exists() {
             return Ok(failed(format!(
@@ -232,10 +234,10 @@ impl ValidatorNode {
                         Ok(replay) => replay,
                         // The trace's own state did not fit the job's model: the worker's fault.
                         Err(e @ shardwork_trainer::Error::Mismatch(_)) => {
-                            return Ok(Proof::Failed {
-                                reason: format!("proof of training: the state at step {from}: {e}"),
+                            return Ok(Proof::failed(
+                                format!("proof of training: the state at step {from}: {e}"),
                                 checks,
-                            });
+                            ));
                         }
                         Err(e) => return Err(e.into()),
                     };
@@ -255,10 +257,10 @@ impl ValidatorNode {
                 ) {
                     Ok(d) => d,
                     Err(e) => {
-                        return Ok(Proof::Failed {
-                            reason: format!("proof of training: the state at step {until}: {e}"),
+                        return Ok(Proof::failed(
+                            format!("proof of training: the state at step {until}: {e}"),
                             checks,
-                        });
+                        ));
                     }
                 };
                 let claimed_losses = trace.losses_of(from, until).unwrap_or(&[]);
@@ -273,10 +275,13 @@ impl ValidatorNode {
                 let mismatch = check.mismatch();
                 checks.push(check);
                 if let Some(reason) = mismatch {
-                    return Ok(Proof::Failed { reason, checks });
+                    return Ok(Proof::failed(reason, checks));
                 }
             }
-            Ok(Proof::Held(checks))
+            Ok(Proof {
+                checks,
+                failure: None,
+            })
         })
         .await
         .map_err(|e| NodeError::Io(format!("proof of training: {e}")))?

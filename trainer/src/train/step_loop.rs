@@ -142,10 +142,8 @@ impl StepLoop {
         if segment {
             // A stretch keeps where it started as well as where it ended, so a verifier has
             // both ends of the update it compares (stretch 0 starts from the run's start).
-            this.checkpoints.push(Checkpoint {
-                state: this.opt.state()?,
-                dropout: this.dropout.iter().map(DropoutRng::position).collect(),
-            });
+            let start = this.checkpoint()?;
+            this.checkpoints.push(start);
         }
         // The data order is a function of the seed and how many micro-batches came before.
         for _ in 0..first_step * this.opt.config().grad_accum {
@@ -214,10 +212,8 @@ impl StepLoop {
             self.pending.clear();
             self.step_losses.push(mean);
             if self.keep.contains(&(info.step + 1)) {
-                self.checkpoints.push(Checkpoint {
-                    state: self.opt.state()?,
-                    dropout: self.dropout.iter().map(DropoutRng::position).collect(),
-                });
+                let kept = self.checkpoint()?;
+                self.checkpoints.push(kept);
             }
             progress(&Progress {
                 step: info.step + 1,
@@ -229,6 +225,14 @@ impl StepLoop {
             });
         }
         Ok(())
+    }
+
+    /// Where the run stands now, between two steps.
+    fn checkpoint(&self) -> Result<Checkpoint> {
+        Ok(Checkpoint {
+            state: self.opt.state()?,
+            dropout: self.dropout.iter().map(DropoutRng::position).collect(),
+        })
     }
 
     /// Ends the loop and summarises it, with the proof of what it trained.
