@@ -169,7 +169,11 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
     let mut api = Process::start(&["serve"], &env, &dir.path().join("api.log"));
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
     let node_binary = shardwork_tests::node_binary();
-    let node = |role: &str, key: usize, extra: &[&str]| {
+    // The workers train on one thread and the validator replays on two: a matmul or a loss
+    // split over a different number of threads sums in another order, and the proof of
+    // training's tolerances must absorb that, as between any worker's machine and the
+    // validator's.
+    let node = |role: &str, key: usize, threads: &str, extra: &[&str]| {
         let work_dir = dir
             .path()
             .join(format!("{role}-{key}"))
@@ -185,15 +189,16 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
                 ("SHARDWORK_QUEUE__AMQP_URL".to_owned(), amqp.clone()),
                 ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
                 ("SHARDWORK_NODE_KEY".to_owned(), key_hex(key)),
+                ("RAYON_NUM_THREADS".to_owned(), threads.to_owned()),
             ],
             &dir.path().join(format!("{role}-{key}.log")),
         )
     };
-    let _validator = node("validator", 4, &[]);
-    let _worker_a = node("worker", 5, &[]);
-    let _worker_b = node("worker", 6, &[]);
+    let _validator = node("validator", 4, "2", &[]);
+    let _worker_a = node("worker", 5, "1", &[]);
+    let _worker_b = node("worker", 6, "1", &[]);
     // 300 MiB holds no SmolLM2 training run: this worker must never be leased the job's tasks.
-    let _small = node("worker", 7, &["--memory-mb", "300"]);
+    let _small = node("worker", 7, "1", &["--memory-mb", "300"]);
 
     let requester = Arc::new(
         ApiClient::new(
@@ -334,6 +339,23 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
         round2_start.as_deref(),
         Some(merges[0].adapter_cid.as_str())
     );
+
+    // Every submission is honest work: each passed the replay of its proof of training,
+    // trained on another thread count than the validator's.
+    let verdicts: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            JobEvent::Verdict(v) => Some(v.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(verdicts.len() >= 6, "three tasks per round: {verdicts:?}");
+    for v in &verdicts {
+        assert!(v.accepted, "an honest submission was rejected: {v:?}");
+        let replayed = v.report["proof_of_training"].as_array().unwrap();
+        assert!(!replayed.is_empty(), "no stretch replayed: {v:?}");
+        println!("round {} proof of training: {replayed:?}", v.round);
+    }
 
     let claimants: Vec<&str> = events
         .iter()
