@@ -260,15 +260,18 @@ impl WorkerNode {
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                 let work = work::load(spec, &model_dir, &device)?;
                 // What the whole shard's run takes, which a lazy worker's forged proof claims.
-                let mut asked_steps = 0;
-                match behaviour {
+                let asked_steps = match behaviour {
                     Behaviour::Lazy => {
-                        asked_steps = work.total_steps(&shard_path)?;
-                        adversary::keep_a_tenth(&shard_path)?
+                        let steps = work.total_steps(&shard_path)?;
+                        adversary::keep_a_tenth(&shard_path)?;
+                        steps
                     }
-                    Behaviour::LabelFlip => adversary::flip_answers(&shard_path)?,
-                    _ => {}
-                }
+                    Behaviour::LabelFlip => {
+                        adversary::flip_answers(&shard_path)?;
+                        0
+                    }
+                    _ => 0,
+                };
                 let start = match previous {
                     Some(p) => Some(Adapter::load(&p, &device)?),
                     None => None,

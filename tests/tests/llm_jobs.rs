@@ -169,10 +169,9 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
     let mut api = Process::start(&["serve"], &env, &dir.path().join("api.log"));
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
     let node_binary = shardwork_tests::node_binary();
-    // The workers train on one thread and the validator replays on two: a matmul or a loss
-    // split over a different number of threads sums in another order, and the proof of
-    // training's tolerances must absorb that, as between any worker's machine and the
-    // validator's.
+    // The workers train on one thread and the validator replays on two, as a worker's machine
+    // and the validator's may differ: a reduction split by thread count would round
+    // differently, and the proof of training must hold across it (it does, bit for bit).
     let node = |role: &str, key: usize, threads: &str, extra: &[&str]| {
         let work_dir = dir
             .path()
