@@ -114,6 +114,8 @@ pub struct ContributorReport {
     pub accepted: u32,
     pub rejected: u32,
     pub quality_bps: u16,
+    /// Whether a replay caught it forging a proof of training, which costs it the whole job.
+    pub forfeited: bool,
     /// Reputation after the job, in basis points; absent when nothing was paid.
     pub reputation: Option<u32>,
     pub paid_wei: String,
@@ -603,6 +605,7 @@ fn summarise(
                 accepted: c.accepted,
                 rejected: c.rejected,
                 quality_bps: c.quality_bps,
+                forfeited: c.forfeited,
                 reputation: paid.map(|p| p.reputation),
                 paid_wei: paid.map_or_else(|| "0".to_owned(), |p| p.amount_wei.clone()),
             }
@@ -679,7 +682,11 @@ fn print_report(r: &DemoReport) {
             c.address,
             c.samples.to_string(),
             format!("{}/{}", c.accepted, c.accepted + c.rejected),
-            c.quality_bps.to_string(),
+            if c.forfeited {
+                "forfeit".to_owned()
+            } else {
+                c.quality_bps.to_string()
+            },
             c.reputation
                 .map_or_else(|| "-".to_owned(), |r| r.to_string()),
             c.paid_wei,

@@ -18,22 +18,28 @@
 //!   update in a sensible direction, and forges the proof of training a whole run would send
 //!   ([`stretched_trace`]: its own short run's states and losses, relabelled to the steps the
 //!   whole shard takes): only the validator's replay of a stretch tells it from honest work.
+//! * [`Behaviour::SkipLast`]: earns trust with honest work in round 1, then from round 2 on
+//!   trains every stretch of its run but the last ([`skip_last_stretch`]) and forges that one:
+//!   a quarter of the work saved, an adapter that still beats the round's start, and a proof
+//!   every honest stretch of which replays exactly. Caught only when the replay draws the
+//!   forged stretch, which is why a caught forgery forfeits the whole job's pay.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use candle_core::Tensor;
+use candle_core::{Device, Tensor};
 use shardwork_client::Lease;
 use shardwork_core::protocol::submission::TRACE_SEGMENTS;
 use shardwork_trainer::optim::OptimState;
 use shardwork_trainer::peft::Adapter;
-use shardwork_trainer::train::trace::{Checkpoint, TrainTrace, boundaries};
+use shardwork_trainer::train::Progress;
+use shardwork_trainer::train::trace::{Checkpoint, Span, TrainTrace, boundaries};
 use uuid::Uuid;
 
 use crate::NodeError;
-use crate::work::Trained;
+use crate::work::{Trained, Work};
 
 /// How a worker behaves. Anything but `Honest` exists to prove the validator catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,6 +65,10 @@ pub enum Behaviour {
     /// Trains on its shard with every answer wrong.
     #[value(name = "label-flip")]
     LabelFlip,
+    /// Trains honestly in round 1; from round 2, every stretch of its run but the last, which
+    /// it forges.
+    #[value(name = "skip-last")]
+    SkipLast,
 }
 
 impl Behaviour {
@@ -70,7 +80,8 @@ impl Behaviour {
             | Behaviour::Lazy
             | Behaviour::Accomplice
             | Behaviour::SignFlip
-            | Behaviour::LabelFlip => true,
+            | Behaviour::LabelFlip
+            | Behaviour::SkipLast => true,
             Behaviour::Replay => round == 1,
             Behaviour::Copycat => false,
         }
@@ -221,6 +232,77 @@ pub fn stretched_trace(trained: &Trained, asked_steps: usize) -> TrainTrace {
         losses,
         checkpoints,
     }
+}
+
+/// A corner-cutter's run of the shard at `shard` from `start`: every stretch of the whole run
+/// but the last trained as asked, each resumed from the end of the one before (what a whole
+/// run computes, to the bit), and the last forged without a step of training: its end is the
+/// stretch before's update carried on once more, its losses the stretch before's. The trace
+/// is shaped as a whole run's and holds the true states at every boundary. A run of a single
+/// stretch has no corner to cut and is trained whole.
+pub fn skip_last_stretch(
+    work: &dyn Work,
+    start: Option<&Adapter>,
+    shard: &Path,
+    device: &Device,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Trained, NodeError> {
+    let total = work.total_steps(shard)?;
+    let bounds = boundaries(total, TRACE_SEGMENTS);
+    let stretches = bounds.len() - 1;
+    if stretches < 2 {
+        let span = Span::Whole {
+            segments: TRACE_SEGMENTS,
+        };
+        return Ok(work.train(start, shard, device, span, progress)?);
+    }
+    let mut losses = Vec::with_capacity(total);
+    let mut kept: Vec<Checkpoint> = Vec::with_capacity(stretches - 1);
+    let mut last: Option<(Trained, Checkpoint)> = None;
+    for index in 0..stretches - 1 {
+        let span = Span::Segment {
+            index,
+            segments: TRACE_SEGMENTS,
+            from: kept.last().cloned().map(Box::new),
+        };
+        let trained = work.train(start, shard, device, span, progress)?;
+        let [stretch_start, stretch_end] = &trained.trace.checkpoints[..] else {
+            return Err(NodeError::Io(
+                "a trained stretch kept no start and end".into(),
+            ));
+        };
+        losses.extend_from_slice(&trained.trace.losses);
+        kept.push(stretch_end.clone());
+        let stretch_start = stretch_start.clone();
+        last = Some((trained, stretch_start));
+    }
+    let Some((trained, stretch_start)) = last else {
+        return Err(NodeError::Io("no stretch was trained".into()));
+    };
+    let previous = trained.trace.losses.clone();
+    let forged_steps = bounds[stretches] - bounds[stretches - 1];
+    losses.extend((0..forged_steps).map(|i| previous[i % previous.len().max(1)]));
+    // The end claimed for the forged stretch: where the one before ended, plus its update.
+    let end = &kept[kept.len() - 1].state.values;
+    let adapter = map_tensors(&trained.adapter, |name, t| {
+        match (end.get(name), stretch_start.state.values.get(name)) {
+            (Some(e), Some(s)) => (e + (e - s)?)?.to_dtype(t.dtype()),
+            _ => Ok(t.clone()),
+        }
+    })?;
+    Ok(Trained {
+        adapter,
+        records: trained.records,
+        steps: total,
+        final_loss: trained.final_loss,
+        tokens_per_sec: trained.tokens_per_sec,
+        trace: TrainTrace {
+            total_steps: total,
+            first_step: 0,
+            losses,
+            checkpoints: kept,
+        },
+    })
 }
 
 fn zeros(adapter: &Adapter) -> BTreeMap<String, Tensor> {

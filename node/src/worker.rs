@@ -256,7 +256,8 @@ impl WorkerNode {
         let out_dir = dir.path().join("adapter");
         let out = out_dir.clone();
         let started = Instant::now();
-        let training = if behaviour.trains(task.round) {
+        let round = task.round;
+        let training = if behaviour.trains(round) {
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                 let work = work::load(spec, &model_dir, &device)?;
                 // What the whole shard's run takes, which a lazy worker's forged proof claims.
@@ -276,12 +277,23 @@ impl WorkerNode {
                     Some(p) => Some(Adapter::load(&p, &device)?),
                     None => None,
                 };
-                let span = Span::Whole {
-                    segments: TRACE_SEGMENTS,
-                };
-                let trained = work.train(start.as_ref(), &shard_path, &device, span, &mut |p| {
+                let progress = &mut |p: &shardwork_trainer::train::Progress| {
                     let _ = progress_tx.send(Some(*p));
-                })?;
+                };
+                let trained = if behaviour == Behaviour::SkipLast && round > 1 {
+                    adversary::skip_last_stretch(
+                        &*work,
+                        start.as_ref(),
+                        &shard_path,
+                        &device,
+                        progress,
+                    )?
+                } else {
+                    let span = Span::Whole {
+                        segments: TRACE_SEGMENTS,
+                    };
+                    work.train(start.as_ref(), &shard_path, &device, span, progress)?
+                };
                 let trace = match behaviour {
                     Behaviour::Lazy => adversary::stretched_trace(&trained, asked_steps),
                     _ => trained.trace.clone(),

@@ -3,7 +3,8 @@
 //! workers) once with every worker honest and once per kind of cheat, one of the five dishonest
 //! (submitting noise, replaying the round's start, copying an accomplice's adapter, training a
 //! tenth of its shard, submitting the opposite update, training on wrong labels), and runs it to
-//! payout; and the same for chat SFT with a lazy worker.
+//! payout; and the same for chat SFT with a lazy worker, and with one that forges the last
+//! stretch of its run after an honest round (it forfeits the whole job).
 //!
 //! Checked: the job completes; the final adapter beats the base model on the held-out set, and
 //! moves less than a point from the all-honest run's; the dishonest worker is rejected every
@@ -97,7 +98,7 @@ fn demo(dir: &std::path::Path, args: &[&str]) -> Value {
 }
 
 /// Checks the payouts of the finished demo in `dir`, whose first development worker was
-/// dishonest: it is rejected every time, paid nothing and has no reputation on chain, and each
+/// dishonest: it is rejected every time (or forfeits the job), paid nothing and has no reputation on chain, and each
 /// rejection cost it reputation off chain; the honest are paid and gain reputation; chain,
 /// database and report agree. Returns the report and the reasons the cheat was rejected.
 async fn checked_payouts(dir: &std::path::Path, report: &Value) -> (Value, Vec<String>) {
@@ -112,7 +113,12 @@ async fn checked_payouts(dir: &std::path::Path, report: &Value) -> (Value, Vec<S
             .unwrap_or_else(|| panic!("{a} not among {contributors:?}"))
     };
     let adversary_row = by_address(&cheat);
-    assert_eq!(adversary_row["accepted"], 0, "{adversary_row}");
+    // Rejected every time, or caught forging a proof after an honest round: the job forfeited.
+    assert!(
+        adversary_row["accepted"] == 0 || adversary_row["forfeited"] == true,
+        "{adversary_row}"
+    );
+    assert_eq!(adversary_row["quality_bps"], 0, "{adversary_row}");
     assert!(
         adversary_row["rejected"].as_u64().unwrap() >= 1,
         "{adversary_row}"
@@ -359,6 +365,55 @@ async fn a_lazy_worker_is_caught_by_replaying_one_stretch_and_earns_nothing() {
     ];
     let (_, reasons) = adversarial_demo("lazy", 2, &chat).await;
     all_for(&reasons, "proof of training");
+}
+
+/// A worker earns trust with an honest round 1, then in round 2 trains every stretch of its run
+/// but the last and forges that one (here the last of a 3-step run's three): work saved, an
+/// adapter that still beats the round's start, a proof whose honest stretches replay to the
+/// bit. Every stretch of every run
+/// is replayed here (`--spot-check 1`) so the forged one is drawn: that adapter is rejected,
+/// and the worker forfeits the pay of its accepted round-1 adapter too, scoring 0 for the job.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
+    if !chat_fixtures("tests embedded skip-last worker") {
+        return;
+    }
+    let chat = [
+        "--conversations",
+        "40",
+        "--shards",
+        "2",
+        "--rounds",
+        "2",
+        "--spot-check",
+        "1",
+    ];
+    let (report, reasons) = adversarial_demo("skip-last", 2, &chat).await;
+    all_for(&reasons, "proof of training");
+    // Stretches are replayed in order and the first mismatch ends the check: a failure past
+    // the first stretch means the honestly trained ones before it replayed exactly.
+    let failed_stretch = |r: &str| -> Option<u32> {
+        let after = r.split("(stretch ").nth(1)?;
+        after.split(' ').next()?.parse().ok()
+    };
+    assert!(
+        reasons
+            .iter()
+            .all(|r| failed_stretch(r).is_some_and(|k| k >= 2)),
+        "the forged last stretch is the one that failed: {reasons:?}"
+    );
+    let cheat = format!("{:#x}", shardwork_contracts::dev_keys::dev_addresses()[5]);
+    let row = report["contributors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["address"] == cheat.as_str())
+        .unwrap();
+    assert_eq!(row["forfeited"], true, "{row}");
+    assert!(
+        row["accepted"].as_u64().unwrap() >= 1,
+        "its honest round-1 adapter was accepted (and is not paid): {row}"
+    );
 }
 
 /// The README's first command's job, CI-sized: `shardwork demo` (chat SFT of SmolLM2-135M-Instruct

@@ -812,6 +812,105 @@ async fn workers_cannot_read_the_held_out_set_or_the_raw_dataset(backend: Backen
     );
 }
 
+/// A worker whose proof of training failed a replay (the validator's verdict says the job is
+/// forfeited) is leased none of the job's other tasks: it would be paid nothing for them, so
+/// they go to another worker. Only the verdict's `forfeits_job` does it: a plain rejection
+/// bars the worker from that task alone.
+async fn a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks(backend: Backend) {
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let mut dispatcher = Dispatcher::default();
+    let (_, job_id) = started_job(&app, &service, &mut dispatcher).await;
+    let cheat = access_token(&service, &worker_key(), &["worker"]).await;
+    let other_key =
+        alloy::signers::local::PrivateKeySigner::from_bytes(&[0x56; 32].into()).unwrap();
+    let other = access_token(&service, &other_key, &["worker"]).await;
+    let validator = access_token(&service, &validator_key(), &["validator"]).await;
+    for token in [&cheat, &other] {
+        let r = send(
+            &service,
+            post_json(
+                token,
+                "/v1/workers/register",
+                json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
+            ),
+        )
+        .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let tasks = take_tasks(&app, 3).await;
+    let adapter = put(&app, "adapter bytes").await;
+    // The cheat hands in two tasks; the first is rejected plainly, the second as a forgery.
+    let mut submissions = Vec::new();
+    for (n, task) in tasks[..2].iter().enumerate() {
+        let claim = send(
+            &service,
+            post_json(
+                &cheat,
+                &format!("/v1/tasks/{}/claim", task.task_id),
+                json!({}),
+            ),
+        )
+        .await;
+        assert_eq!(claim.status, 200, "{}", claim.text);
+        let lease = claim.body["lease_token"].as_str().unwrap().to_owned();
+        let metrics = put(&app, &format!("{{\"n\": {n}}}")).await;
+        let r = send(&service, post_json(&cheat, &format!("/v1/tasks/{}/submit", task.task_id),
+            json!({"version": 1, "task_id": task.task_id, "lease_token": lease, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+        submissions.push(r.body["id"].as_str().unwrap().to_owned());
+    }
+    let verdict = |id: &str, report: Value| {
+        post_json(
+            &validator,
+            &format!("/v1/validator/submissions/{id}/verdict"),
+            json!({"accepted": false, "quality": 0.0, "reason": "does not beat the start",
+                "report": report}),
+        )
+    };
+    let plain = send(&service, verdict(&submissions[0], json!({"metric": 0.4}))).await;
+    assert_eq!(plain.status, 200, "{}", plain.text);
+    let third = format!("/v1/tasks/{}/claim", tasks[2].task_id);
+    let claim = send(&service, post_json(&cheat, &third, json!({}))).await;
+    assert_eq!(
+        claim.status, 200,
+        "a plain rejection bars one task: {}",
+        claim.text
+    );
+    let lease = claim.body["lease_token"].as_str().unwrap().to_owned();
+    let released = send(
+        &service,
+        post_json(
+            &cheat,
+            &format!("/v1/tasks/{}/release", tasks[2].task_id),
+            json!({"lease_token": lease}),
+        ),
+    )
+    .await;
+    assert_eq!(released.status, 200, "{}", released.text);
+    let forged = send(
+        &service,
+        verdict(
+            &submissions[1],
+            json!({"forfeits_job": true, "proof_of_training": []}),
+        ),
+    )
+    .await;
+    assert_eq!(forged.status, 200, "{}", forged.text);
+    step(&app, &mut dispatcher).await;
+    let refused = send(&service, post_json(&cheat, &third, json!({}))).await;
+    refused.problem(403, "forbidden");
+    assert!(
+        refused.text.contains(&format!("forfeited job {job_id}")),
+        "the refusal says why: {}",
+        refused.text
+    );
+    let taken = send(&service, post_json(&other, &third, json!({}))).await;
+    assert_eq!(taken.status, 200, "{}", taken.text);
+}
+
 /// A federated job posted by the requester, funded through the development chain and started
 /// (round 1 opened, `markStarted` mined), nobody training yet: (the requester's token, job id).
 async fn started_job<S, B>(
@@ -1053,6 +1152,7 @@ on_both_databases!(
     expired_leases_go_back_to_the_queue_until_attempts_run_out,
     a_stopping_worker_releases_its_task_with_the_attempt_returned_twice,
     workers_cannot_read_the_held_out_set_or_the_raw_dataset,
+    a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks,
     a_job_past_its_deadline_is_refunded_on_chain,
     a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace,
 );

@@ -383,6 +383,10 @@ pub struct Contribution {
     pub accepted: u32,
     /// Its adapters the validator rejected.
     pub rejected: u32,
+    /// Whether a replay showed one of its adapters was not trained as its proof of training
+    /// claims: it then scores 0 for the whole job, adapters accepted in other rounds included.
+    #[serde(default)]
+    pub forfeited: bool,
 }
 
 /// Payload of `finalize`: what the payout sends on chain.

@@ -125,6 +125,20 @@ pub struct Verdict {
     pub report: serde_json::Value,
 }
 
+/// The key of a verdict's `report` that, set to `true`, says the submission's proof of training
+/// did not hold up: the worker sent work it did not do, and forfeits its pay for the whole job,
+/// rounds it did honestly included (docs/decisions/0033). One unchecked corner cut would
+/// otherwise cost a cheat only that task's pay, and only when the replay draws that corner.
+pub const FORFEITS_JOB: &str = "forfeits_job";
+
+/// Whether a verdict's `report` says the worker forfeits the job ([`FORFEITS_JOB`]).
+pub fn forfeits_job(report: &serde_json::Value) -> bool {
+    report
+        .get(FORFEITS_JOB)
+        .and_then(serde_json::Value::as_bool)
+        == Some(true)
+}
+
 /// Rounds whose adapters are all accepted and wait for the validator's merge.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -953,6 +953,11 @@ export type components = {
             /** @description The contributor's address. */
             address: string;
             /**
+             * @description Whether a replay showed one of its adapters was not trained as its proof of training
+             *     claims: it then scores 0 for the whole job, adapters accepted in other rounds included.
+             */
+            forfeited?: boolean;
+            /**
              * Format: int32
              * @description The score sent on chain, 0 ..= 10,000.
              */

@@ -46,6 +46,7 @@ use replay::StretchCheck;
 pub use rules::{Nearest, Rules, Scores, judge};
 use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
 use shardwork_core::protocol::Aggregation;
+use shardwork_core::protocol::node::FORFEITS_JOB;
 use shardwork_core::store::keys::Sealed;
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
@@ -384,6 +385,10 @@ impl ValidatorNode {
             judged.accepted = false;
             judged.quality = 0.0;
             judged.reason = Some(reason);
+            // Work claimed and not done costs the whole job's pay, not this task's alone: with
+            // one stretch in four replayed, a cheat that forged one would otherwise lose a
+            // task's pay a quarter of the time for a quarter of the work saved, about even.
+            judged.report[FORFEITS_JOB] = json!(true);
         }
         Ok(judged)
     }

@@ -12,12 +12,18 @@
 //! largest contributor with perfect adapters scores 10,000; the same contributor with quality
 //! 0.8 scores 8,000; one with a third of its samples, a third of that. A worker whose adapters
 //! were all rejected is listed with 0: it is paid nothing and the chain lowers its reputation.
+//!
+//! A worker one of whose verdicts says it forfeits the job (its proof of training did not
+//! replay: [`FORFEITS_JOB`](shardwork_core::protocol::node::FORFEITS_JOB)) scores 0 too,
+//! whatever else it had accepted, and its samples leave the largest-contributor count, so the
+//! honest are scored as if it had never taken part.
 
 use std::collections::BTreeMap;
 
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
 use shardwork_core::protocol::VerdictStatus;
 pub use shardwork_core::protocol::events::Contribution;
+use shardwork_core::protocol::node::forfeits_job;
 use uuid::Uuid;
 
 use crate::domain::error::DomainError;
@@ -26,12 +32,59 @@ use crate::entities::{submission, task, worker};
 /// The escrow's `MAX_QUALITY`.
 pub const MAX_QUALITY_BPS: u16 = 10_000;
 
+/// One worker's verdicts in a job, summed.
 #[derive(Default)]
 struct Tally {
     weighted: f64,
     samples: u64,
     accepted: u32,
     rejected: u32,
+    forfeited: bool,
+}
+
+impl Tally {
+    /// Counts one submission: its verdict, the samples it trained on, its quality and its
+    /// verdict's report.
+    fn add(
+        &mut self,
+        verdict: VerdictStatus,
+        samples: u64,
+        quality: Option<f64>,
+        report: Option<&serde_json::Value>,
+    ) {
+        match verdict {
+            VerdictStatus::Accepted => {
+                self.accepted += 1;
+                self.samples += samples;
+                self.weighted += samples as f64 * quality.unwrap_or(0.0).clamp(0.0, 1.0);
+            }
+            VerdictStatus::Rejected => self.rejected += 1,
+            VerdictStatus::Pending => {}
+        }
+        self.forfeited |= report.is_some_and(forfeits_job);
+    }
+}
+
+/// Each worker's score, from its tally: the samples-weighted quality against the largest
+/// contributor that did not forfeit; 0 for one that did.
+fn scores(tallies: &BTreeMap<Uuid, Tally>) -> BTreeMap<Uuid, u16> {
+    let max_samples = tallies
+        .values()
+        .filter(|t| !t.forfeited)
+        .map(|t| t.samples)
+        .max()
+        .unwrap_or(0);
+    tallies
+        .iter()
+        .map(|(id, t)| {
+            let bps = if t.forfeited {
+                0
+            } else {
+                score(t.weighted, max_samples)
+            };
+            (*id, bps)
+        })
+        .collect()
 }
 
 /// Every worker that submitted to `job_id`, sorted by address (the order the escrow wants).
@@ -52,32 +105,29 @@ pub async fn contributions<C: ConnectionTrait>(
         .await?;
     let mut tallies: BTreeMap<Uuid, Tally> = BTreeMap::new();
     for s in &submissions {
-        let tally = tallies.entry(s.worker_id).or_default();
-        match s.verdict {
-            VerdictStatus::Accepted => {
-                tally.accepted += 1;
-                tally.samples += s.sample_count as u64;
-                tally.weighted += s.sample_count as f64 * s.quality.unwrap_or(0.0).clamp(0.0, 1.0);
-            }
-            VerdictStatus::Rejected => tally.rejected += 1,
-            VerdictStatus::Pending => {}
-        }
+        tallies.entry(s.worker_id).or_default().add(
+            s.verdict,
+            s.sample_count.max(0) as u64,
+            s.quality,
+            s.report.as_ref(),
+        );
     }
+    let scores = scores(&tallies);
     let workers = worker::Entity::find()
         .filter(worker::Column::Id.is_in(tallies.keys().copied().collect::<Vec<_>>()))
         .all(db)
         .await?;
-    let max_samples = tallies.values().map(|t| t.samples).max().unwrap_or(0);
     let mut out: Vec<Contribution> = workers
         .into_iter()
         .filter_map(|w| {
             let tally = tallies.get(&w.id)?;
             Some(Contribution {
                 address: w.address.to_ascii_lowercase(),
-                quality_bps: score(tally.weighted, max_samples),
+                quality_bps: scores.get(&w.id).copied().unwrap_or(0),
                 samples: tally.samples,
                 accepted: tally.accepted,
                 rejected: tally.rejected,
+                forfeited: tally.forfeited,
             })
         })
         .collect();
@@ -96,12 +146,42 @@ fn score(weighted: f64, max_samples: u64) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardwork_core::protocol::node::FORFEITS_JOB;
 
     #[test]
     fn the_largest_perfect_contributor_scores_the_maximum() {
         assert_eq!(score(300.0, 300), 10_000);
         assert_eq!(score(240.0, 300), 8_000);
         assert_eq!(score(100.0, 300), 3_333);
+    }
+
+    /// A worker that was accepted in round 1 and caught forging its proof in round 2 scores 0
+    /// for the job, and the honest worker with fewer samples becomes the largest contributor.
+    #[test]
+    fn a_worker_caught_forging_a_proof_forfeits_every_round() {
+        let (honest, cheat) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let mut tallies: BTreeMap<Uuid, Tally> = BTreeMap::new();
+        let caught = serde_json::json!({ FORFEITS_JOB: true, "proof_of_training": [] });
+        let fine = serde_json::json!({ FORFEITS_JOB: false });
+        for (worker, verdict, samples, report) in [
+            (honest, VerdictStatus::Accepted, 100, None),
+            (honest, VerdictStatus::Accepted, 100, Some(&fine)),
+            (cheat, VerdictStatus::Accepted, 300, None),
+            (cheat, VerdictStatus::Rejected, 300, Some(&caught)),
+        ] {
+            tallies
+                .entry(worker)
+                .or_default()
+                .add(verdict, samples, Some(0.5), report);
+        }
+        let scores = scores(&tallies);
+        assert_eq!(scores[&cheat], 0);
+        assert_eq!(
+            scores[&honest], 5_000,
+            "half the way, from the largest honest sample"
+        );
+        assert!(tallies[&cheat].forfeited && !tallies[&honest].forfeited);
+        assert_eq!(tallies[&cheat].accepted, 1, "its honest round still shows");
     }
 
     #[test]

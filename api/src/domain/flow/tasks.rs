@@ -10,9 +10,10 @@ use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    PaginatorTrait, QueryFilter, TransactionTrait,
+    PaginatorTrait, QueryFilter, QuerySelect, TransactionTrait,
 };
 
+use shardwork_core::protocol::node::forfeits_job;
 pub use shardwork_core::protocol::node::{Lease, Progress};
 use shardwork_core::protocol::{JobEvent, Submission, TaskMessage, VerdictStatus, events};
 use uuid::Uuid;
@@ -122,6 +123,31 @@ pub async fn task_message<C: ConnectionTrait>(
     })
 }
 
+/// Whether one of `worker_id`'s verdicts in job `job_id` forfeits the job
+/// ([`forfeits_job`]).
+async fn forfeited_job<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    worker_id: Uuid,
+) -> Result<bool, DomainError> {
+    let tasks = task::Entity::find()
+        .select_only()
+        .column(task::Column::Id)
+        .filter(task::Column::JobId.eq(job_id))
+        .into_tuple::<Uuid>()
+        .all(db)
+        .await?;
+    let rejected = submission::Entity::find()
+        .filter(submission::Column::TaskId.is_in(tasks))
+        .filter(submission::Column::WorkerId.eq(worker_id))
+        .filter(submission::Column::Verdict.eq(VerdictStatus::Rejected))
+        .all(db)
+        .await?;
+    Ok(rejected
+        .iter()
+        .any(|s| s.report.as_ref().is_some_and(forfeits_job)))
+}
+
 /// Grants `worker` the lease on `task_id`. A worker re-claiming a task it already holds (a
 /// redelivered message) gets its live lease back; a task done, failed, or leased by someone
 /// else is a 409 the worker answers by dropping the message.
@@ -177,6 +203,14 @@ pub async fn claim(
         return Err(DomainError::Forbidden(format!(
             "{}'s adapter for task {} was rejected; another worker will train it",
             worker.address, task.id
+        )));
+    }
+    // A worker caught forging a proof of training forfeited the job: it would be paid nothing
+    // for more of its tasks, so they go to someone whose work counts.
+    if forfeited_job(&txn, job.id, worker.id).await? {
+        return Err(DomainError::Forbidden(format!(
+            "{} forfeited job {}: one of its adapters failed the proof of training",
+            worker.address, job.id
         )));
     }
     let live_lease = task.lease_expires_at.is_some_and(|at| at > now);

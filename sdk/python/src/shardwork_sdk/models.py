@@ -129,6 +129,12 @@ class Contribution(BaseModel):
         int, Field(description='Its adapters the validator accepted.', ge=0)
     ]
     address: Annotated[str, Field(description="The contributor's address.")]
+    forfeited: Annotated[
+        bool | None,
+        Field(
+            description='Whether a replay showed one of its adapters was not trained as its proof of training\nclaims: it then scores 0 for the whole job, adapters accepted in other rounds included.'
+        ),
+    ] = None
     quality_bps: Annotated[
         int, Field(description='The score sent on chain, 0 ..= 10,000.', ge=0)
     ]
