@@ -20,9 +20,9 @@
 //!   whole shard takes): only the validator's replay of a stretch tells it from honest work.
 //! * [`Behaviour::SkipLast`]: earns trust with honest work in round 1, then from round 2 on
 //!   trains every stretch of its run but the last ([`skip_last_stretch`]) and forges that one:
-//!   a quarter of the work saved, an adapter that still beats the round's start, and a proof
-//!   every honest stretch of which replays exactly. Caught only when the replay draws the
-//!   forged stretch, which is why a caught forgery forfeits the whole job's pay.
+//!   a quarter of the work saved (of four stretches), an adapter that still beats the round's
+//!   start, and a proof every honest stretch of which replays exactly. Caught only when the
+//!   replay draws the forged stretch, which is why a caught forgery forfeits the whole job.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -279,9 +279,14 @@ pub fn skip_last_stretch(
     let Some((trained, stretch_start)) = last else {
         return Err(NodeError::Io("no stretch was trained".into()));
     };
-    let previous = trained.trace.losses.clone();
+    let previous = &trained.trace.losses;
     let forged_steps = bounds[stretches] - bounds[stretches - 1];
-    losses.extend((0..forged_steps).map(|i| previous[i % previous.len().max(1)]));
+    losses.extend((0..forged_steps).map(|i| {
+        previous
+            .get(i % previous.len().max(1))
+            .copied()
+            .unwrap_or(0.0)
+    }));
     // The end claimed for the forged stretch: where the one before ended, plus its update.
     let end = &kept[kept.len() - 1].state.values;
     let adapter = map_tensors(&trained.adapter, |name, t| {

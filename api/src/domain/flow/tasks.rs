@@ -7,10 +7,10 @@
 //! effect happen once.
 
 use chrono::{DateTime, Duration, Utc};
-use sea_orm::sea_query::Expr;
+use sea_orm::sea_query::{Expr, Query};
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    PaginatorTrait, QueryFilter, QuerySelect, TransactionTrait,
+    PaginatorTrait, QueryFilter, TransactionTrait,
 };
 
 use shardwork_core::protocol::node::forfeits_job;
@@ -130,15 +130,14 @@ async fn forfeited_job<C: ConnectionTrait>(
     job_id: Uuid,
     worker_id: Uuid,
 ) -> Result<bool, DomainError> {
-    let tasks = task::Entity::find()
-        .select_only()
+    // One query, whatever the job's size: its tasks as a subquery.
+    let tasks = Query::select()
         .column(task::Column::Id)
-        .filter(task::Column::JobId.eq(job_id))
-        .into_tuple::<Uuid>()
-        .all(db)
-        .await?;
+        .from(task::Entity)
+        .and_where(task::Column::JobId.eq(job_id))
+        .to_owned();
     let rejected = submission::Entity::find()
-        .filter(submission::Column::TaskId.is_in(tasks))
+        .filter(submission::Column::TaskId.in_subquery(tasks))
         .filter(submission::Column::WorkerId.eq(worker_id))
         .filter(submission::Column::Verdict.eq(VerdictStatus::Rejected))
         .all(db)
