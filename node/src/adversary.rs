@@ -86,6 +86,12 @@ impl Behaviour {
             Behaviour::Copycat => false,
         }
     }
+
+    /// Whether this worker forges the last stretch of its run in `round` instead of training
+    /// it ([`skip_last_stretch`]): a `SkipLast` worker, after the honest round 1.
+    pub fn skips_last_stretch(self, round: u32) -> bool {
+        self == Behaviour::SkipLast && round > 1
+    }
 }
 
 /// How long a copycat waits for its accomplice's adapter before giving its task back.

@@ -280,7 +280,7 @@ impl WorkerNode {
                 let progress = &mut |p: &shardwork_trainer::train::Progress| {
                     let _ = progress_tx.send(Some(*p));
                 };
-                let trained = if behaviour == Behaviour::SkipLast && round > 1 {
+                let trained = if behaviour.skips_last_stretch(round) {
                     adversary::skip_last_stretch(
                         &*work,
                         start.as_ref(),

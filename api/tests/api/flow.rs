@@ -32,6 +32,15 @@ pub(crate) fn post_json(token: &str, uri: &str, body: Value) -> TestRequest {
         .set_json(body)
 }
 
+/// The worker behind `token` registering a CPU with 2 GiB, enough for the test jobs.
+fn register_cpu_worker(token: &str) -> TestRequest {
+    post_json(
+        token,
+        "/v1/workers/register",
+        json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
+    )
+}
+
 pub(crate) fn get(token: &str, uri: &str) -> TestRequest {
     TestRequest::get().uri(uri).insert_header(bearer(token))
 }
@@ -187,15 +196,7 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
 
     // Round 1: three tasks on the queue.
     for token in [&worker_a, &worker_b] {
-        let r = send(
-            &service,
-            post_json(
-                token,
-                "/v1/workers/register",
-                json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
-            ),
-        )
-        .await;
+        let r = send(&service, register_cpu_worker(token)).await;
         assert_eq!(r.status, 201, "{}", r.text);
     }
     let tasks = take_tasks(&app, 3).await;
@@ -586,15 +587,7 @@ async fn expired_leases_go_back_to_the_queue_until_attempts_run_out(backend: Bac
     let mut dispatcher = Dispatcher::default();
     let requester = access_token(&service, &requester_key(), &[]).await;
     let worker = access_token(&service, &worker_key(), &["worker"]).await;
-    send(
-        &service,
-        post_json(
-            &worker,
-            "/v1/workers/register",
-            json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
-        ),
-    )
-    .await;
+    send(&service, register_cpu_worker(&worker)).await;
     let mut s = spec();
     s["shards"] = json!(1);
     s["rounds"] = json!(1);
@@ -679,15 +672,7 @@ async fn a_stopping_worker_releases_its_task_with_the_attempt_returned_twice(bac
     let mut dispatcher = Dispatcher::default();
     let requester = access_token(&service, &requester_key(), &[]).await;
     let worker = access_token(&service, &worker_key(), &["worker"]).await;
-    send(
-        &service,
-        post_json(
-            &worker,
-            "/v1/workers/register",
-            json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
-        ),
-    )
-    .await;
+    send(&service, register_cpu_worker(&worker)).await;
     let mut s = spec();
     s["shards"] = json!(1);
     s["rounds"] = json!(1);
@@ -829,15 +814,7 @@ async fn a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks(backend: Backe
     let other = access_token(&service, &other_key, &["worker"]).await;
     let validator = access_token(&service, &validator_key(), &["validator"]).await;
     for token in [&cheat, &other] {
-        let r = send(
-            &service,
-            post_json(
-                token,
-                "/v1/workers/register",
-                json!({"capabilities": {"device": "cpu", "memory_mb": 2048}}),
-            ),
-        )
-        .await;
+        let r = send(&service, register_cpu_worker(token)).await;
         assert_eq!(r.status, 201, "{}", r.text);
     }
     let tasks = take_tasks(&app, 3).await;
