@@ -110,6 +110,10 @@ pub enum BenchCommand {
         /// Measure candle only (no PyTorch).
         #[arg(long)]
         candle_only: bool,
+        /// On a CPU with AMX, also run candle with `SHARDWORK_AMX=off` (every product on gemm,
+        /// as on a CPU without AMX), in the same rounds.
+        #[arg(long)]
+        portable_too: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -261,6 +265,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             minilm,
             python,
             candle_only,
+            portable_too,
             json,
         } => {
             anyhow::ensure!(
@@ -308,6 +313,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 minilm,
                 python,
                 script: PathBuf::from("scripts/bench_train_reference.py"),
+                portable_too: portable_too && shardwork_trainer::amx::available(),
             };
             let report = tokio::task::spawn_blocking(move || train::run(&bench)).await??;
             if json {

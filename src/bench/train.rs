@@ -184,6 +184,8 @@ pub struct TrainBenchConfig {
     pub python: Option<PathBuf>,
     /// The reference script (scripts/bench_train_reference.py).
     pub script: PathBuf,
+    /// Also run candle with AMX switched off ([`shardwork_trainer::amx::SWITCH`]).
+    pub portable_too: bool,
 }
 
 /// One configuration's measurements over every round.
@@ -191,6 +193,9 @@ pub struct TrainBenchConfig {
 pub struct ConfigReport {
     pub config: TrainConfig,
     pub candle: Vec<StackFigures>,
+    /// candle with AMX switched off, where asked for on a CPU that has it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub candle_portable: Vec<StackFigures>,
     pub pytorch: Vec<StackFigures>,
 }
 
@@ -202,9 +207,14 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
 impl ConfigReport {
     /// candle tokens/s over PyTorch's, means over the rounds (> 1: candle is faster).
     pub fn speed_ratio(&self) -> Option<f64> {
-        (!self.pytorch.is_empty()).then(|| {
-            mean(self.candle.iter().map(|f| f.tokens_per_sec))
-                / mean(self.pytorch.iter().map(|f| f.tokens_per_sec))
+        Self::speed_of(&self.candle, &self.pytorch)
+    }
+
+    /// `runs`' mean tokens/s over `reference`'s.
+    fn speed_of(runs: &[StackFigures], reference: &[StackFigures]) -> Option<f64> {
+        (!runs.is_empty() && !reference.is_empty()).then(|| {
+            mean(runs.iter().map(|f| f.tokens_per_sec))
+                / mean(reference.iter().map(|f| f.tokens_per_sec))
         })
     }
 
@@ -246,7 +256,11 @@ impl fmt::Display for TrainBenchReport {
         )?;
         for c in &self.configs {
             writeln!(f, "{}", c.config.describe())?;
-            for (label, runs) in [("candle", &c.candle), ("pytorch", &c.pytorch)] {
+            for (label, runs) in [
+                ("candle", &c.candle),
+                ("portable", &c.candle_portable),
+                ("pytorch", &c.pytorch),
+            ] {
                 if let Some(first) = runs.first() {
                     let speeds: Vec<String> = runs
                         .iter()
@@ -305,6 +319,12 @@ impl fmt::Display for TrainBenchReport {
                     "  candle / pytorch: speed {speed:.2}x, peak memory {memory:.2}x (goal: speed >= 1.0x, memory <= 1.0x)"
                 )?;
             }
+            if let Some(portable) = ConfigReport::speed_of(&c.candle_portable, &c.pytorch) {
+                writeln!(f, "  candle with AMX off / pytorch: speed {portable:.2}x")?;
+            }
+            if let Some(amx) = ConfigReport::speed_of(&c.candle, &c.candle_portable) {
+                writeln!(f, "  candle with AMX / with AMX off: speed {amx:.2}x")?;
+            }
         }
         Ok(())
     }
@@ -319,40 +339,38 @@ pub fn run(cfg: &TrainBenchConfig) -> anyhow::Result<TrainBenchReport> {
         .map(|&config| ConfigReport {
             config,
             candle: Vec::new(),
+            candle_portable: Vec::new(),
             pytorch: Vec::new(),
         })
         .collect();
     for round in 0..cfg.rounds {
         for report in &mut reports {
-            let candle_first = round % 2 == 0;
-            for candle in [candle_first, !candle_first] {
-                if !candle && cfg.python.is_none() {
-                    continue;
-                }
+            // Each round starts with a different stack, so no stack always runs first.
+            let mut stacks = vec![Stack::Candle];
+            if cfg.portable_too {
+                stacks.push(Stack::Portable);
+            }
+            if cfg.python.is_some() {
+                stacks.push(Stack::Pytorch);
+            }
+            let turn = round % stacks.len();
+            stacks.rotate_left(turn);
+            for stack in stacks {
                 let started = Instant::now();
-                let figures = if candle {
-                    child(cfg, report.config, &exe, true)?
-                } else {
-                    child(
-                        cfg,
-                        report.config,
-                        cfg.python.as_deref().expect("checked"),
-                        false,
-                    )?
-                };
+                let figures = child(cfg, report.config, &exe, stack)?;
                 eprintln!(
                     "round {} {} {}: {:.1} tokens/s, peak {:.0} MiB ({:.0} s with loading)",
                     round + 1,
                     report.config.name(),
-                    if candle { "candle" } else { "pytorch" },
+                    stack.name(),
                     figures.tokens_per_sec,
                     figures.peak_rss_mb,
                     started.elapsed().as_secs_f64()
                 );
-                if candle {
-                    report.candle.push(figures);
-                } else {
-                    report.pytorch.push(figures);
+                match stack {
+                    Stack::Candle => report.candle.push(figures),
+                    Stack::Portable => report.candle_portable.push(figures),
+                    Stack::Pytorch => report.pytorch.push(figures),
                 }
             }
         }
@@ -366,14 +384,40 @@ pub fn run(cfg: &TrainBenchConfig) -> anyhow::Result<TrainBenchReport> {
     })
 }
 
+/// Which stack a child process measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stack {
+    /// This binary, with every kernel the CPU allows.
+    Candle,
+    /// This binary with AMX switched off.
+    Portable,
+    /// The reference script on PyTorch + PEFT.
+    Pytorch,
+}
+
+impl Stack {
+    fn name(self) -> &'static str {
+        match self {
+            Stack::Candle => "candle",
+            Stack::Portable => "candle (AMX off)",
+            Stack::Pytorch => "pytorch",
+        }
+    }
+}
+
 /// Runs one measurement in a child process and reads its JSON line.
 fn child(
     cfg: &TrainBenchConfig,
     config: TrainConfig,
-    program: &Path,
-    candle: bool,
+    exe: &Path,
+    stack: Stack,
 ) -> anyhow::Result<StackFigures> {
     let (batch, seq) = config.shape();
+    let candle = stack != Stack::Pytorch;
+    let program = match stack {
+        Stack::Candle | Stack::Portable => exe,
+        Stack::Pytorch => cfg.python.as_deref().context("no reference stack to run")?,
+    };
     let mut command = Command::new(program);
     if candle {
         command.args(["bench", "train-child", "--workload", config.name()]);
@@ -381,6 +425,10 @@ fn child(
         command
             .arg(&cfg.script)
             .args(["--workload", config.reference().name()]);
+    }
+    if stack == Stack::Portable {
+        let (variable, off) = shardwork_trainer::amx::SWITCH;
+        command.env(variable, off);
     }
     if let Some(gguf) = &cfg.gguf {
         command.arg("--gguf").arg(gguf);
@@ -409,7 +457,7 @@ fn child(
         let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
         anyhow::bail!(
             "{} on {} failed ({}):\n{}",
-            if candle { "candle" } else { "pytorch" },
+            stack.name(),
             config.name(),
             output.status,
             tail.into_iter().rev().collect::<Vec<_>>().join("\n")
@@ -500,8 +548,13 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
     let matmul_gflops = shardwork_trainer::bench::matmul_peak(&device, m, k, n)? / 1e9;
     Ok(StackFigures {
         stack: format!(
-            "Shardwork candle 0.11, {} threads",
-            candle_core::utils::get_num_threads()
+            "Shardwork candle 0.11, {} threads, frozen products on {}",
+            candle_core::utils::get_num_threads(),
+            if device.is_cpu() && shardwork_trainer::amx::available() {
+                "AMX (split bf16)"
+            } else {
+                "gemm"
+            }
         ),
         config: args.config,
         steps: args.steps,

@@ -171,7 +171,10 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
     let node_binary = shardwork_tests::node_binary();
     // The workers train on one thread and the validator replays on two, as a worker's machine
     // and the validator's may differ: a reduction split by thread count would round
-    // differently, and the proof of training must hold across it (it does, bit for bit).
+    // differently, and the proof of training must hold across it (it does, bit for bit). On a
+    // CPU with AMX the validator also replays with AMX switched off, as a validator on a CPU
+    // without it would: the workers' frozen products then went through AMX's split-bf16
+    // kernel and the replay's through gemm, and the replay must still match.
     let node = |role: &str, key: usize, threads: &str, extra: &[&str]| {
         let work_dir = dir
             .path()
@@ -189,6 +192,15 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
                 ("SHARDWORK_LOG".to_owned(), "info,lapin=warn".to_owned()),
                 ("SHARDWORK_NODE_KEY".to_owned(), key_hex(key)),
                 ("RAYON_NUM_THREADS".to_owned(), threads.to_owned()),
+                (
+                    shardwork_trainer::amx::SWITCH.0.to_owned(),
+                    if role == "validator" {
+                        shardwork_trainer::amx::SWITCH.1
+                    } else {
+                        "on"
+                    }
+                    .to_owned(),
+                ),
             ],
             &dir.path().join(format!("{role}-{key}.log")),
         )

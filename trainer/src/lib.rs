@@ -19,6 +19,7 @@
 //! tests, benches and the CLI's `bench` and `demo` use.
 #![warn(missing_docs)]
 
+pub mod amx;
 #[cfg(feature = "experiments")]
 pub mod baseline;
 #[cfg(feature = "experiments")]

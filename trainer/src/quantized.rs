@@ -18,6 +18,8 @@ use candle_core::quantized::k_quants::{
 };
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
+
+use crate::amx::PackedWeight;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -174,7 +176,14 @@ impl QuantizedWeight {
                 "a quantized base weight multiplies inputs on the CPU only".into(),
             ));
         }
-        Ok(x.apply_op1(FrozenQuantizedMatmulT(self.clone()))?)
+        Ok(x.contiguous()?.apply_op1(FrozenQuantizedMatmulT {
+            weight: self.clone(),
+            amx: crate::fused::packs::quantized_uses_amx(
+                Arc::as_ptr(&self.q) as usize,
+                self.rows,
+                self.cols,
+            ),
+        })?)
     }
 }
 
@@ -200,20 +209,34 @@ fn expand_rows<T: GgmlType>(data: &[u8], out: &mut [f32], cols: usize) {
 }
 
 /// [`QuantizedWeight::matmul_t`] as a candle op on the input.
-struct FrozenQuantizedMatmulT(QuantizedWeight);
+struct FrozenQuantizedMatmulT {
+    weight: QuantizedWeight,
+    /// Multiply on AMX, packing the expanded weight for each product, where its f32 expansion
+    /// would have kept packs ([`crate::fused::packs`]); else through gemm, as that would.
+    amx: bool,
+}
+
+const NAME: &str = "frozen-quantized-matmul-t";
 
 impl CustomOp1 for FrozenQuantizedMatmulT {
     fn name(&self) -> &'static str {
-        "frozen-quantized-matmul-t"
+        NAME
     }
 
     fn cpu_fwd(&self, x: &CpuStorage, xl: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (m, k) = xl.shape().dims2()?;
-        let (n, k2) = self.0.dims();
+        let (n, k2) = self.weight.dims();
         if k != k2 {
-            candle_core::bail!("frozen-quantized-matmul-t: x has {k} columns, w has {k2}");
+            candle_core::bail!("{NAME}: x has {k} columns, w has {k2}");
         }
-        let w = CpuStorage::F32(self.0.expand().map_err(candle_core::Error::wrap)?);
+        let w = self.weight.expand().map_err(candle_core::Error::wrap)?;
+        if self.amx {
+            let xs = crate::fused::f32s(NAME, "x", x, xl)?;
+            let mut y = vec![0f32; m * n];
+            PackedWeight::new(&w, None, n, k).matmul_t_into(xs, m, &mut y);
+            return Ok((CpuStorage::F32(y), Shape::from((m, n))));
+        }
+        let w = CpuStorage::F32(w);
         let wl = Layout::contiguous((n, k)).transpose(0, 1)?;
         let out = x.matmul(&w, (1, m, n, k), xl, &wl)?;
         Ok((out, Shape::from((m, n))))
@@ -225,8 +248,34 @@ impl CustomOp1 for FrozenQuantizedMatmulT {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        let w = self.0.dequantize().map_err(candle_core::Error::wrap)?;
+        if self.amx {
+            let op = QuantizedInputGrad(self.weight.clone());
+            return Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&op)?));
+        }
+        let w = self.weight.dequantize().map_err(candle_core::Error::wrap)?;
         Ok(Some(grad.matmul(&w)?))
+    }
+}
+
+/// `g·W` on AMX for a weight kept quantized: [`FrozenQuantizedMatmulT`]'s input gradient.
+struct QuantizedInputGrad(QuantizedWeight);
+
+impl CustomOp1 for QuantizedInputGrad {
+    fn name(&self) -> &'static str {
+        "frozen-quantized-input-grad"
+    }
+
+    fn cpu_fwd(&self, g: &CpuStorage, gl: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (m, n) = gl.shape().dims2()?;
+        let (n2, k) = self.0.dims();
+        if n != n2 {
+            candle_core::bail!("{}: g has {n} columns, w has {n2} rows", self.name());
+        }
+        let w = self.0.expand().map_err(candle_core::Error::wrap)?;
+        let g = crate::fused::f32s(self.name(), "g", g, gl)?;
+        let mut dx = vec![0f32; m * k];
+        PackedWeight::transposed(&w, n, k).matmul_t_into(g, m, &mut dx);
+        Ok((CpuStorage::F32(dx), Shape::from((m, k))))
     }
 }
 
@@ -273,6 +322,34 @@ mod tests {
         let want = crate::nn::frozen_matmul_t(x.as_tensor(), &expanded).unwrap();
         assert_eq!(max_abs_diff(&y, &want), 0.0);
         let up = Tensor::randn(0f32, 1.0, (7, 96), &dev).unwrap();
+        let g = (&y * &up).unwrap().sum_all().unwrap().backward().unwrap();
+        let g2 = (&want * &up)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        let (gx, gx2) = (
+            g.get(x.as_tensor()).unwrap(),
+            g2.get(x.as_tensor()).unwrap(),
+        );
+        assert_eq!(max_abs_diff(gx, gx2), 0.0);
+    }
+
+    /// Inside a training run on an AMX CPU the f32 weights multiply on AMX: a weight kept
+    /// quantized must then too, or the two would train differently.
+    #[test]
+    fn inside_a_training_run_it_multiplies_as_the_fused_f32_layer_does_bit_for_bit() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 1.0, (96, 64), &dev).unwrap();
+        let q = QuantizedWeight::quantize(&w, GgmlDType::Q8_0).unwrap();
+        let expanded = q.dequantize().unwrap();
+        let _run = crate::fused::packs::PackScope::enter();
+        let x = Var::randn(0f32, 1.0, (40, 64), &dev).unwrap();
+        let y = q.matmul_t(x.as_tensor()).unwrap();
+        let want = crate::fused::linear::linear(x.as_tensor(), &expanded, None, None).unwrap();
+        assert_eq!(max_abs_diff(&y, &want), 0.0);
+        let up = Tensor::randn(0f32, 1.0, (40, 96), &dev).unwrap();
         let g = (&y * &up).unwrap().sum_all().unwrap().backward().unwrap();
         let g2 = (&want * &up)
             .unwrap()

@@ -6,7 +6,7 @@
 //! (named in the answer), since the spec names the architecture but not the size.
 
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::job_spec::SFT_TOKENS_PER_PASS;
+use shardwork_core::protocol::job_spec::{SFT_TOKENS_PER_PASS, TRAINING_PACKS_MAX_BYTES};
 use shardwork_core::protocol::{Architecture, JobSpec};
 
 /// A linear layer's `(in_features, out_features)`.
@@ -175,7 +175,8 @@ pub fn adapter_params(spec: &JobSpec, shape: &ModelShape) -> Result<u128, (Strin
 }
 
 /// Memory a node needs to train the job `spec` on a model of `shape` with `vocab` tokens and
-/// `parameters` weights, in MiB: the weights in f32 (GGUF weights are dequantized), the
+/// `parameters` weights, in MiB: the weights in f32 (GGUF weights are dequantized) and their
+/// packed copies on a CPU with AMX (twice the weights, up to [`TRAINING_PACKS_MAX_BYTES`]), the
 /// adapter with its gradient and both AdamW moments, the activations kept for the backward pass
 /// of one training pass, a causal LM's logits with their log-softmax and gradient, and a fixed
 /// allowance for the runtime. Deliberately generous: a worker refused a task it could have run
@@ -203,7 +204,8 @@ pub fn training_memory_mb(spec: &JobSpec, shape: &ModelShape, vocab: u64, parame
         Architecture::Llama => 3 * tokens * u128::from(vocab) * F32,
         Architecture::Bert => 0,
     };
-    let bytes = parameters * F32 + adapter * 4 * F32 + activations + logits + RUNTIME;
+    let packs = (2 * parameters * F32).min(u128::from(TRAINING_PACKS_MAX_BYTES));
+    let bytes = parameters * F32 + packs + adapter * 4 * F32 + activations + logits + RUNTIME;
     u64::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u64::MAX)
 }
 

@@ -173,6 +173,13 @@ pub struct LoraSpec {
 /// dropout masks) every honest worker computes, whatever its memory, and the API sizes jobs by it.
 pub const SFT_TOKENS_PER_PASS: u32 = 256;
 
+/// Bytes of packed copies of the frozen weights a node keeps through one training run, at
+/// most: on a CPU with AMX the trainer packs each frozen weight into tiles (two copies the size
+/// of the f32 weight) instead of repacking it on every product, up to this much; past it, it
+/// packs per product. The API adds it to every job's memory estimate, so that a worker whose
+/// CPU has AMX is never leased a task it cannot hold.
+pub const TRAINING_PACKS_MAX_BYTES: u64 = 2 << 30;
+
 /// How each task trains on its shard.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

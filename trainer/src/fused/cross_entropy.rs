@@ -23,7 +23,8 @@
 //! On other devices or dtypes it falls back to the composed ops
 //! ([`linear_cross_entropy_composed`]), which the tests also use as the reference.
 
-use std::sync::{Mutex, PoisonError};
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use candle_core::backend::BackendStorage;
 use candle_core::{
@@ -32,6 +33,7 @@ use candle_core::{
 use rayon::prelude::*;
 
 use super::exp::exp_nonpositive;
+use super::packs::{FrozenPacks, block_packs_for};
 
 const OP: &str = "linear_cross_entropy";
 
@@ -82,6 +84,11 @@ pub fn linear_cross_entropy(
     // Tracked even without `with_grad`, so that a backward pass through a scoring loss fails
     // loudly instead of silently leaving `hidden` without a gradient.
     hidden.apply_op1(LinearCrossEntropy {
+        packs: if with_grad {
+            block_packs_for(OP, w, VOCAB_BLOCK)?
+        } else {
+            None
+        },
         w: w.clone(),
         bias,
         targets: targets_vec,
@@ -175,6 +182,9 @@ fn target_ids(targets: &Tensor, vocab: usize) -> Result<Vec<u32>> {
 /// The CPU op. It holds the frozen operands; the gradient made during the forward pass waits
 /// in `grad` for the backward pass.
 struct LinearCrossEntropy {
+    /// `w` packed for AMX per vocabulary block, in a training run on a CPU that has it
+    /// ([`super::packs`]); else its products go through gemm.
+    packs: Option<Arc<[FrozenPacks]>>,
     w: Tensor,
     bias: Option<Vec<f32>>,
     targets: Vec<u32>,
@@ -210,6 +220,7 @@ impl CustomOp1 for LinearCrossEntropy {
         let out = forward(
             hidden,
             w,
+            self.packs.as_deref(),
             self.bias.as_deref(),
             &self.targets,
             self.with_grad,
@@ -314,6 +325,21 @@ impl<'a> MatRef<'a> {
         }
     }
 
+    /// The view's elements as a row-major block, borrowed where they already are one.
+    fn row_major_copy(self) -> Result<Cow<'a, [f32]>> {
+        let view = self.checked()?;
+        let len = view.rows * view.cols;
+        if view.col_stride == 1 && (view.row_stride == view.cols || view.rows <= 1) {
+            return Ok(Cow::Borrowed(&view.data[view.offset..view.offset + len]));
+        }
+        let mut out = Vec::with_capacity(len);
+        for r in 0..view.rows {
+            let row = view.offset + r * view.row_stride;
+            out.extend((0..view.cols).map(|c| view.data[row + c * view.col_stride]));
+        }
+        Ok(Cow::Owned(out))
+    }
+
     fn t(self) -> Self {
         Self {
             rows: self.cols,
@@ -387,6 +413,7 @@ struct Forward {
 fn forward(
     hidden: MatRef,
     w: MatRef,
+    packs: Option<&[FrozenPacks]>,
     bias: Option<&[f32]>,
     targets: &[u32],
     with_grad: bool,
@@ -407,6 +434,8 @@ fn forward(
     for row0 in (0..n).step_by(ROW_CHUNK) {
         let rows = ROW_CHUNK.min(n - row0);
         let h = hidden.rows(row0, rows);
+        // The packed products read the chunk's rows as one row-major block.
+        let h_rows = packs.map(|_| h.row_major_copy()).transpose()?;
         let targets = &targets[row0..row0 + rows];
         let logits = &mut logits[..rows * vocab];
         let block_len = rows * VOCAB_BLOCK;
@@ -418,7 +447,12 @@ fn forward(
             .map(|(b, block)| {
                 let start = b * VOCAB_BLOCK;
                 let width = block.len() / rows;
-                matmul(block, h, w.rows(start, width).t())?;
+                match (packs, &h_rows) {
+                    (Some(packs), Some(h_rows)) => {
+                        packs[b].forward.matmul_t_into(h_rows, rows, block);
+                    }
+                    _ => matmul(block, h, w.rows(start, width).t())?,
+                }
                 Ok(block
                     .chunks_exact_mut(width)
                     .map(|row| {
@@ -474,11 +508,17 @@ fn forward(
                         row[col] -= inv_n;
                     }
                 }
-                matmul(
-                    partial,
-                    MatRef::row_major(block, rows, width)?,
-                    w.rows(start, width),
-                )
+                match packs {
+                    Some(packs) => {
+                        packs[b].backward.matmul_t_into(block, rows, partial);
+                        Ok(())
+                    }
+                    None => matmul(
+                        partial,
+                        MatRef::row_major(block, rows, width)?,
+                        w.rows(start, width),
+                    ),
+                }
             })?;
         let partials = &*partials;
         grad[row0 * d..(row0 + rows) * d]
@@ -642,6 +682,28 @@ mod tests {
     fn matches_composed_with_bias() {
         assert_matches_composed(&case(7, 50, 16, 37, true));
         assert_matches_composed(&case(8, 50, 16, 3000, true));
+    }
+
+    /// Inside a training run on an AMX CPU the head multiplies by its packed vocabulary blocks,
+    /// forward and for the hidden states' gradient; the answers stay the composed ones.
+    #[test]
+    fn inside_a_training_run_the_packed_head_matches_composed() {
+        let _run = super::super::packs::PackScope::enter();
+        assert_matches_composed(&case(9, ROW_CHUNK + 40, 48, 2500, true));
+        // A hidden taken as a column slice: the packed product reads a row-major copy.
+        let c = case(10, 30, 16, 1500, false);
+        let wide = Tensor::cat(&[c.hidden.as_tensor(), c.hidden.as_tensor()], 1).unwrap();
+        let hidden = wide.narrow(1, 16, 16).unwrap();
+        let fused = linear_cross_entropy(&hidden, &c.w, None, &c.targets, true)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        let (reference, _) = loss_and_grad(&c, false, 1.0);
+        assert!((fused - reference).abs() / reference < 1e-5);
+        assert_eq!(
+            super::super::packs::PackScope::packed_bytes() > 0,
+            crate::amx::available()
+        );
     }
 
     #[test]

@@ -15,16 +15,20 @@
 //! of `x` in row-major order, as in the composed form: the backward pass recomputes it rather
 //! than keeping `dropout(x)`, and a seed drops the same inputs either way.
 
+use std::sync::Arc;
+
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::dropout::DropoutDraw;
 use super::matmul::{Mat, parallel_product_into};
+use super::packs::{FrozenPacks, packs_for};
 use super::{f32s, split_gradients, with_f32s};
 
 const NAME: &str = "fused-linear";
 const LORA_NAME: &str = "fused-lora-linear";
 const LORA_BWD_NAME: &str = "fused-lora-linear-backward";
+const INPUT_GRAD_NAME: &str = "fused-linear-input-grad";
 
 /// The trainable low-rank branch of a LoRA layer.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +64,7 @@ pub fn linear(
         return composite(x, weight, bias, lora, dims);
     }
     let base = Base {
+        packs: packs_for(NAME, weight)?,
         weight: weight.contiguous()?,
         bias: bias.map(Tensor::contiguous).transpose()?,
         dims,
@@ -201,6 +206,9 @@ impl Dims {
 /// at most three, and the frozen weight needs no gradient.
 #[derive(Debug, Clone)]
 struct Base {
+    /// The weight packed for AMX, inside a training run on a CPU that has it
+    /// ([`super::packs`]); else the products go through gemm.
+    packs: Option<Arc<FrozenPacks>>,
     weight: Tensor,
     bias: Option<Tensor>,
     dims: Dims,
@@ -213,10 +221,13 @@ impl Base {
     fn forward(&self, op: &str, x: &[f32]) -> candle_core::Result<Vec<f32>> {
         let d = self.dims;
         let mut y = vec![0f32; d.rows * d.output];
-        with_f32s(op, "the weight", &self.weight, |w| {
-            parallel_product_into(&mut y, d.y(), false, x, d.x(), w, d.weight().t(), 1.0);
-            Ok(())
-        })?;
+        match &self.packs {
+            Some(packs) => packs.forward.matmul_t_into(x, d.rows, &mut y),
+            None => with_f32s(op, "the weight", &self.weight, |w| {
+                parallel_product_into(&mut y, d.y(), false, x, d.x(), w, d.weight().t(), 1.0);
+                Ok(())
+            })?,
+        }
         if let Some(bias) = &self.bias {
             with_f32s(op, "the bias", bias, |bias| {
                 y.par_chunks_mut(d.output).for_each(|row| {
@@ -233,10 +244,44 @@ impl Base {
     /// `g·W`: the input gradient of the frozen product, for `g` as rows.
     fn input_grad(&self, op: &str, g: &[f32], dx: &mut [f32]) -> candle_core::Result<()> {
         let d = self.dims;
-        with_f32s(op, "the weight", &self.weight, |w| {
-            parallel_product_into(dx, d.x(), false, g, d.y(), w, d.weight(), 1.0);
-            Ok(())
-        })
+        match &self.packs {
+            Some(packs) => {
+                packs.backward.matmul_t_into(g, d.rows, dx);
+                Ok(())
+            }
+            None => with_f32s(op, "the weight", &self.weight, |w| {
+                parallel_product_into(dx, d.x(), false, g, d.y(), w, d.weight(), 1.0);
+                Ok(())
+            }),
+        }
+    }
+}
+
+/// `g·W` of a packed frozen layer as a candle op on `g` (rows × out), for [`FrozenLinear`]'s
+/// backward pass.
+struct InputGrad<'a> {
+    base: &'a Base,
+}
+
+impl CustomOp1 for InputGrad<'_> {
+    fn name(&self) -> &'static str {
+        INPUT_GRAD_NAME
+    }
+
+    fn cpu_fwd(&self, g: &CpuStorage, gl: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let d = self.base.dims;
+        let g = f32s(INPUT_GRAD_NAME, "the output gradient", g, gl)?;
+        if g.len() != d.rows * d.output {
+            candle_core::bail!(
+                "{INPUT_GRAD_NAME}: the output gradient has {} elements, not {} × {}",
+                g.len(),
+                d.rows,
+                d.output
+            );
+        }
+        let mut dx = vec![0f32; d.rows * d.input];
+        self.base.input_grad(INPUT_GRAD_NAME, g, &mut dx)?;
+        Ok((CpuStorage::F32(dx), Shape::from((d.rows, d.input))))
     }
 }
 
@@ -259,7 +304,12 @@ impl CustomOp1 for FrozenLinear {
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         let d = self.base.dims;
         let g = grad.contiguous()?.reshape((d.rows, d.output))?;
-        Ok(Some(g.matmul(&self.base.weight)?.reshape(x.shape())?))
+        let dx = if self.base.packs.is_some() {
+            g.apply_op1_no_bwd(&InputGrad { base: &self.base })?
+        } else {
+            g.matmul(&self.base.weight)?
+        };
+        Ok(Some(dx.reshape(x.shape())?))
     }
 }
 
@@ -485,6 +535,43 @@ mod tests {
         assert_close(
             &both(&[5], (16, 8, 2), false, None),
             "5 rows without a bias",
+        );
+    }
+
+    /// Inside a training run on an AMX CPU the frozen products use the packed weight, forward
+    /// and for the input gradient; the results must still be the composite's (gemm's), LoRA
+    /// layer and frozen layer alike.
+    #[test]
+    fn inside_a_training_run_the_packed_products_match_the_composite() {
+        let _run = super::super::packs::PackScope::enter();
+        assert_close(
+            &both(
+                &[6, 11],
+                (72, 40, 4),
+                true,
+                Some(DropoutDraw::new(5, 0, 0.1)),
+            ),
+            "packed, (6, 11) rows with a bias and dropout",
+        );
+        let (x, w, bias, _, _, probe) = case(&[70], 64, 96, 2);
+        let dims = Dims::of(x.as_tensor(), &w, Some(&bias), None).unwrap();
+        let out = linear(x.as_tensor(), &w, Some(&bias), None).unwrap();
+        let want = composite(x.as_tensor(), &w, Some(&bias), None, dims).unwrap();
+        assert!(max_abs_diff(&out, &want) < 1e-4);
+        let gx = |out: &Tensor| {
+            let g = (out * &probe)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            g.get(x.as_tensor()).unwrap().clone()
+        };
+        assert!(max_abs_diff(&gx(&out), &gx(&want)) < 1e-4);
+        assert_eq!(
+            super::super::packs::PackScope::packed_bytes() > 0,
+            crate::amx::available(),
+            "the frozen weights were packed exactly where the CPU has AMX"
         );
     }
 

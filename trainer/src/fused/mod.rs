@@ -17,6 +17,7 @@ pub mod gelu;
 pub mod linear;
 mod matmul;
 pub mod norm;
+pub mod packs;
 pub mod rotary;
 pub mod softmax;
 pub mod swiglu;

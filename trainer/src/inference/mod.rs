@@ -20,7 +20,6 @@ use rayon::prelude::*;
 
 use crate::error::Result;
 
-mod amx;
 mod attention;
 mod norm;
 mod packed;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp1, DType, Layout, Shape, Tensor};
 
-use super::amx::{self, Epilogue, PackedWeight};
+use crate::amx::{self, PackedWeight};
 use crate::error::{Error, Result};
 
 /// Which matrix kernel scoring's linear layers use.
@@ -25,6 +25,15 @@ impl ScoringKernel {
             ScoringKernel::Portable
         }
     }
+}
+
+/// What follows the product in each output block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Epilogue {
+    /// Nothing: the block is `x·Wᵀ + b`.
+    None,
+    /// BERT's exact-erf GELU.
+    GeluErf,
 }
 
 /// `x·Wᵀ + b` with `W` and `b` packed once, optionally followed by an activation applied as
@@ -91,7 +100,12 @@ impl CustomOp1 for PackedLinear {
             );
         }
         let m: usize = lead.iter().product();
-        let out = self.weight.matmul_t(values, m, self.epilogue);
+        let out = match self.epilogue {
+            Epilogue::None => self.weight.matmul_t(values, m, amx::no_epilogue),
+            Epilogue::GeluErf => self.weight.matmul_t(values, m, |row: &mut [f32]| {
+                row.iter_mut().for_each(|v| *v = super::gelu_erf_scalar(*v));
+            }),
+        };
         let mut shape = lead.to_vec();
         shape.push(self.weight.out_features());
         Ok((CpuStorage::F32(out), Shape::from(shape)))

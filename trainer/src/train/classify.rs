@@ -91,6 +91,8 @@ pub fn train_span(
             model.num_labels()
         )));
     }
+    // The frozen weights are packed for AMX once for the run, where the CPU has it.
+    let _packs = crate::fused::packs::PackScope::enter();
     let encoded = tokenizer.encode_all(&data.texts)?;
     let opt = AdamW::new(trainables, cfg.optim.clone())?;
     let mut steps = StepLoop::new(opt, trainables, data.len(), cfg.batch_size, cfg.seed, span)?;

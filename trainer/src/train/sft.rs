@@ -272,6 +272,8 @@ pub fn train_span(
             "no trainable tensors: attach LoRA before training".into(),
         ));
     }
+    // The frozen weights are packed for AMX once for the run, where the CPU has it.
+    let _packs = crate::fused::packs::PackScope::enter();
     let opt = AdamW::new(trainables, cfg.optim.clone())?;
     let mut steps = StepLoop::new(
         opt,

@@ -1,4 +1,6 @@
-//! `y = x·Wᵀ + b` on Intel AMX tiles, at f32 accuracy through a three-term bf16 split.
+//! `y = x·Wᵀ + b` on Intel AMX tiles, at f32 accuracy through a three-term bf16 split: scoring's
+//! linear layers ([`crate::inference`]) and training's frozen products, forward and input
+//! gradient ([`crate::fused::packs`]).
 //!
 //! AMX multiplies bf16 tiles into f32 accumulators at about 1 TFLOP/s a core (this machine's
 //! Xeon: 1.75 TFLOP/s measured on one core), against about 75 GFLOP/s for candle's f32 gemm.
@@ -31,14 +33,26 @@ const TILE_U16: usize = TILE * TILE_K;
 const BLOCK: usize = 2 * TILE;
 /// Rows of `x` one parallel task converts and multiplies. Small tasks keep the converted rows
 /// in L1/L2 while the weights stream past: measured on MiniLM scoring, 32/64/128/256 rows took
-/// 0.68/0.66/0.69/0.78 s (larger tasks also balance worse over two cores).
+/// 0.68/0.66/0.69/0.78 s (larger tasks also balance worse over two cores); in SmolLM2 training
+/// (1024-row products) 64/128/256/512 gave 223/220/187/187 tokens/s.
 const ROWS_PER_TASK: usize = 2 * BLOCK;
 
 /// Whether this CPU and kernel run AMX bf16 (checked once: CPUID, then the Linux permission
 /// request every process must make before touching tile data).
+///
+/// `SHARDWORK_AMX=off` in the environment turns it off for the process: every product then
+/// takes the portable path (gemm), as on a CPU without AMX, so the two can be compared on one
+/// machine (`shardwork bench train` runs candle both ways).
 pub fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(detect)
+    *AVAILABLE.get_or_init(|| !switched_off() && detect())
+}
+
+/// The environment variable that turns AMX off, and the value that does it.
+pub const SWITCH: (&str, &str) = ("SHARDWORK_AMX", "off");
+
+fn switched_off() -> bool {
+    std::env::var(SWITCH.0).is_ok_and(|v| v == SWITCH.1)
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -93,14 +107,14 @@ fn split(v: f32) -> (u16, u16) {
     (hi, bf16_bits(v - bf16_value(hi)))
 }
 
-/// What is applied to each output block as it is made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Epilogue {
-    /// No activation: the block is written as `x·Wᵀ + b`.
-    None,
-    /// BERT's exact-erf GELU.
-    GeluErf,
-}
+/// Applied to each output row's block of columns while it is still in L1 (an activation, say;
+/// scoring's GELU), or nothing.
+pub trait Epilogue: Fn(&mut [f32]) + Sync {}
+
+impl<F: Fn(&mut [f32]) + Sync> Epilogue for F {}
+
+/// The epilogue that leaves the product as it is.
+pub fn no_epilogue(_: &mut [f32]) {}
 
 /// A weight `(n, k)` and bias `(n)`, packed for [`PackedWeight::matmul_t`].
 pub struct PackedWeight {
@@ -116,27 +130,51 @@ pub struct PackedWeight {
 }
 
 impl PackedWeight {
-    /// Packs `weight` (row-major `n × k`, as a linear layer stores it) and `bias` (`n`).
+    /// Packs `weight` (row-major `n × k`, as a linear layer stores it) and `bias` (`n`), for
+    /// `x·Wᵀ + b`.
     pub fn new(weight: &[f32], bias: Option<&[f32]>, n: usize, k: usize) -> PackedWeight {
         assert_eq!(weight.len(), n * k, "weight is not n × k");
+        Self::pack(n, k, bias, |col, kk| weight[col * k + kk])
+    }
+
+    /// Packs the transpose of `weight` (row-major `k × n`), for `x·W` without a bias: a frozen
+    /// layer's input gradient `g·W`, packed from the layer's own weight without a transposed
+    /// copy.
+    pub fn transposed(weight: &[f32], k: usize, n: usize) -> PackedWeight {
+        assert_eq!(weight.len(), k * n, "weight is not k × n");
+        Self::pack(n, k, None, |col, kk| weight[kk * n + col])
+    }
+
+    /// Bytes the packed tiles and bias take.
+    pub fn size_in_bytes(&self) -> usize {
+        self.tiles.len() * std::mem::size_of::<u16>() + self.bias.len() * std::mem::size_of::<f32>()
+    }
+
+    /// Packs `n` columns of `k` values, `value(col, kk)` being element `kk` of column `col`.
+    fn pack(
+        n: usize,
+        k: usize,
+        bias: Option<&[f32]>,
+        value: impl Fn(usize, usize) -> f32 + Sync,
+    ) -> PackedWeight {
         let k_blocks = k.div_ceil(TILE_K);
         let n_blocks = n.div_ceil(2 * TILE) * 2;
         let mut tiles = vec![0u16; n_blocks * k_blocks * 2 * TILE_U16];
-        // One column block's tiles per task: a model's weights pack in milliseconds.
+        // One column block's tiles per task: a model's weights pack in milliseconds. Along `k`
+        // outermost, so that a transposed source is read 16 consecutive values at a time.
         tiles
             .par_chunks_mut(k_blocks * 2 * TILE_U16)
             .enumerate()
             .for_each(|(nb, block)| {
-                for c in 0..TILE.min(n.saturating_sub(nb * TILE)) {
-                    let col = nb * TILE + c;
-                    for (kk, &w) in weight[col * k..(col + 1) * k].iter().enumerate() {
-                        let (kb, kr) = (kk / TILE_K, kk % TILE_K);
-                        let tile = kb * 2 * TILE_U16;
-                        // Row kr/2 of a tile holds, per column, the pair (k = 2p, k = 2p + 1).
-                        let at = tile + (kr / 2) * TILE_K + c * 2 + kr % 2;
-                        let (hi, lo) = split(w);
-                        block[at] = hi;
-                        block[at + TILE_U16] = lo;
+                let cols = TILE.min(n.saturating_sub(nb * TILE));
+                for kk in 0..k {
+                    let (kb, kr) = (kk / TILE_K, kk % TILE_K);
+                    // Row kr/2 of a tile holds, per column, the pair (k = 2p, k = 2p + 1).
+                    let row = kb * 2 * TILE_U16 + (kr / 2) * TILE_K + kr % 2;
+                    for c in 0..cols {
+                        let (hi, lo) = split(value(nb * TILE + c, kk));
+                        block[row + c * 2] = hi;
+                        block[row + c * 2 + TILE_U16] = lo;
                     }
                 }
             });
@@ -168,14 +206,40 @@ impl PackedWeight {
     /// `epilogue(x·Wᵀ + b)` for row-major `x` (`m × k`), on the rayon pool, the epilogue
     /// (an activation) applied to each output block as it is made. Call only when
     /// [`available`] is true.
-    pub fn matmul_t(&self, x: &[f32], m: usize, epilogue: Epilogue) -> Vec<f32> {
+    pub fn matmul_t(&self, x: &[f32], m: usize, epilogue: impl Epilogue) -> Vec<f32> {
+        // Every element is written by a kernel call or a scratch copy, so the output is not
+        // zero-filled first (that was 7% of scoring).
+        let mut out = Vec::<f32>::with_capacity(m * self.n);
+        self.matmul_t_uninit(x, m, &mut out.spare_capacity_mut()[..m * self.n], &epilogue);
+        // SAFETY: `matmul_t_uninit` wrote all `m × n` elements.
+        unsafe { out.set_len(m * self.n) };
+        out
+    }
+
+    /// [`PackedWeight::matmul_t`] into `out` (`m × n`), overwriting it.
+    pub fn matmul_t_into(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), m * self.n, "out is not m × n");
+        // SAFETY: `MaybeUninit<f32>` has `f32`'s layout, and everything written through the
+        // view is an initialised f32, so `out` holds valid floats afterwards.
+        let out = unsafe { &mut *(out as *mut [f32] as *mut [MaybeUninit<f32>]) };
+        self.matmul_t_uninit(x, m, out, &no_epilogue);
+    }
+
+    /// Writes every element of `out` (`m × n`).
+    fn matmul_t_uninit(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &mut [MaybeUninit<f32>],
+        epilogue: &dyn Epilogue,
+    ) {
         assert!(available(), "AMX kernel called on a CPU without AMX");
         assert_eq!(x.len(), m * self.k, "x is not m × k");
-        // Every element is written by a kernel call or a scratch copy below, so the output is
-        // not zero-filled first (that was 7% of scoring).
-        let mut out = Vec::<f32>::with_capacity(m * self.n);
-        out.spare_capacity_mut()[..m * self.n]
-            .par_chunks_mut(ROWS_PER_TASK * self.n)
+        assert_eq!(out.len(), m * self.n, "out is not m × n");
+        if out.is_empty() {
+            return;
+        }
+        out.par_chunks_mut(ROWS_PER_TASK * self.n)
             .enumerate()
             .for_each(|(task, out_rows)| {
                 let first = task * ROWS_PER_TASK;
@@ -187,13 +251,16 @@ impl PackedWeight {
                     epilogue,
                 );
             });
-        // SAFETY: `rows_task` wrote all `m × n` elements (every row block, every column pair).
-        unsafe { out.set_len(m * self.n) };
-        out
     }
 
     /// One task: converts `rows` rows of `x`, then every 32 × 32 block of the output.
-    fn rows_task(&self, x: &[f32], rows: usize, out: &mut [MaybeUninit<f32>], epilogue: Epilogue) {
+    fn rows_task(
+        &self,
+        x: &[f32],
+        rows: usize,
+        out: &mut [MaybeUninit<f32>],
+        epilogue: &dyn Epilogue,
+    ) {
         thread_local! {
             /// Converted rows, reused between calls on a thread instead of zero-filled anew.
             static CONVERTED: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
@@ -207,7 +274,7 @@ impl PackedWeight {
         x: &[f32],
         rows: usize,
         out: &mut [MaybeUninit<f32>],
-        epilogue: Epilogue,
+        epilogue: &dyn Epilogue,
     ) {
         let row_blocks = rows.div_ceil(BLOCK);
         // Per row: k_blocks groups of [hi 32][lo 32], k past `k` zero (the weights there are
@@ -278,12 +345,7 @@ impl PackedWeight {
                     // SAFETY: the kernel (direct) or the copy above wrote these `cols` values.
                     let row = unsafe { &mut *(row as *mut [MaybeUninit<f32>] as *mut [f32]) };
                     // While the block is still in L1.
-                    match epilogue {
-                        Epilogue::None => {}
-                        Epilogue::GeluErf => {
-                            row.iter_mut().for_each(|v| *v = super::gelu_erf_scalar(*v));
-                        }
-                    }
+                    epilogue(row);
                 }
             }
         }
@@ -451,7 +513,14 @@ mod tests {
     fn amx_is_found_where_the_cpu_has_it() {
         let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_has = flags.contains(" amx_bf16") && flags.contains(" amx_tile");
-        if cpu_has {
+        if switched_off() {
+            assert!(
+                !available(),
+                "{}={} did not turn AMX off",
+                SWITCH.0,
+                SWITCH.1
+            );
+        } else if cpu_has {
             assert!(
                 available(),
                 "/proc/cpuinfo lists AMX but it was not enabled"
@@ -509,7 +578,7 @@ mod tests {
             let x: Vec<f32> = (0..m * k).map(|_| rng.random_range(-2.0..2.0)).collect();
             let w: Vec<f32> = (0..n * k).map(|_| rng.random_range(-0.1..0.1)).collect();
             let b: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-            let got = PackedWeight::new(&w, Some(&b), n, k).matmul_t(&x, m, Epilogue::None);
+            let got = PackedWeight::new(&w, Some(&b), n, k).matmul_t(&x, m, no_epilogue);
             let want = reference(&x, &w, &b, m, n, k);
             // Scale of the error: |x|·|w| summed over k, times 16-bit operand precision.
             let bound = k as f64 * 2.0 * 0.1 * 2f64.powi(-15);
@@ -529,10 +598,36 @@ mod tests {
         }
         let w: Vec<f32> = (0..16 * 32).map(|i| (i % 7) as f32 - 3.0).collect();
         let x: Vec<f32> = (0..2 * 32).map(|i| (i % 5) as f32).collect();
-        let got = PackedWeight::new(&w, None, 16, 32).matmul_t(&x, 2, Epilogue::None);
+        let got = PackedWeight::new(&w, None, 16, 32).matmul_t(&x, 2, no_epilogue);
         let want = reference(&x, &w, &[0.0; 16], 2, 16, 32);
         for (g, r) in got.iter().zip(&want) {
             assert_eq!(f64::from(*g), *r, "small integers are exact");
+        }
+    }
+
+    /// The input-gradient pack: `g·W` from `W (k × n)` itself, no transposed copy, written
+    /// over whatever `out` held.
+    #[test]
+    fn the_transposed_pack_multiplies_by_w_itself() {
+        if !available() {
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(11);
+        for &(m, k, n) in &[(32, 64, 32), (19, 40, 45), (130, 576, 192)] {
+            let g: Vec<f32> = (0..m * k).map(|_| rng.random_range(-2.0..2.0)).collect();
+            let w: Vec<f32> = (0..k * n).map(|_| rng.random_range(-0.1..0.1)).collect();
+            // Wᵀ as an n × k row-major weight: the reference computes g·(Wᵀ)ᵀ = g·W.
+            let wt: Vec<f32> = (0..n * k).map(|i| w[(i % k) * n + i / k]).collect();
+            let want = reference(&g, &wt, &vec![0.0; n], m, n, k);
+            let mut got = vec![f32::NAN; m * n];
+            PackedWeight::transposed(&w, k, n).matmul_t_into(&g, m, &mut got);
+            let bound = k as f64 * 2.0 * 0.1 * 2f64.powi(-15);
+            for (i, (g, r)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (f64::from(*g) - r).abs() <= bound,
+                    "({m}×{k})·({k}×{n}) at {i}: {g} vs {r} (bound {bound})"
+                );
+            }
         }
     }
 }
