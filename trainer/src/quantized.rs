@@ -311,57 +311,47 @@ mod tests {
         assert!(QuantizedWeight::new(plain).is_err());
     }
 
+    /// `q`'s product with a random `rows × in` input and its input gradient equal, to the
+    /// bit, what `f32_product` (given the input and `q` expanded) computes.
+    fn assert_same_product_and_input_gradient(
+        q: &QuantizedWeight,
+        rows: usize,
+        f32_product: impl Fn(&Tensor, &Tensor) -> Tensor,
+    ) {
+        let dev = Device::Cpu;
+        let (out, input) = q.dims();
+        let expanded = q.dequantize().unwrap();
+        let x = Var::randn(0f32, 1.0, (rows, input), &dev).unwrap();
+        let y = q.matmul_t(x.as_tensor()).unwrap();
+        let want = f32_product(x.as_tensor(), &expanded);
+        assert_eq!(max_abs_diff(&y, &want), 0.0);
+        let up = Tensor::randn(0f32, 1.0, (rows, out), &dev).unwrap();
+        let input_grad = |y: &Tensor| {
+            let g = (y * &up).unwrap().sum_all().unwrap().backward().unwrap();
+            g.get(x.as_tensor()).unwrap().clone()
+        };
+        assert_eq!(max_abs_diff(&input_grad(&y), &input_grad(&want)), 0.0);
+    }
+
     #[test]
     fn the_product_and_its_input_gradient_equal_the_f32_weights_bit_for_bit() {
-        let dev = Device::Cpu;
-        let w = Tensor::randn(0f32, 1.0, (96, 64), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (96, 64), &Device::Cpu).unwrap();
         let q = QuantizedWeight::quantize(&w, GgmlDType::Q4_1).unwrap();
-        let expanded = q.dequantize().unwrap();
-        let x = Var::randn(0f32, 1.0, (7, 64), &dev).unwrap();
-        let y = q.matmul_t(x.as_tensor()).unwrap();
-        let want = crate::nn::frozen_matmul_t(x.as_tensor(), &expanded).unwrap();
-        assert_eq!(max_abs_diff(&y, &want), 0.0);
-        let up = Tensor::randn(0f32, 1.0, (7, 96), &dev).unwrap();
-        let g = (&y * &up).unwrap().sum_all().unwrap().backward().unwrap();
-        let g2 = (&want * &up)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        let (gx, gx2) = (
-            g.get(x.as_tensor()).unwrap(),
-            g2.get(x.as_tensor()).unwrap(),
-        );
-        assert_eq!(max_abs_diff(gx, gx2), 0.0);
+        assert_same_product_and_input_gradient(&q, 7, |x, w| {
+            crate::nn::frozen_matmul_t(x, w).unwrap()
+        });
     }
 
     /// Inside a training run on an AMX CPU the f32 weights multiply on AMX: a weight kept
     /// quantized must then too, or the two would train differently.
     #[test]
     fn inside_a_training_run_it_multiplies_as_the_fused_f32_layer_does_bit_for_bit() {
-        let dev = Device::Cpu;
-        let w = Tensor::randn(0f32, 1.0, (96, 64), &dev).unwrap();
+        let w = Tensor::randn(0f32, 1.0, (96, 64), &Device::Cpu).unwrap();
         let q = QuantizedWeight::quantize(&w, GgmlDType::Q8_0).unwrap();
-        let expanded = q.dequantize().unwrap();
         let _run = crate::fused::packs::PackScope::enter();
-        let x = Var::randn(0f32, 1.0, (40, 64), &dev).unwrap();
-        let y = q.matmul_t(x.as_tensor()).unwrap();
-        let want = crate::fused::linear::linear(x.as_tensor(), &expanded, None, None).unwrap();
-        assert_eq!(max_abs_diff(&y, &want), 0.0);
-        let up = Tensor::randn(0f32, 1.0, (40, 96), &dev).unwrap();
-        let g = (&y * &up).unwrap().sum_all().unwrap().backward().unwrap();
-        let g2 = (&want * &up)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        let (gx, gx2) = (
-            g.get(x.as_tensor()).unwrap(),
-            g2.get(x.as_tensor()).unwrap(),
-        );
-        assert_eq!(max_abs_diff(gx, gx2), 0.0);
+        assert_same_product_and_input_gradient(&q, 40, |x, w| {
+            crate::fused::linear::linear(x, w, None, None).unwrap()
+        });
     }
 
     #[test]
