@@ -24,7 +24,7 @@
 //! and a `Var` is never packed, so a pack cannot go stale within its scope.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -82,21 +82,16 @@ struct Scope {
     /// A weight packed in blocks of rows (the language-model head's vocabulary blocks), by
     /// weight and rows per block.
     by_blocks: HashMap<(TensorId, usize), Arc<[FrozenPacks]>>,
-    /// Quantized weights given AMX, by identity, with the bytes their packs would take.
-    quantized: HashMap<usize, usize>,
+    /// Quantized weights given AMX, by identity.
+    quantized: HashSet<usize>,
+    /// Bytes of everything above (a quantized weight counted as its packs would take), kept as
+    /// entries are added: asked on every product, so never summed anew.
+    bytes: usize,
 }
 
 impl Scope {
     fn bytes(&self) -> usize {
-        let whole = self.by_weight.values().map(|p| p.size_in_bytes());
-        let blocks = self
-            .by_blocks
-            .values()
-            .flat_map(|b| b.iter().map(FrozenPacks::size_in_bytes));
-        whole
-            .chain(blocks)
-            .chain(self.quantized.values().copied())
-            .sum()
+        self.bytes
     }
 }
 
@@ -135,6 +130,7 @@ impl Drop for PackScope {
                 s.by_weight.clear();
                 s.by_blocks.clear();
                 s.quantized.clear();
+                s.bytes = 0;
             }
         });
     }
@@ -173,7 +169,11 @@ pub(super) fn packs_for(
     let packs = with_f32s(op, "the weight", &weight.contiguous()?, |w| {
         Ok(Arc::new(FrozenPacks::new(w, out, input)))
     })?;
-    SCOPE.with_borrow_mut(|s| s.by_weight.insert(weight.id(), packs.clone()));
+    SCOPE.with_borrow_mut(|s| {
+        if s.by_weight.insert(weight.id(), packs.clone()).is_none() {
+            s.bytes += packs.size_in_bytes();
+        }
+    });
     Ok(Some(packs))
 }
 
@@ -184,13 +184,14 @@ pub(crate) fn quantized_uses_amx(identity: usize, out: usize, input: usize) -> b
         return false;
     }
     SCOPE.with_borrow_mut(|s| {
-        if s.quantized.contains_key(&identity) {
+        if s.quantized.contains(&identity) {
             return true;
         }
         let size = packed_size(out, input);
-        let room = s.bytes() + size <= KEPT_BYTES;
+        let room = s.bytes + size <= KEPT_BYTES;
         if room {
-            s.quantized.insert(identity, size);
+            s.quantized.insert(identity);
+            s.bytes += size;
         }
         room
     })
@@ -220,7 +221,11 @@ pub(super) fn block_packs_for(
             .map(|block| FrozenPacks::new(block, block.len() / input, input))
             .collect())
     })?;
-    SCOPE.with_borrow_mut(|s| s.by_blocks.insert(key, packs.clone()));
+    SCOPE.with_borrow_mut(|s| {
+        if s.by_blocks.insert(key, packs.clone()).is_none() {
+            s.bytes += packs.iter().map(FrozenPacks::size_in_bytes).sum::<usize>();
+        }
+    });
     Ok(Some(packs))
 }
 
