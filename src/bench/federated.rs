@@ -46,6 +46,8 @@ pub struct FederatedBenchConfig {
     pub conversations: usize,
     /// Passes each task makes over its shard (`training.epochs`).
     pub epochs: u32,
+    /// `training.learning_rate`, when not the demo's.
+    pub learning_rate: Option<f64>,
 }
 
 /// One way of training, measured.
@@ -78,6 +80,8 @@ pub struct FederatedReport {
     pub rounds: u32,
     /// Passes each task made over its shard (central made as many over the union per round).
     pub epochs: u32,
+    /// `training.learning_rate` of every run, federated and central.
+    pub learning_rate: f64,
     pub base_loss: f64,
     pub central: RunFigures,
     pub federated_exact: RunFigures,
@@ -127,9 +131,9 @@ impl fmt::Display for FederatedReport {
         let shards = self.shard_examples.len();
         writeln!(
             f,
-            "Federated SFT, {shards} shards x {} rounds ({} epoch(s) a task), against central \
-             on the union: {} on {}",
-            self.rounds, self.epochs, self.model, self.device
+            "Federated SFT, {shards} shards x {} rounds ({} epoch(s) a task, learning rate {}), \
+             against central on the union: {} on {}",
+            self.rounds, self.epochs, self.learning_rate, self.model, self.device
         )?;
         writeln!(
             f,
@@ -248,6 +252,9 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     let now = chrono::Utc::now();
     let mut spec = crate::demo::chat_spec(&cfg.model_cid, cfg.shards, cfg.rounds);
     spec["training"]["epochs"] = cfg.epochs.into();
+    if let Some(rate) = cfg.learning_rate {
+        spec["training"]["learning_rate"] = rate.into();
+    }
     let spec = JobSpec::parse(spec.to_string().as_bytes(), now)
         .map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
     let records = crate::demo::chat_records(&cfg.corpus, cfg.conversations, cfg.shards)?;
@@ -402,6 +409,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         shard_examples: shards.iter().map(Vec::len).collect(),
         rounds: cfg.rounds,
         epochs: cfg.epochs,
+        learning_rate: spec.training.learning_rate,
         base_loss,
         central: RunFigures {
             loss: central_loss,
@@ -441,6 +449,7 @@ mod tests {
             shard_examples: vec![9, 9, 9],
             rounds: 1,
             epochs: 1,
+            learning_rate: 2e-3,
             base_loss: 3.0,
             central: figures(central),
             federated_exact: figures(exact),

@@ -60,6 +60,10 @@ pub enum BenchCommand {
         /// 1). Central makes as many over the union, so both still take the same steps.
         #[arg(long, default_value_t = 1)]
         epochs: u32,
+        /// The spec's `training.learning_rate`, for federated and central alike (default: the
+        /// demo's).
+        #[arg(long)]
+        learning_rate: Option<f64>,
         /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
         #[arg(long)]
         gguf: Option<PathBuf>,
@@ -204,6 +208,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             rounds,
             conversations,
             epochs,
+            learning_rate,
             gguf,
             json,
         } => {
@@ -234,6 +239,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 rounds,
                 conversations,
                 epochs,
+                learning_rate,
             };
             let report = tokio::task::spawn_blocking(move || federated::run(&bench)).await??;
             if json {
