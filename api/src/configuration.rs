@@ -3,10 +3,12 @@
 //! and the checks that must pass before the server binds.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use shardwork_core::protocol::EthAddress;
 
 /// A secret string: deserializes from plain text, never prints or serializes its value.
@@ -73,9 +75,15 @@ pub struct ApiConfig {
     pub json_limit_bytes: usize,
     /// Largest dataset upload.
     pub upload_limit_bytes: usize,
-    /// Requests per minute per caller (token subject, or peer IP when unauthenticated);
-    /// 0 turns rate limiting off.
+    /// Requests per minute per caller (token subject, or client IP when unauthenticated),
+    /// counted across every replica on the database; 0 turns rate limiting off.
     pub rate_limit_per_minute: u32,
+    /// Load balancers or reverse proxies in front of the API, as addresses or networks
+    /// (`"10.0.0.2"`, `"172.16.0.0/12"`): a request from one of these is keyed by the client
+    /// address it wrote into `X-Forwarded-For` (the nearest entry not itself a trusted proxy).
+    /// Empty by default: the header is then never read, since any client can send it.
+    #[serde(deserialize_with = "addresses_or_networks")]
+    pub trusted_proxies: Vec<IpNet>,
     /// Addresses granted the admin role at sign-in.
     pub admin_addresses: Vec<EthAddress>,
     /// Addresses granted the validator role at sign-in: the only holders of held-out keys.
@@ -114,6 +122,7 @@ impl Default for ApiConfig {
             json_limit_bytes: 1 << 20,
             upload_limit_bytes: 256 << 20,
             rate_limit_per_minute: 600,
+            trusted_proxies: Vec::new(),
             admin_addresses: Vec::new(),
             validator_addresses: Vec::new(),
             price_wei_per_param_record: 1_000,
@@ -139,6 +148,26 @@ pub struct ConfigError {
 
 /// HS256 keys shorter than the hash output weaken the MAC (RFC 7518 §3.2).
 pub const MIN_SECRET_BYTES: usize = 32;
+
+/// `trusted_proxies`: each entry a network (`a.b.c.d/n`) or one address (its own /32 or /128).
+fn addresses_or_networks<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<IpNet>, D::Error> {
+    let entries = Vec::<String>::deserialize(deserializer)?;
+    entries
+        .iter()
+        .map(|entry| {
+            entry
+                .parse::<IpNet>()
+                .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    serde::de::Error::custom(format!(
+                        "{entry:?} is neither an IP address nor a network like 10.0.0.0/8"
+                    ))
+                })
+        })
+        .collect()
+}
 
 impl ApiConfig {
     /// Every problem that must be fixed before the server can start.
@@ -267,6 +296,25 @@ mod tests {
         let errors = ApiConfig::default().validate().unwrap_err();
         let fields: Vec<_> = errors.iter().map(|e| e.field).collect();
         assert_eq!(fields, ["jwt_secret", "sealing_secret"]);
+    }
+
+    #[test]
+    fn trusted_proxies_take_addresses_and_networks_and_name_a_bad_entry() {
+        let config: ApiConfig =
+            serde_json::from_str(r#"{"trusted_proxies": ["10.0.0.2", "172.16.0.0/12", "::1"]}"#)
+                .unwrap();
+        let shown: Vec<String> = config
+            .trusted_proxies
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(shown, ["10.0.0.2/32", "172.16.0.0/12", "::1/128"]);
+        let err = serde_json::from_str::<ApiConfig>(r#"{"trusted_proxies": ["10.0.0.0/33"]}"#)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("\"10.0.0.0/33\" is neither"),
+            "{err}"
+        );
     }
 
     #[test]

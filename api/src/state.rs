@@ -47,7 +47,7 @@ pub struct AppState {
     pub tokens: Arc<TokenIssuer>,
     /// The Prometheus counters and histograms served at `/metrics`.
     pub metrics: Metrics,
-    /// Per-caller request budgets (`rate_limit_per_minute`).
+    /// Per-caller request budgets (`rate_limit_per_minute`), shared by the replicas on `db`.
     pub limiter: RateLimiter,
     /// `GET /v1/jobs/{id}`'s reads, coalesced into shared round trips.
     pub job_reads: JobReads,
@@ -69,7 +69,7 @@ impl AppState {
             config.refresh_token_ttl_secs,
         ));
         Ok(Arc::new(AppState {
-            limiter: RateLimiter::new(config.rate_limit_per_minute),
+            limiter: RateLimiter::new(config.rate_limit_per_minute, ports.db.clone()),
             job_reads: job_reads(ports.db.clone()),
             wakeups: Wakeups::default(),
             background_role: Role::default(),

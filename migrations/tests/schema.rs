@@ -10,7 +10,7 @@ use sea_orm_migration::sea_orm::{
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::Migrator;
 
-const TABLES: [&str; 12] = [
+const TABLES: [&str; 13] = [
     "jobs",
     "workers",
     "shards",
@@ -23,6 +23,7 @@ const TABLES: [&str; 12] = [
     "siwe_nonces",
     "queue_messages",
     "task_progress",
+    "rate_windows",
 ];
 
 async fn existing_tables(db: &DatabaseConnection) -> Vec<&'static str> {

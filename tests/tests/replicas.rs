@@ -226,3 +226,114 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
     }
     assert!(!payouts.is_empty());
 }
+
+/// How many of `count` unauthenticated requests to `url` (optionally claiming to come from
+/// `forwarded_for`) were refused with 429; every other answer must be the 401 of no token.
+async fn refused_of(
+    http: &reqwest::Client,
+    url: &str,
+    count: usize,
+    forwarded_for: Option<&str>,
+) -> usize {
+    let mut refused = 0;
+    for _ in 0..count {
+        let mut request = http.get(format!("{url}/v1/auth/me"));
+        if let Some(ip) = forwarded_for {
+            request = request.header("x-forwarded-for", ip);
+        }
+        let reply = request.send().await.expect("the replica answers");
+        match reply.status().as_u16() {
+            429 => {
+                let retry: i64 = reply.headers()["retry-after"]
+                    .to_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert!((1..=60).contains(&retry), "retry-after {retry}");
+                refused += 1;
+            }
+            401 => {}
+            other => panic!("unexpected {other} from {url}"),
+        }
+    }
+    refused
+}
+
+/// Two `shardwork serve` replicas on one PostgreSQL database count one caller's requests
+/// together: 30 to each against a limit of 40 admits at most 40 in all (at most one more
+/// refused early: the block replica 0 holds unspent). The second replica trusts 127.0.0.1 as
+/// its proxy, so a forwarded client address there is a caller of its own; on the first, which
+/// trusts no proxy, the same header changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn replicas_share_each_callers_rate_limit() {
+    let suite = "API replicas on real servers (rate limit)";
+    let Some(pg) = service_url(Service::Postgres, suite) else {
+        return;
+    };
+    let Some(amqp) = service_url(Service::RabbitMq, suite) else {
+        return;
+    };
+    let Some(anvil) = Anvil::start(suite) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let shared_data = dir.path().join("api");
+    let database_url = fresh_database(&pg).await;
+    let ports = [free_port(), free_port()];
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    let start = |i: usize, trusted_proxies: &str| {
+        let mut env: Vec<(String, String)> =
+            shardwork_tests::replica_env(&database_url, &shared_data, &amqp, anvil.url(), ports[i])
+                .into_iter()
+                .filter(|(k, _)| k != "SHARDWORK_API__RATE_LIMIT_PER_MINUTE")
+                .collect();
+        env.push(("SHARDWORK_API__RATE_LIMIT_PER_MINUTE".into(), "40".into()));
+        env.push((
+            "SHARDWORK_API__TRUSTED_PROXIES".into(),
+            trusted_proxies.into(),
+        ));
+        Process::start(&["serve"], &env, &dir.path().join(format!("api-{i}.log")))
+    };
+    let mut first = start(0, "[]");
+    wait_healthy(&urls[0], &mut first, Duration::from_secs(90)).await;
+    let mut second = start(1, r#"["127.0.0.1"]"#);
+    wait_healthy(&urls[1], &mut second, Duration::from_secs(90)).await;
+    let http = shardwork_tests::http_client();
+
+    // The windows are calendar minutes: start early in one so that all of it falls inside.
+    let second_of_minute = chrono::Utc::now().timestamp().rem_euclid(60);
+    if second_of_minute > 40 {
+        tokio::time::sleep(Duration::from_secs((61 - second_of_minute) as u64)).await;
+    }
+    let started_minute = chrono::Utc::now().timestamp().div_euclid(60);
+
+    let refused_first = refused_of(&http, &urls[0], 30, None).await;
+    let refused_second = refused_of(&http, &urls[1], 30, None).await;
+    // A client behind the trusted proxy is counted apart; one that merely sends the header to
+    // the replica that trusts no proxy is still 127.0.0.1.
+    let refused_forwarded = refused_of(&http, &urls[1], 5, Some("203.0.113.9")).await;
+    let refused_spoofed = refused_of(&http, &urls[0], 1, Some("203.0.113.10")).await;
+    assert_eq!(
+        chrono::Utc::now().timestamp().div_euclid(60),
+        started_minute,
+        "the requests took more than the rest of the minute"
+    );
+
+    assert_eq!(refused_first, 0, "the first 30 are within the limit");
+    let admitted = 60 - refused_first - refused_second;
+    assert!(
+        (39..=40).contains(&admitted),
+        "{admitted} of 60 admitted across the replicas against a limit of 40"
+    );
+    assert_eq!(
+        refused_forwarded, 0,
+        "a forwarded client is a caller of its own"
+    );
+    assert_eq!(
+        refused_spoofed, 1,
+        "an untrusted X-Forwarded-For is not read"
+    );
+}

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::http::auth::extractor::{BearerCheck, check_bearer};
 use crate::http::problem::{ApiError, ProblemKind};
-use crate::http::rate_limit::exempt;
+use crate::http::rate_limit::{client_ip, exempt};
 use crate::state::AppState;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -50,14 +50,28 @@ pub async fn observe(
                     span.record("caller", tracing::field::display(&claims.sub));
                     format!("addr:{}", claims.sub)
                 }
-                _ => format!(
-                    "ip:{}",
-                    req.peer_addr()
-                        .map_or_else(|| "unknown".into(), |a| a.ip().to_string())
-                ),
+                _ => {
+                    let forwarded_for = req
+                        .headers()
+                        .get("x-forwarded-for")
+                        .and_then(|v| v.to_str().ok());
+                    let ip = client_ip(
+                        req.peer_addr().map(|a| a.ip()),
+                        forwarded_for,
+                        &state.config.trusted_proxies,
+                    );
+                    format!(
+                        "ip:{}",
+                        ip.map_or_else(|| "unknown".into(), |ip| ip.to_string())
+                    )
+                }
             };
             req.extensions_mut().insert::<BearerCheck>(check);
-            match state.limiter.admit(&key, chrono::Utc::now().timestamp()) {
+            match state
+                .limiter
+                .admit(&key, chrono::Utc::now().timestamp())
+                .await
+            {
                 Ok(()) => next
                     .call(req)
                     .instrument(span.clone())
