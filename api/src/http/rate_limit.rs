@@ -32,7 +32,6 @@ pub struct RateLimiter {
 }
 
 /// This replica's part of one caller's current minute.
-#[derive(Clone, Copy)]
 struct Window {
     minute: i64,
     /// Requests left in the blocks claimed this minute.
@@ -86,11 +85,11 @@ impl RateLimiter {
         }
         let minute = now_secs.div_euclid(60);
         let retry_after = 60 - now_secs.rem_euclid(60);
-        let claimed_before = match self.spend(key, minute) {
+        match self.spend(key, minute) {
             Spend::Admitted => return Ok(()),
             Spend::Exhausted => return Err(retry_after),
-            Spend::Empty { claimed } => claimed,
-        };
+            Spend::Empty => {}
+        }
         self.sweep_before(minute).await;
         let granted = match claim(&self.db, key, minute, self.block, self.per_minute).await {
             Ok(granted) => Some(granted),
@@ -109,10 +108,8 @@ impl RateLimiter {
             *window = Window::new(minute);
         }
         let granted = granted.unwrap_or_else(|| {
-            self.block.min(
-                self.per_minute
-                    .saturating_sub(claimed_before.max(window.claimed)),
-            )
+            self.block
+                .min(self.per_minute.saturating_sub(window.claimed))
         });
         window.claimed += granted;
         window.held += granted;
@@ -135,7 +132,7 @@ impl RateLimiter {
             windows.retain(|_, w| w.minute == minute);
         }
         let Some(window) = windows.get_mut(key) else {
-            return Spend::Empty { claimed: 0 };
+            return Spend::Empty;
         };
         if window.minute != minute {
             *window = Window::new(minute);
@@ -146,9 +143,7 @@ impl RateLimiter {
         } else if window.exhausted {
             Spend::Exhausted
         } else {
-            Spend::Empty {
-                claimed: window.claimed,
-            }
+            Spend::Empty
         }
     }
 
@@ -160,7 +155,7 @@ impl RateLimiter {
         let backend = self.db.get_database_backend();
         let sql = format!(
             "DELETE FROM rate_windows WHERE minute < {}",
-            placeholder(backend, 1)
+            bind_param(backend, 1)
         );
         let statement = Statement::from_sql_and_values(backend, sql, [Value::from(minute - 1)]);
         if let Err(err) = self.db.execute_raw(statement).await {
@@ -172,11 +167,8 @@ impl RateLimiter {
 enum Spend {
     Admitted,
     Exhausted,
-    /// Nothing held: a block must be claimed. `claimed` is what this replica claimed this
-    /// minute so far.
-    Empty {
-        claimed: u32,
-    },
+    /// Nothing held: a block must be claimed.
+    Empty,
 }
 
 /// Asks the shared count for up to `want` more requests of `caller` in `minute`, never letting
@@ -190,7 +182,7 @@ async fn claim(
     limit: u32,
 ) -> Result<u32, DbErr> {
     let backend = db.get_database_backend();
-    let [caller_p, minute_p, want_p, limit_p] = [1, 2, 3, 4].map(|n| placeholder(backend, n));
+    let [caller_p, minute_p, want_p, limit_p] = [1, 2, 3, 4].map(|n| bind_param(backend, n));
     // In the update, `rate_windows.admitted` is the row before it; `granted` records what this
     // claim got so that RETURNING can say it.
     let sql = format!(
@@ -225,7 +217,7 @@ async fn claim(
 }
 
 /// The `n`th bind parameter in the backend's syntax.
-fn placeholder(backend: DbBackend, n: usize) -> String {
+fn bind_param(backend: DbBackend, n: usize) -> String {
     match backend {
         DbBackend::Postgres => format!("${n}"),
         _ => format!("?{n}"),
