@@ -139,6 +139,13 @@ pub struct MergeArgs {
     pub clip_norm: Option<f64>,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// The adapter every input was trained from (the round's start); with
+    /// `--server-learning-rate` the merge steps from it. Default: a fresh adapter.
+    #[arg(long)]
+    pub start: Option<PathBuf>,
+    /// Step `start + η·(merge − start)` instead of the merge itself (1 = the merge).
+    #[arg(long, default_value_t = 1.0)]
+    pub server_learning_rate: f64,
     #[arg(long)]
     pub json: bool,
 }
@@ -501,11 +508,12 @@ pub async fn merge(args: MergeArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "merged {} adapters ({:?}, rank {}) in {:.2} s; weights {:?}; clip factors {:?}; \
-             max relative truncation error {:.4}",
+            "merged {} adapters ({:?}, rank {}, server learning rate {}) in {:.2} s; weights \
+             {:?}; clip factors {:?}; max relative truncation error {:.4}",
             report.weights.len(),
             report.mode,
             report.rank,
+            report.server_learning_rate,
             started.elapsed().as_secs_f64(),
             report
                 .weights
@@ -546,7 +554,13 @@ fn merge_blocking(args: &MergeArgs) -> anyhow::Result<MergeReport> {
         MergeModeArg::Median => MergeMode::Median,
         MergeModeArg::Trimmed => MergeMode::TrimmedMean { trim: args.trim },
     };
-    let (merged, report) = shardwork_trainer::merge::merge(
+    let start = args
+        .start
+        .as_deref()
+        .map(|dir| Adapter::load(dir, &Device::Cpu))
+        .transpose()?;
+    let (merged, report) = shardwork_trainer::merge::merge_from(
+        start.as_ref(),
         &adapters,
         &weights,
         &MergeOptions {
@@ -554,6 +568,7 @@ fn merge_blocking(args: &MergeArgs) -> anyhow::Result<MergeReport> {
             rank: args.rank,
             clip_norm: args.clip_norm,
             seed: args.seed,
+            server_learning_rate: args.server_learning_rate,
         },
     )?;
     merged.save(&args.out)?;

@@ -48,6 +48,9 @@ pub struct FederatedBenchConfig {
     pub epochs: u32,
     /// `training.learning_rate`, when not the demo's.
     pub learning_rate: Option<f64>,
+    /// Server learning rates the exact merge is run with, each a variant of its own (the
+    /// first is the one the goal is judged on); naive averaging runs at 1.
+    pub server_learning_rates: Vec<f64>,
 }
 
 /// One way of training, measured.
@@ -66,6 +69,8 @@ pub struct RunFigures {
     /// Per round, the largest relative error of the merged update against the exact weighted
     /// sum of the round's updates (the rank-r truncation for exact, the cross terms for naive).
     pub merge_max_relative_error: Vec<f64>,
+    /// The merge's server learning rate (1 for central, which has no merge).
+    pub server_learning_rate: f64,
 }
 
 /// The whole comparison.
@@ -84,7 +89,10 @@ pub struct FederatedReport {
     pub learning_rate: f64,
     pub base_loss: f64,
     pub central: RunFigures,
+    /// The exact merge, at the first server learning rate asked for: the goal is judged on it.
     pub federated_exact: RunFigures,
+    /// The exact merge at each further server learning rate asked for.
+    pub federated_exact_other_rates: Vec<RunFigures>,
     pub federated_naive: RunFigures,
     pub goal_percent: f64,
 }
@@ -142,10 +150,10 @@ impl fmt::Display for FederatedReport {
         )?;
         writeln!(
             f,
-            "  {:<18} {:>9} {:>11} {:>9} {:>6} {:>10} {:>9}",
+            "  {:<24} {:>9} {:>11} {:>9} {:>6} {:>10} {:>9}",
             "run", "held-out", "vs central", "of gain", "steps", "train s", "merge s"
         )?;
-        writeln!(f, "  {:<18} {:>9.4}", "base", self.base_loss)?;
+        writeln!(f, "  {:<24} {:>9.4}", "base", self.base_loss)?;
         let row = |f: &mut fmt::Formatter<'_>, name: &str, run: &RunFigures, federated: bool| {
             let gap = if federated {
                 format!("{:+.2}%", self.gap_percent(run))
@@ -154,7 +162,7 @@ impl fmt::Display for FederatedReport {
             };
             writeln!(
                 f,
-                "  {:<18} {:>9.4} {:>11} {:>8.1}% {:>6} {:>10.1} {:>9.1}",
+                "  {:<24} {:>9.4} {:>11} {:>8.1}% {:>6} {:>10.1} {:>9.1}",
                 name,
                 run.loss,
                 gap,
@@ -165,12 +173,16 @@ impl fmt::Display for FederatedReport {
             )
         };
         row(f, "central", &self.central, false)?;
-        row(f, "federated exact", &self.federated_exact, true)?;
-        row(f, "federated naive", &self.federated_naive, true)?;
-        for (name, run) in [
-            ("exact", &self.federated_exact),
-            ("naive", &self.federated_naive),
-        ] {
+        let exact = |run: &RunFigures| format!("exact, server {}", run.server_learning_rate);
+        let mut federated = vec![(exact(&self.federated_exact), &self.federated_exact)];
+        for run in &self.federated_exact_other_rates {
+            federated.push((exact(run), run));
+        }
+        federated.push(("naive".to_owned(), &self.federated_naive));
+        for (name, run) in &federated {
+            row(f, &format!("fed. {name}"), run, true)?;
+        }
+        for (name, run) in &federated {
             let rounds: Vec<String> = run
                 .round_losses
                 .iter()
@@ -182,7 +194,9 @@ impl fmt::Display for FederatedReport {
         let gap = self.gap_percent(&self.federated_exact);
         write!(
             f,
-            "  goal (federated exact within {}% of central): {} ({gap:+.2}%)",
+            "  goal (federated exact, server learning rate {}, within {}% of central): {} \
+             ({gap:+.2}%)",
+            self.federated_exact.server_learning_rate,
             self.goal_percent,
             if self.goal_met() { "met" } else { "NOT met" },
         )
@@ -247,6 +261,10 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         cfg.shards >= 1 && cfg.rounds >= 1 && cfg.epochs >= 1,
         "bench: --shards, --rounds and --epochs must be at least 1"
     );
+    anyhow::ensure!(
+        !cfg.server_learning_rates.is_empty(),
+        "bench: --server-learning-rates needs at least one rate"
+    );
     let device = Device::Cpu;
     // The demo's own spec and records, so the bench cuts the split a posted demo job gets.
     let now = chrono::Utc::now();
@@ -310,31 +328,39 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         job: &job,
         bar: ProgressLine::new(),
         done: 0,
-        all_steps: federated_steps * 2 - round_steps + federated_steps,
+        all_steps: (federated_steps - round_steps) * (cfg.server_learning_rates.len() + 1)
+            + round_steps
+            + federated_steps,
     };
 
     let base_loss = job.evaluate(None, &held_out)?.loss;
     eprintln!("base held-out loss {base_loss:.4}");
 
-    let modes = [MergeMode::Exact, MergeMode::Naive];
-    let mut tallies = [Tally::default(), Tally::default()];
-    let mut starts: [Option<Adapter>; 2] = [None, None];
-    let mut round_losses = [Vec::new(), Vec::new()];
-    let mut merge_errors = [Vec::new(), Vec::new()];
-    let mut merge_seconds = [0.0, 0.0];
-    let mut shared_round: Option<(Vec<Adapter>, Tally)> = None;
+    // Every variant: exact at each server learning rate asked for, then naive at 1.
+    let mut variants: Vec<(MergeMode, f64)> = cfg
+        .server_learning_rates
+        .iter()
+        .map(|&rate| (MergeMode::Exact, rate))
+        .collect();
+    variants.push((MergeMode::Naive, 1.0));
+    let n = variants.len();
+    let mut tallies: Vec<Tally> = (0..n).map(|_| Tally::default()).collect();
+    let mut starts: Vec<Option<Adapter>> = vec![None; n];
+    let mut round_losses = vec![Vec::new(); n];
+    let mut merge_errors = vec![Vec::new(); n];
+    let mut merge_seconds = vec![0.0; n];
+    let mut shared_round: Option<(Vec<Adapter>, usize, f64)> = None;
     for round in 1..=cfg.rounds {
-        for (v, mode) in modes.iter().enumerate() {
-            let name = if *mode == MergeMode::Exact {
-                "exact"
-            } else {
-                "naive"
+        for (v, &(mode, rate)) in variants.iter().enumerate() {
+            let name = match mode {
+                MergeMode::Exact => format!("exact x{rate}"),
+                _ => "naive".to_owned(),
             };
-            let adapters = if let Some((adapters, tally)) = &shared_round
+            let adapters = if let Some((adapters, steps, seconds)) = &shared_round
                 && round == 1
             {
-                tallies[v].steps += tally.steps;
-                tallies[v].seconds += tally.seconds;
+                tallies[v].steps += steps;
+                tallies[v].seconds += seconds;
                 adapters.clone()
             } else {
                 let mut tally = Tally::default();
@@ -350,11 +376,11 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                         trainer.train(starts[v].as_ref(), shard, &label, &mut tally)
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
+                if round == 1 {
+                    shared_round = Some((adapters.clone(), tally.steps, tally.seconds));
+                }
                 tallies[v].steps += tally.steps;
                 tallies[v].seconds += tally.seconds;
-                if round == 1 {
-                    shared_round = Some((adapters.clone(), tally));
-                }
                 adapters
             };
             let merge_started = Instant::now();
@@ -362,10 +388,12 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
             // validator also multiplies by each adapter's quality, which moves them little on
             // equal-sized shards of one distribution).
             let (merged, report) = merge_adapters(
+                starts[v].as_ref(),
                 &adapters,
                 &weights,
-                *mode,
+                mode,
                 Rules::default().clip_factor,
+                rate,
                 job.seed(),
             )?;
             let error = report.max_relative_error;
@@ -385,18 +413,22 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     trainer.bar.finish();
     let central_loss = job.evaluate(Some(&central), &held_out)?.loss;
 
-    let [exact_tally, naive_tally] = tallies;
-    let [exact_losses, naive_losses] = round_losses;
-    let [exact_errors, naive_errors] = merge_errors;
-    let federated =
-        |tally: Tally, losses: Vec<f64>, errors: Vec<f64>, merge_seconds: f64| RunFigures {
-            loss: *losses.last().expect("at least one round"),
-            steps: tally.steps,
-            train_seconds: tally.seconds,
-            merge_seconds,
-            round_losses: losses,
-            merge_max_relative_error: errors,
-        };
+    let mut federated: Vec<RunFigures> = variants
+        .iter()
+        .enumerate()
+        .map(|(v, &(_, rate))| RunFigures {
+            loss: *round_losses[v].last().expect("at least one round"),
+            steps: tallies[v].steps,
+            train_seconds: tallies[v].seconds,
+            merge_seconds: merge_seconds[v],
+            round_losses: round_losses[v].clone(),
+            merge_max_relative_error: merge_errors[v].clone(),
+            server_learning_rate: rate,
+        })
+        .collect();
+    let federated_naive = federated.pop().expect("the naive variant");
+    let mut exact = federated.into_iter();
+    let federated_exact = exact.next().expect("at least one server learning rate");
     Ok(FederatedReport {
         model: cfg
             .gguf
@@ -418,9 +450,11 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
             merge_seconds: 0.0,
             round_losses: Vec::new(),
             merge_max_relative_error: Vec::new(),
+            server_learning_rate: 1.0,
         },
-        federated_exact: federated(exact_tally, exact_losses, exact_errors, merge_seconds[0]),
-        federated_naive: federated(naive_tally, naive_losses, naive_errors, merge_seconds[1]),
+        federated_exact,
+        federated_exact_other_rates: exact.collect(),
+        federated_naive,
         goal_percent: GOAL_PERCENT,
     })
 }
@@ -437,6 +471,7 @@ mod tests {
             merge_seconds: 0.0,
             round_losses: vec![loss],
             merge_max_relative_error: vec![0.0],
+            server_learning_rate: 1.0,
         }
     }
 
@@ -453,6 +488,7 @@ mod tests {
             base_loss: 3.0,
             central: figures(central),
             federated_exact: figures(exact),
+            federated_exact_other_rates: vec![figures(exact * 0.9)],
             federated_naive: figures(exact * 1.1),
             goal_percent: GOAL_PERCENT,
         }

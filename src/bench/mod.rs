@@ -64,6 +64,10 @@ pub enum BenchCommand {
         /// demo's).
         #[arg(long)]
         learning_rate: Option<f64>,
+        /// Server learning rates of the exact merge, each run as a variant of its own on the
+        /// same round-1 adapters; the goal is judged on the first.
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        server_learning_rates: Vec<f64>,
         /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
         #[arg(long)]
         gguf: Option<PathBuf>,
@@ -209,6 +213,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             conversations,
             epochs,
             learning_rate,
+            server_learning_rates,
             gguf,
             json,
         } => {
@@ -240,6 +245,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 conversations,
                 epochs,
                 learning_rate,
+                server_learning_rates,
             };
             let report = tokio::task::spawn_blocking(move || federated::run(&bench)).await??;
             if json {

@@ -161,6 +161,35 @@ fn train_eval_and_merge_adapters_from_the_terminal() {
         naive["max_relative_error"].as_f64().unwrap() > 0.0,
         "{naive}"
     );
+    // A step past the merge from a start, as a round after the first would take it: the
+    // report carries the rate, and a rate out of range is refused by name with nothing written.
+    let stepped = ok_json(shardwork(&[
+        "merge",
+        &p(&d.join("adapter-a")),
+        &p(&d.join("adapter-b")),
+        "--start",
+        &p(&d.join("naive")),
+        "--server-learning-rate",
+        "1.5",
+        "--out",
+        &p(&d.join("stepped")),
+        "--json",
+    ]));
+    assert_eq!(stepped["server_learning_rate"], 1.5, "{stepped}");
+    assert!(d.join("stepped/adapter_model.safetensors").exists());
+    let out = shardwork(&[
+        "merge",
+        &p(&d.join("adapter-a")),
+        &p(&d.join("adapter-b")),
+        "--server-learning-rate",
+        "0",
+        "--out",
+        &p(&d.join("never-merged")),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("server learning rate 0"), "{stderr}");
+    assert!(!d.join("never-merged").exists());
 
     // A broken line is named, with its file; nothing panics.
     let broken = d.join("broken.jsonl");

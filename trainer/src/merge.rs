@@ -11,6 +11,16 @@
 //!
 //! `modules_to_save` tensors (a classification head) are averaged with the same weights (or
 //! median / trimmed mean), which is exact for full tensors.
+//!
+//! ## The server learning rate
+//! Averaging K updates that each took S local steps from the round's start moves the adapter
+//! about as far as S steps would, while one run on the union of the shards takes K·S: on shards
+//! of one distribution the averaged direction is right but the step is short by about K.
+//! [`merge_from`] therefore takes the round's starting adapter and a `server_learning_rate` η
+//! (FedAvg with a server step, "FedOpt" in Reddi et al., 2021), and returns
+//! `start + η·(aggregate − start)`: η = 1 is the plain aggregate; η > 1 extrapolates along the
+//! round's agreed direction. In exact mode the start's factors simply join the stacked product
+//! with weight `1 − η`, so the result is still the exact rank-r truncation of the target.
 
 use std::collections::BTreeMap;
 
@@ -50,7 +60,19 @@ pub struct MergeOptions {
     pub clip_norm: Option<f64>,
     /// Seeds the randomized SVD used for coordinate-wise modes.
     pub seed: u64,
+    /// How far past the aggregate, from the round's start, the merge steps (1 = the aggregate
+    /// itself); see the module documentation.
+    #[serde(default = "unit_rate")]
+    pub server_learning_rate: f64,
 }
+
+fn unit_rate() -> f64 {
+    1.0
+}
+
+/// The largest server learning rate a merge accepts: far past any useful extrapolation, low
+/// enough that a typo cannot blow an adapter up by orders of magnitude.
+pub const MAX_SERVER_LEARNING_RATE: f64 = 8.0;
 
 impl Default for MergeOptions {
     fn default() -> Self {
@@ -59,6 +81,7 @@ impl Default for MergeOptions {
             rank: None,
             clip_norm: None,
             seed: 0,
+            server_learning_rate: 1.0,
         }
     }
 }
@@ -92,6 +115,8 @@ pub struct MergeReport {
     pub modules: Vec<ModuleReport>,
     /// Largest `relative_error` over modules.
     pub max_relative_error: f64,
+    /// The server learning rate the merge stepped by (1 = the aggregate itself).
+    pub server_learning_rate: f64,
 }
 
 fn to_mat(t: &Tensor) -> Result<Mat> {
@@ -124,27 +149,33 @@ fn check_compatible(adapters: &[Adapter]) -> Result<()> {
         .first()
         .ok_or_else(|| Error::Invalid("merge: no adapters given".into()))?;
     for (k, a) in adapters.iter().enumerate().skip(1) {
-        if a.config.r != first.config.r || a.config.lora_alpha != first.config.lora_alpha {
+        check_same(first, a, &format!("adapter {k}"))?;
+    }
+    Ok(())
+}
+
+/// Checks that `other` (called `label` in errors) has `first`'s config, modules and shapes.
+fn check_same(first: &Adapter, other: &Adapter, label: &str) -> Result<()> {
+    if other.config.r != first.config.r || other.config.lora_alpha != first.config.lora_alpha {
+        return Err(Error::Mismatch(format!(
+            "{label} has r={}, alpha={}; adapter 0 has r={}, alpha={}",
+            other.config.r, other.config.lora_alpha, first.config.r, first.config.lora_alpha
+        )));
+    }
+    let names: Vec<_> = other.tensors.keys().collect();
+    let first_names: Vec<_> = first.tensors.keys().collect();
+    if names != first_names {
+        return Err(Error::Mismatch(format!(
+            "{label} has different tensors than adapter 0"
+        )));
+    }
+    for (name, t) in &other.tensors {
+        if t.dims() != first.tensors[name].dims() {
             return Err(Error::Mismatch(format!(
-                "adapter {k} has r={}, alpha={}; adapter 0 has r={}, alpha={}",
-                a.config.r, a.config.lora_alpha, first.config.r, first.config.lora_alpha
+                "{name}: {label} has shape {:?}, adapter 0 {:?}",
+                t.dims(),
+                first.tensors[name].dims()
             )));
-        }
-        let names: Vec<_> = a.tensors.keys().collect();
-        let first_names: Vec<_> = first.tensors.keys().collect();
-        if names != first_names {
-            return Err(Error::Mismatch(format!(
-                "adapter {k} has different tensors than adapter 0"
-            )));
-        }
-        for (name, t) in &a.tensors {
-            if t.dims() != first.tensors[name].dims() {
-                return Err(Error::Mismatch(format!(
-                    "{name}: adapter {k} has shape {:?}, adapter 0 {:?}",
-                    t.dims(),
-                    first.tensors[name].dims()
-                )));
-            }
         }
     }
     Ok(())
@@ -169,14 +200,37 @@ fn normalise(weights: &[f64], k: usize) -> Result<Vec<f64>> {
     Ok(weights.iter().map(|w| w / sum).collect())
 }
 
-/// Merges `adapters` with `weights` (normalised to sum 1). Returns the merged adapter (same
-/// config, rank `opts.rank` or r) and a report of what the merge lost.
+/// Merges `adapters` with `weights` (normalised to sum 1) as if they all started from a fresh
+/// adapter (`B = 0`). Returns the merged adapter (same config, rank `opts.rank` or r) and a
+/// report of what the merge lost.
 pub fn merge(
     adapters: &[Adapter],
     weights: &[f64],
     opts: &MergeOptions,
 ) -> Result<(Adapter, MergeReport)> {
+    merge_from(None, adapters, weights, opts)
+}
+
+/// Merges `adapters`, all trained from `start` (`None`: a fresh adapter, whose update is
+/// zero), with `weights` (normalised to sum 1) and then steps `opts.server_learning_rate` times
+/// the aggregate's change from `start`. Returns the merged adapter (same config, rank
+/// `opts.rank` or r) and a report of what the merge lost.
+pub fn merge_from(
+    start: Option<&Adapter>,
+    adapters: &[Adapter],
+    weights: &[f64],
+    opts: &MergeOptions,
+) -> Result<(Adapter, MergeReport)> {
     check_compatible(adapters)?;
+    if let Some(start) = start {
+        check_same(&adapters[0], start, "the round's start")?;
+    }
+    let eta = opts.server_learning_rate;
+    if !(eta > 0.0 && eta <= MAX_SERVER_LEARNING_RATE) {
+        return Err(Error::Invalid(format!(
+            "merge: server learning rate {eta} is outside (0, {MAX_SERVER_LEARNING_RATE}]"
+        )));
+    }
     let weights = normalise(weights, adapters.len())?;
     let base_cfg = &adapters[0].config;
     let rank = opts.rank.unwrap_or(base_cfg.r);
@@ -230,10 +284,20 @@ pub fn merge(
         })
         .collect();
 
+    let start_pairs: Option<BTreeMap<String, (Mat, Mat)>> = start
+        .map(|s| {
+            s.lora_pairs()?
+                .into_iter()
+                .map(|(m, p)| Ok((m, (to_mat(&p.b)?, to_mat(&p.a)?))))
+                .collect::<Result<BTreeMap<_, _>>>()
+        })
+        .transpose()?;
+    let stepped = eta != 1.0;
+
     let mut out = BTreeMap::new();
     let mut modules = Vec::new();
     for module in pairs[0].keys() {
-        let factors: Vec<(Mat, &Mat)> = pairs
+        let mut factors: Vec<(Mat, &Mat)> = pairs
             .iter()
             .zip(&clip_factors)
             .map(|(p, &c)| {
@@ -241,11 +305,38 @@ pub fn merge(
                 (b.scale(c), a)
             })
             .collect();
+        let start_pair = start_pairs.as_ref().map(|p| &p[module]);
+        // A fresh start is `B = 0`: nothing to ΔW. Its A is taken as the adapters' weighted
+        // mean so that naive mode, which steps the factors, leaves A the plain mean.
+        let fresh = match start_pair {
+            Some(_) => None,
+            None if stepped => {
+                let (_, a0) = &factors[0];
+                let mut a = Mat::zeros(a0.rows, a0.cols);
+                for ((_, ak), w) in factors.iter().zip(&weights) {
+                    a.add_assign_scaled(ak, *w);
+                }
+                Some((Mat::zeros(factors[0].0.rows, a0.rows), a))
+            }
+            None => None,
+        };
         let (b_new, a_new, report) = match opts.mode {
-            MergeMode::Exact => exact(module, &factors, &weights, scale, rank, new_scale),
-            MergeMode::Naive => naive(module, &factors, &weights, scale, new_scale, rank)?,
+            MergeMode::Exact | MergeMode::Naive => {
+                // start + η·(Σ w_k·x_k − start) = Σ η·w_k·x_k + (1 − η)·start, for the
+                // products (exact) and the factors (naive) alike.
+                let mut w: Vec<f64> = weights.iter().map(|w| w * eta).collect();
+                if let Some((b0, a0)) = start_pair.or(fresh.as_ref()).filter(|_| stepped) {
+                    factors.push((b0.clone(), a0));
+                    w.push(1.0 - eta);
+                }
+                if opts.mode == MergeMode::Exact {
+                    exact(module, &factors, &w, scale, rank, new_scale)
+                } else {
+                    naive(module, &factors, &w, scale, new_scale, rank)?
+                }
+            }
             MergeMode::Median | MergeMode::TrimmedMean { .. } => {
-                coordinatewise(module, &factors, scale, rank, new_scale, opts)
+                coordinatewise(module, &factors, scale, rank, new_scale, opts, start_pair)
             }
         };
         out.insert(
@@ -260,7 +351,14 @@ pub fn merge(
     }
     for name in adapters[0].saved_modules().keys() {
         let values: Vec<Tensor> = adapters.iter().map(|a| a.tensors[name].clone()).collect();
-        out.insert(name.clone(), merge_full(&values, &weights, opts.mode)?);
+        let mut merged = merge_full(&values, &weights, opts.mode)?;
+        // A full tensor with no start to step from (a fresh head is each worker's own
+        // initialisation) is the plain aggregate.
+        if let Some(start) = start.filter(|_| stepped) {
+            let s0 = start.tensors[name].to_dtype(DType::F32)?;
+            merged = ((merged - &s0)?.affine(eta, 0.0)? + s0)?;
+        }
+        out.insert(name.clone(), merged);
     }
     let mut config = base_cfg.clone();
     config.r = rank;
@@ -278,6 +376,7 @@ pub fn merge(
             clip_factors,
             modules,
             max_relative_error,
+            server_learning_rate: eta,
         },
     ))
 }
@@ -383,6 +482,7 @@ fn coordinatewise(
     rank: usize,
     new_scale: f64,
     opts: &MergeOptions,
+    start: Option<&(Mat, Mat)>,
 ) -> (Mat, Mat, ModuleReport) {
     let dws: Vec<Mat> = factors
         .iter()
@@ -410,6 +510,14 @@ fn coordinatewise(
                 }
             }
         };
+    }
+    // start + η·(aggregate − start); a fresh start's update is zero.
+    let eta = opts.server_learning_rate;
+    if eta != 1.0 {
+        agg = agg.scale(eta);
+        if let Some((b0, a0)) = start {
+            agg.add_assign_scaled(&b0.matmul(a0), (1.0 - eta) * scale);
+        }
     }
     // The aggregate is dense (full rank in general): randomized SVD with power iterations.
     let svd = linalg::randomized_svd(&agg, rank, rank + 10, 4, opts.seed);

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use candle_core::{DType, Device, Tensor};
 use shardwork_trainer::lora::LoraConfig;
-use shardwork_trainer::merge::{MergeMode, MergeOptions, merge};
+use shardwork_trainer::merge::{MergeMode, MergeOptions, merge, merge_from};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 
 const MODULES: [&str; 2] = ["m.layer.0.q", "m.layer.0.v"];
@@ -217,4 +217,139 @@ fn incompatible_adapters_and_bad_weights_are_errors() {
         ..Default::default()
     };
     assert!(merge(&[a.clone(), a], &[1.0, 1.0], &trim).is_err());
+}
+
+/// `start + η·(target − start)` for a module's update, in f64.
+fn stepped(start: &Adapter, target: &Tensor, module: &str, eta: f64) -> Tensor {
+    let s0 = delta(start, module);
+    ((target - &s0).unwrap() * eta + s0).unwrap()
+}
+
+#[test]
+fn a_server_learning_rate_steps_from_the_rounds_start_past_the_merge() {
+    let start = adapter(7, 1.0);
+    let adapters: Vec<Adapter> = (0..3).map(|k| adapter(k, 1.0)).collect();
+    let w = [1.0, 2.0, 3.0];
+    // Rank enough for the three updates and the start: every mode's target is then exact.
+    let full = |mode, eta| MergeOptions {
+        mode,
+        rank: Some(4 * R),
+        server_learning_rate: eta,
+        ..Default::default()
+    };
+    let (merged, report) =
+        merge_from(Some(&start), &adapters, &w, &full(MergeMode::Exact, 2.5)).unwrap();
+    assert_eq!(report.server_learning_rate, 2.5);
+    assert!(report.max_relative_error < 1e-12, "{report:?}");
+    for m in MODULES {
+        let want = stepped(&start, &weighted_delta(&adapters, &w, m), m, 2.5);
+        let err = fro(&(delta(&merged, m) - &want).unwrap()) / fro(&want);
+        assert!(err < 1e-5, "{m}: {err}");
+    }
+    // The head steps the same way from the start's head.
+    let head = |a: &Adapter| a.tensors["head.weight"].to_vec2::<f32>().unwrap()[1][3] as f64;
+    let mean: f64 = adapters
+        .iter()
+        .zip(w)
+        .map(|(a, wk)| head(a) * wk / 6.0)
+        .sum();
+    let want = head(&start) + 2.5 * (mean - head(&start));
+    assert!(
+        (head(&merged) - want).abs() < 1e-5,
+        "{} vs {want}",
+        head(&merged)
+    );
+
+    // At 1 the start changes nothing: the plain merge, bit for bit.
+    let (plain, _) = merge(&adapters, &w, &MergeOptions::default()).unwrap();
+    let (at_one, _) = merge_from(Some(&start), &adapters, &w, &MergeOptions::default()).unwrap();
+    for (name, t) in &plain.tensors {
+        let d = fro(&(t.to_dtype(DType::F64).unwrap()
+            - at_one.tensors[name].to_dtype(DType::F64).unwrap())
+        .unwrap());
+        assert_eq!(d, 0.0, "{name}");
+    }
+
+    // The coordinate-wise median steps from the start too.
+    let (median, _) =
+        merge_from(Some(&start), &adapters, &w, &full(MergeMode::Median, 2.0)).unwrap();
+    let (median_plain, _) = merge(&adapters, &w, &full(MergeMode::Median, 1.0)).unwrap();
+    for m in MODULES {
+        let want = stepped(&start, &delta(&median_plain, m), m, 2.0);
+        let err = fro(&(delta(&median, m) - &want).unwrap()) / fro(&want);
+        assert!(err < 1e-4, "{m}: {err}");
+    }
+}
+
+#[test]
+fn with_no_start_a_server_learning_rate_scales_the_update_and_keeps_naive_factors_sane() {
+    let adapters: Vec<Adapter> = (0..3).map(|k| adapter(k, 1.0)).collect();
+    let w = [1.0, 1.0, 2.0];
+    let opts = |mode| MergeOptions {
+        mode,
+        rank: if mode == MergeMode::Exact {
+            Some(3 * R)
+        } else {
+            None
+        },
+        server_learning_rate: 3.0,
+        ..Default::default()
+    };
+    let (exact, _) = merge_from(None, &adapters, &w, &opts(MergeMode::Exact)).unwrap();
+    for m in MODULES {
+        let want = (weighted_delta(&adapters, &w, m) * 3.0).unwrap();
+        let err = fro(&(delta(&exact, m) - &want).unwrap()) / fro(&want);
+        assert!(err < 1e-5, "{m}: {err}");
+    }
+    // Naive: B steps from a fresh B = 0, A stays the mean, so the product is 3 × naive.
+    let (naive, _) = merge_from(None, &adapters, &w, &opts(MergeMode::Naive)).unwrap();
+    let (naive_plain, _) = merge(
+        &adapters,
+        &w,
+        &MergeOptions {
+            mode: MergeMode::Naive,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for m in MODULES {
+        let want = (delta(&naive_plain, m) * 3.0).unwrap();
+        let err = fro(&(delta(&naive, m) - &want).unwrap()) / fro(&want);
+        assert!(err < 1e-5, "{m}: {err}");
+    }
+    // A fresh head has no common start: it is the plain weighted mean.
+    assert_eq!(
+        naive.tensors["head.weight"].to_vec2::<f32>().unwrap(),
+        naive_plain.tensors["head.weight"].to_vec2::<f32>().unwrap()
+    );
+}
+
+#[test]
+fn a_bad_server_learning_rate_or_start_is_refused_by_name() {
+    let adapters: Vec<Adapter> = (0..2).map(|k| adapter(k, 1.0)).collect();
+    for eta in [0.0, -1.0, f64::NAN, 100.0] {
+        let err = merge_from(
+            None,
+            &adapters,
+            &[1.0, 1.0],
+            &MergeOptions {
+                server_learning_rate: eta,
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("server learning rate"), "{eta}: {err}");
+    }
+    let mut start = adapter(5, 1.0);
+    start.config.r = 2 * R;
+    let err = merge_from(
+        Some(&start),
+        &adapters,
+        &[1.0, 1.0],
+        &MergeOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("the round's start"), "{err}");
 }

@@ -52,14 +52,17 @@ use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use similarity::{Additions, Update};
 
-/// Merges one round's `adapters` with `weights` as the validator does: each update clipped at
-/// `clip_factor` times the round's median update norm, then merged by `mode` (the validator's
-/// is [`MergeMode::Exact`]), seeded by the job.
+/// Merges one round's `adapters`, trained from `start` (none in round 1), with `weights` as the
+/// validator does: each update clipped at `clip_factor` times the round's median update norm,
+/// merged by `mode` (the validator's is [`MergeMode::Exact`]), seeded by the job, then stepped
+/// `server_learning_rate` times the merge's change from `start`.
 pub fn merge_adapters(
+    start: Option<&Adapter>,
     adapters: &[Adapter],
     weights: &[f64],
     mode: MergeMode,
     clip_factor: f64,
+    server_learning_rate: f64,
     seed: u64,
 ) -> Result<(Adapter, merge::MergeReport), NodeError> {
     let mut norms = adapters
@@ -68,7 +71,8 @@ pub fn merge_adapters(
         .collect::<Result<Vec<_>, _>>()?;
     norms.sort_by(f64::total_cmp);
     let median = norms.get(norms.len() / 2).copied().unwrap_or(0.0);
-    Ok(merge::merge(
+    Ok(merge::merge_from(
+        start,
         adapters,
         weights,
         &MergeOptions {
@@ -76,6 +80,7 @@ pub fn merge_adapters(
             rank: None,
             clip_norm: (median > 0.0).then_some(median * clip_factor),
             seed,
+            server_learning_rate,
         },
     )?)
 }
@@ -629,13 +634,21 @@ fn merge_round_adapters(
     }
     for mode in modes {
         let name = mode_name(mode);
-        let attempt = merge_adapters(adapters, weights, mode, clip_factor, context.work.seed())
-            .and_then(|(merged, report)| {
-                let metric = context
-                    .work
-                    .score(Some(&merged), &context.held_out, device)?;
-                Ok((merged, report, metric))
-            });
+        let attempt = merge_adapters(
+            None,
+            adapters,
+            weights,
+            mode,
+            clip_factor,
+            1.0,
+            context.work.seed(),
+        )
+        .and_then(|(merged, report)| {
+            let metric = context
+                .work
+                .score(Some(&merged), &context.held_out, device)?;
+            Ok((merged, report, metric))
+        });
         match attempt {
             Ok((merged, report, metric)) if metric_kind.gain(metric, start_metric) > 0.0 => {
                 return Ok(ChosenMerge {
