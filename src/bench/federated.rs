@@ -88,6 +88,10 @@ pub struct FederatedReport {
     /// `training.learning_rate` of every run, federated and central.
     pub learning_rate: f64,
     pub base_loss: f64,
+    /// Held-out loss of each round-1 adapter alone, before any merge: beside the round-1
+    /// merge's, it says whether averaging loses what the shards learned or the shards' runs
+    /// are short.
+    pub round1_shard_losses: Vec<f64>,
     pub central: RunFigures,
     /// The exact merge, at the first server learning rate asked for: the goal is judged on it.
     pub federated_exact: RunFigures,
@@ -182,6 +186,12 @@ impl fmt::Display for FederatedReport {
         for (name, run) in &federated {
             row(f, &format!("fed. {name}"), run, true)?;
         }
+        let alone: Vec<String> = self
+            .round1_shard_losses
+            .iter()
+            .map(|l| format!("{l:.4}"))
+            .collect();
+        writeln!(f, "  round 1 adapters alone: {}", alone.join(", "))?;
         for (name, run) in &federated {
             let rounds: Vec<String> = run
                 .round_losses
@@ -350,6 +360,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     let mut merge_errors = vec![Vec::new(); n];
     let mut merge_seconds = vec![0.0; n];
     let mut shared_round: Option<(Vec<Adapter>, usize, f64)> = None;
+    let mut round1_shard_losses = Vec::new();
     for round in 1..=cfg.rounds {
         for (v, &(mode, rate)) in variants.iter().enumerate() {
             let name = match mode {
@@ -377,6 +388,9 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
                 if round == 1 {
+                    for adapter in &adapters {
+                        round1_shard_losses.push(job.evaluate(Some(adapter), &held_out)?.loss);
+                    }
                     shared_round = Some((adapters.clone(), tally.steps, tally.seconds));
                 }
                 tallies[v].steps += tally.steps;
@@ -443,6 +457,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         epochs: cfg.epochs,
         learning_rate: spec.training.learning_rate,
         base_loss,
+        round1_shard_losses,
         central: RunFigures {
             loss: central_loss,
             steps: central_tally.steps,
@@ -486,6 +501,7 @@ mod tests {
             epochs: 1,
             learning_rate: 2e-3,
             base_loss: 3.0,
+            round1_shard_losses: vec![2.5, 2.5, 2.5],
             central: figures(central),
             federated_exact: figures(exact),
             federated_exact_other_rates: vec![figures(exact * 0.9)],

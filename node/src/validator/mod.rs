@@ -54,7 +54,7 @@ use similarity::{Additions, Update};
 
 /// Merges one round's `adapters`, trained from `start` (none in round 1), with `weights` as the
 /// validator does: each update clipped at `clip_factor` times the round's median update norm,
-/// merged by `mode` (the validator's is [`MergeMode::Exact`]), seeded by the job, then stepped
+/// merged by `mode` (the job's `validation.aggregation`), seeded by the job, then stepped
 /// `server_learning_rate` times the merge's change from `start`.
 pub fn merge_adapters(
     start: Option<&Adapter>,
@@ -634,6 +634,8 @@ fn merge_round_adapters(
     }
     for mode in modes {
         let name = mode_name(mode);
+        // At a server learning rate of 1 the round's start does not enter the merge; issue 14's
+        // bench measured larger steps from it as worse (docs/DESIGN.md, step 6).
         let attempt = merge_adapters(
             None,
             adapters,
