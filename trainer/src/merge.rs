@@ -132,6 +132,15 @@ fn to_tensor(m: &Mat, device: &Device) -> Result<Tensor> {
     Ok(Tensor::from_vec(m.data.clone(), (m.rows, m.cols), device)?.to_dtype(DType::F32)?)
 }
 
+/// An adapter's `(B, A)` factors as f64 matrices, by module.
+fn factor_mats(adapter: &Adapter) -> Result<BTreeMap<String, (Mat, Mat)>> {
+    adapter
+        .lora_pairs()?
+        .into_iter()
+        .map(|(m, p)| Ok((m, (to_mat(&p.b)?, to_mat(&p.a)?))))
+        .collect()
+}
+
 /// `‖B·A‖_F` without forming the product: `sqrt(tr((BᵀB)(AAᵀ)))`.
 fn product_norm(b: &Mat, a: &Mat) -> f64 {
     let btb = b.t().matmul(b);
@@ -260,15 +269,8 @@ pub fn merge_from(
         .unwrap_or(Device::Cpu);
 
     // Factors as f64 matrices, per adapter, per module.
-    let pairs: Vec<BTreeMap<String, (Mat, Mat)>> = adapters
-        .iter()
-        .map(|a| {
-            a.lora_pairs()?
-                .into_iter()
-                .map(|(m, p)| Ok((m, (to_mat(&p.b)?, to_mat(&p.a)?))))
-                .collect::<Result<BTreeMap<_, _>>>()
-        })
-        .collect::<Result<_>>()?;
+    let pairs: Vec<BTreeMap<String, (Mat, Mat)>> =
+        adapters.iter().map(factor_mats).collect::<Result<_>>()?;
 
     let adapter_norms: Vec<f64> = pairs
         .iter()
@@ -287,14 +289,7 @@ pub fn merge_from(
         })
         .collect();
 
-    let start_pairs: Option<BTreeMap<String, (Mat, Mat)>> = start
-        .map(|s| {
-            s.lora_pairs()?
-                .into_iter()
-                .map(|(m, p)| Ok((m, (to_mat(&p.b)?, to_mat(&p.a)?))))
-                .collect::<Result<BTreeMap<_, _>>>()
-        })
-        .transpose()?;
+    let start_pairs = start.map(factor_mats).transpose()?;
     let stepped = eta != 1.0;
 
     let mut out = BTreeMap::new();
