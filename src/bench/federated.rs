@@ -359,7 +359,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     let mut round_losses = vec![Vec::new(); n];
     let mut merge_errors = vec![Vec::new(); n];
     let mut merge_seconds = vec![0.0; n];
-    let mut shared_round: Option<(Vec<Adapter>, usize, f64)> = None;
+    let mut shared_round: Option<(Vec<Adapter>, Tally)> = None;
     let mut round1_shard_losses = Vec::new();
     for round in 1..=cfg.rounds {
         for (v, &(mode, rate)) in variants.iter().enumerate() {
@@ -367,11 +367,11 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                 MergeMode::Exact => format!("exact x{rate}"),
                 _ => "naive".to_owned(),
             };
-            let adapters = if let Some((adapters, steps, seconds)) = &shared_round
+            let adapters = if let Some((adapters, tally)) = &shared_round
                 && round == 1
             {
-                tallies[v].steps += steps;
-                tallies[v].seconds += seconds;
+                tallies[v].steps += tally.steps;
+                tallies[v].seconds += tally.seconds;
                 adapters.clone()
             } else {
                 let mut tally = Tally::default();
@@ -387,14 +387,14 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                         trainer.train(starts[v].as_ref(), shard, &label, &mut tally)
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
+                tallies[v].steps += tally.steps;
+                tallies[v].seconds += tally.seconds;
                 if round == 1 {
                     for adapter in &adapters {
                         round1_shard_losses.push(job.evaluate(Some(adapter), &held_out)?.loss);
                     }
-                    shared_round = Some((adapters.clone(), tally.steps, tally.seconds));
+                    shared_round = Some((adapters.clone(), tally));
                 }
-                tallies[v].steps += tally.steps;
-                tallies[v].seconds += tally.seconds;
                 adapters
             };
             let merge_started = Instant::now();
@@ -435,8 +435,8 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
             steps: tallies[v].steps,
             train_seconds: tallies[v].seconds,
             merge_seconds: merge_seconds[v],
-            round_losses: round_losses[v].clone(),
-            merge_max_relative_error: merge_errors[v].clone(),
+            round_losses: std::mem::take(&mut round_losses[v]),
+            merge_max_relative_error: std::mem::take(&mut merge_errors[v]),
             server_learning_rate: rate,
         })
         .collect();

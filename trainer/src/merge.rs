@@ -304,20 +304,17 @@ pub fn merge_from(
             })
             .collect();
         let start_pair = start_pairs.as_ref().map(|p| &p[module]);
-        // A fresh start is `B = 0`: nothing to ΔW. Its A is taken as the adapters' weighted
-        // mean so that naive mode, which steps the factors, leaves A the plain mean.
-        let fresh = match start_pair {
-            Some(_) => None,
-            None if stepped => {
-                let (_, a0) = &factors[0];
-                let mut a = Mat::zeros(a0.rows, a0.cols);
-                for ((_, ak), w) in factors.iter().zip(&weights) {
-                    a.add_assign_scaled(ak, *w);
-                }
-                Some((Mat::zeros(factors[0].0.rows, a0.rows), a))
+        // A fresh start is `B = 0`: nothing to ΔW, so exact mode needs no term for it. Naive
+        // mode steps the factors, so it takes the fresh start's A as the adapters' weighted
+        // mean, which leaves A the plain mean.
+        let fresh = (start_pair.is_none() && stepped && opts.mode == MergeMode::Naive).then(|| {
+            let (_, a0) = &factors[0];
+            let mut a = Mat::zeros(a0.rows, a0.cols);
+            for ((_, ak), w) in factors.iter().zip(&weights) {
+                a.add_assign_scaled(ak, *w);
             }
-            None => None,
-        };
+            (Mat::zeros(factors[0].0.rows, a0.rows), a)
+        });
         let (b_new, a_new, report) = match opts.mode {
             MergeMode::Exact | MergeMode::Naive => {
                 // start + η·(Σ w_k·x_k − start) = Σ η·w_k·x_k + (1 − η)·start, for the
