@@ -102,9 +102,7 @@ fn demo(dir: &std::path::Path, args: &[&str]) -> Value {
 /// rejection cost it reputation off chain; the honest are paid and gain reputation; chain,
 /// database and report agree. Returns the report and the reasons the cheat was rejected.
 async fn checked_payouts(dir: &std::path::Path, report: &Value) -> (Value, Vec<String>) {
-    // The first development worker is the dishonest one.
-    let dev = shardwork_contracts::dev_keys::dev_addresses();
-    let cheat = format!("{:#x}", dev[5]);
+    let cheat = cheat_address();
     let contributors = report["contributors"].as_array().unwrap();
     let by_address = |a: &str| {
         contributors
@@ -201,6 +199,20 @@ async fn checked_payouts(dir: &std::path::Path, report: &Value) -> (Value, Vec<S
     (report.clone(), reasons)
 }
 
+/// The dishonest worker's address: the first development worker's.
+fn cheat_address() -> String {
+    format!("{:#x}", shardwork_contracts::dev_keys::dev_addresses()[5])
+}
+
+/// Whether the report says the dishonest worker forfeited the job (a failed proof of training).
+fn cheat_forfeited(report: &Value) -> bool {
+    let cheat = cheat_address();
+    report["contributors"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["address"] == cheat.as_str()))
+        .is_some_and(|row| row["forfeited"] == true)
+}
+
 /// Every one of `reasons` contains `rule`.
 fn all_for(reasons: &[String], rule: &str) {
     all_for_one_of(reasons, &[rule]);
@@ -240,7 +252,12 @@ const SAMPLE_JOB: &[&str] = &["--sample-model", "--shards", "5", "--rounds", "2"
 /// Five workers, four honest and one cheat at a time, of every kind the validator knows: each
 /// cheat is rejected every time and paid nothing, and the job's final held-out accuracy moves
 /// less than a point from the all-honest run's (its rejected tasks are trained again by honest
-/// workers). The issue-15 free-ride (paid 19% of a job) is the replay.
+/// workers). The issue-15 free-ride (paid 19% of a job) is the replay. A cheat whose adapter is
+/// scored and rejected has its proof of training replayed all the same: the copycat (no trace),
+/// the label-flipper (a trace of other data) and the lazy worker (a forged trace) forfeit the
+/// job every time, the quality rule notwithstanding. The replayer and the sign-flipper forge
+/// only their run's end, so they forfeit when the draw falls on the last stretch; the noise is
+/// never scored, so never replayed.
 #[tokio::test(flavor = "multi_thread")]
 async fn five_workers_with_one_cheat_of_each_kind_pay_only_the_honest() {
     let honest_dir = tempfile::tempdir().unwrap();
@@ -249,18 +266,25 @@ async fn five_workers_with_one_cheat_of_each_kind_pay_only_the_honest() {
         &[&["--workers", "5"], SAMPLE_JOB].concat(),
     );
     let honest_metric = honest["final_metric"].as_f64().unwrap();
-    for (cheat, rules, extra) in [
-        ("noise", &["its base weight's norm"][..], &[][..]),
-        ("replay", &["a replay earns nothing"], &[]),
-        ("copycat", &["copies submission"], &[]),
-        ("sign-flip", &["does not beat"], &[]),
-        ("label-flip", &["does not beat"], &[]),
+    for (cheat, rules, forfeits) in [
+        ("noise", &["its base weight's norm"][..], false),
+        ("replay", &["a replay earns nothing"], false),
+        ("copycat", &["copies submission"], true),
+        ("sign-flip", &["does not beat"], false),
+        ("label-flip", &["does not beat"], true),
         // A tenth of the sample shard scores below the start here; where it does not (the chat
         // test below), only its forged proof of training, replayed, tells it from honest work.
-        ("lazy", &["does not beat", "proof of training"], &[][..]),
+        ("lazy", &["does not beat", "proof of training"], true),
     ] {
-        let (report, reasons) = adversarial_demo(cheat, 5, &[SAMPLE_JOB, extra].concat()).await;
+        let (report, reasons) = adversarial_demo(cheat, 5, SAMPLE_JOB).await;
         all_for_one_of(&reasons, rules);
+        if forfeits {
+            assert!(cheat_forfeited(&report), "{cheat} kept the job: {report}");
+            assert!(
+                reasons.iter().any(|r| r.contains("proof of training")),
+                "{cheat}: {reasons:?}"
+            );
+        }
         let moved = report["final_metric"].as_f64().unwrap() - honest_metric;
         assert!(
             moved.abs() < 0.01,
@@ -402,7 +426,7 @@ async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
             .all(|r| failed_stretch(r).is_some_and(|k| k >= 2)),
         "the forged last stretch is the one that failed: {reasons:?}"
     );
-    let cheat = format!("{:#x}", shardwork_contracts::dev_keys::dev_addresses()[5]);
+    let cheat = cheat_address();
     let row = report["contributors"]
         .as_array()
         .unwrap()

@@ -338,7 +338,7 @@ impl ValidatorNode {
         let device = self.device.clone();
         let rules = self.rules;
         let round = pending.round;
-        let judged = tokio::task::spawn_blocking(move || -> Verdict {
+        let measured = tokio::task::spawn_blocking(move || -> Measured {
             let mut earlier_updates = Vec::with_capacity(earlier.len());
             for (e, kept) in earlier {
                 let update = match kept {
@@ -365,31 +365,43 @@ impl ValidatorNode {
                 start_metric,
                 &earlier_updates,
             );
-            match measured {
-                Ok(verdict) => verdict,
-                Err(e) => Verdict {
+            measured.unwrap_or_else(|e| Measured {
+                verdict: Verdict {
                     accepted: false,
                     quality: 0.0,
                     reason: Some(format!("the adapter could not be scored: {e}")),
                     report: json!({ "base_metric": base_metric, "metric_name": metric_name }),
                 },
-            }
+                scored: false,
+            })
         })
         .await
         .map_err(|e| NodeError::Io(format!("scoring: {e}")))?;
-        if !judged.accepted {
+        let Measured {
+            verdict: mut judged,
+            scored,
+        } = measured;
+        // A scored adapter's proof is replayed whatever its verdict: were only accepted ones
+        // replayed, a forgery that also fails a rule (a lazy run below the minimum gain, a
+        // copy) would lose that task's pay and keep the job's, and forging would cost a cheat
+        // nothing more than honest failure. An unscored one (malformed, NaN, oversized) is not:
+        // there is no run's end to compare, and an honest run that diverged would replay to
+        // the same NaN and be called a forgery.
+        if !judged.accepted && !scored {
             return Ok(judged);
         }
-        let mut judged = judged;
         let proof = self
             .check_proof(&job_context, pending, &submitted_dir)
             .await?;
         judged.report["proof_of_training"] =
             proof.checks.iter().map(StretchCheck::report).collect();
-        if let Some(reason) = proof.failure {
+        if let Some(failure) = proof.failure {
+            judged.reason = Some(match judged.reason.take() {
+                Some(rule) if !judged.accepted => format!("{failure}; besides, {rule}"),
+                _ => failure,
+            });
             judged.accepted = false;
             judged.quality = 0.0;
-            judged.reason = Some(reason);
             // Work claimed and not done costs the whole job's pay, not this task's alone: with
             // one stretch in four replayed, a cheat that forged one would otherwise lose a
             // task's pay a quarter of the time for a quarter of the work saved, about even.
@@ -475,6 +487,15 @@ impl ValidatorNode {
     }
 }
 
+/// What [`measure`] found of a submission.
+struct Measured {
+    /// The verdict of the rules ([`judge`]), or the rejection that kept them from being asked.
+    verdict: Verdict,
+    /// Whether the adapter was scored on the held-out set: it loaded, fit the job's model and
+    /// was finite and within the norm limit, so its run's end can be compared with a replay's.
+    scored: bool,
+}
+
 /// Loads, checks and scores the submitted adapter in `adapter_dir` against the round's start
 /// and the earlier submissions: the verdict. `Err` means the adapter could not be measured
 /// (the caller rejects it with that reason).
@@ -486,12 +507,15 @@ fn measure(
     start: Option<&Update>,
     start_metric: f64,
     earlier: &[(shardwork_client::EarlierSubmission, Arc<Update>)],
-) -> Result<Verdict, NodeError> {
-    let rejected = |reason: String| Verdict {
-        accepted: false,
-        quality: 0.0,
-        reason: Some(reason),
-        report: json!({}),
+) -> Result<Measured, NodeError> {
+    let rejected = |reason: String| Measured {
+        verdict: Verdict {
+            accepted: false,
+            quality: 0.0,
+            reason: Some(reason),
+            report: json!({}),
+        },
+        scored: false,
     };
     let adapter = match Adapter::load(adapter_dir, device) {
         Ok(a) => a,
@@ -526,7 +550,8 @@ fn measure(
     } else {
         (None, None)
     };
-    let metric = if finite && norm <= rules.max_relative_norm {
+    let scored = finite && norm <= rules.max_relative_norm;
+    let metric = if scored {
         match work.score(Some(&adapter), &context.held_out, device) {
             Ok(m) => m,
             Err(e) => return Ok(rejected(format!("the adapter does not fit the model: {e}"))),
@@ -554,7 +579,7 @@ fn measure(
     };
     let (accepted, quality, reason) = judge(&scores, rules);
     let finite_or_null = |v: f64| v.is_finite().then_some(v);
-    Ok(Verdict {
+    let verdict = Verdict {
         accepted,
         quality,
         reason,
@@ -572,7 +597,8 @@ fn measure(
                 "cosine": finite_or_null(n.cosine), "norm_ratio": finite_or_null(n.norm_ratio),
             })),
         }),
-    })
+    };
+    Ok(Measured { verdict, scored })
 }
 
 /// A LoRA pair whose shapes are not `A: (r, in)`, `B: (out, r)` for the base weight it adapts

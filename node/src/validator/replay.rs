@@ -1,4 +1,4 @@
-//! Proof of training, checked: every accepted submission carries its run's trace
+//! Proof of training, checked: every submission carries its run's trace
 //! ([`TRACE_FILE`]: each step's loss and the optimiser's state at the boundaries of
 //! [`TRACE_SEGMENTS`] stretches of steps), and the validator trains one stretch of it again,
 //! drawn from the submission id, from the state the trace gives for the stretch's start (the
@@ -6,6 +6,9 @@
 //! for the last stretch, the adapter) says the run went, and the replay's losses with the
 //! trace's. A `validation.spot_check` share of submissions has every stretch replayed: the
 //! whole run checked, at the cost of training the task again.
+//!
+//! Every scored submission is replayed, rejected or not, so that failing a rule never shelters
+//! a forgery from forfeiting the job.
 //!
 //! Why it catches lazy work without training every task again: a worker that did less than a
 //! stretch's worth of the steps cannot say where any stretch ends, so whichever is drawn
