@@ -20,8 +20,8 @@ use serde::Serialize;
 use shardwork_api::domain::pipeline;
 use shardwork_core::protocol::JobSpec;
 use shardwork_node::validator::{Rules, merge_adapters};
-use shardwork_node::work::Work;
 use shardwork_node::work::causal_lm::CausalLmJob;
+use shardwork_node::work::{RoundOf, Work};
 use shardwork_trainer::merge::MergeMode;
 use shardwork_trainer::peft::Adapter;
 use shardwork_trainer::train::sft_data::SftExample;
@@ -51,6 +51,9 @@ pub struct FederatedBenchConfig {
     /// Server learning rates the exact merge is run with, each a variant of its own (the
     /// first is the one the goal is judged on); naive averaging runs at 1.
     pub server_learning_rates: Vec<f64>,
+    /// Each round's tasks take their part of one schedule over the job's rounds, instead of
+    /// a warmup and cosine of their own.
+    pub job_schedule: bool,
 }
 
 /// One way of training, measured.
@@ -87,6 +90,9 @@ pub struct FederatedReport {
     pub epochs: u32,
     /// `training.learning_rate` of every run, federated and central.
     pub learning_rate: f64,
+    /// Whether the federated tasks each took their round's part of one schedule over the job
+    /// (`--job-schedule`) instead of a warmup and cosine of their own.
+    pub job_schedule: bool,
     pub base_loss: f64,
     /// Held-out loss of each round-1 adapter alone, before any merge: beside the round-1
     /// merge's, it says whether averaging loses what the shards learned or the shards' runs
@@ -143,9 +149,18 @@ impl fmt::Display for FederatedReport {
         let shards = self.shard_examples.len();
         writeln!(
             f,
-            "Federated SFT, {shards} shards x {} rounds ({} epoch(s) a task, learning rate {}), \
+            "Federated SFT, {shards} shards x {} rounds ({} epoch(s) a task, learning rate {}, {}), \
              against central on the union: {} on {}",
-            self.rounds, self.epochs, self.learning_rate, self.model, self.device
+            self.rounds,
+            self.epochs,
+            self.learning_rate,
+            if self.job_schedule {
+                "one schedule over the job"
+            } else {
+                "a schedule per task"
+            },
+            self.model,
+            self.device
         )?;
         writeln!(
             f,
@@ -245,13 +260,14 @@ impl Trainer<'_> {
         &mut self,
         start: Option<&Adapter>,
         examples: &[SftExample],
+        round: Option<RoundOf>,
         label: &str,
         tally: &mut Tally,
     ) -> anyhow::Result<Adapter> {
         let (bar, done, all_steps) = (&mut self.bar, self.done, self.all_steps);
         let (adapter, report, _) =
             self.job
-                .train_examples(start, examples, Span::whole(), &mut |p| {
+                .train_examples(start, examples, round, Span::whole(), &mut |p| {
                     bar.draw(
                         (done + p.step) as u64,
                         all_steps as u64,
@@ -384,7 +400,11 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                         } else {
                             format!("{name} round {round} shard {}", k + 1)
                         };
-                        trainer.train(starts[v].as_ref(), shard, &label, &mut tally)
+                        let position = cfg.job_schedule.then_some(RoundOf {
+                            round,
+                            rounds: cfg.rounds,
+                        });
+                        trainer.train(starts[v].as_ref(), shard, position, &label, &mut tally)
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
                 tallies[v].steps += tally.steps;
@@ -423,7 +443,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     }
 
     let mut central_tally = Tally::default();
-    let central = trainer.train(None, &central_pool, "central", &mut central_tally)?;
+    let central = trainer.train(None, &central_pool, None, "central", &mut central_tally)?;
     trainer.bar.finish();
     let central_loss = job.evaluate(Some(&central), &held_out)?.loss;
 
@@ -456,6 +476,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         rounds: cfg.rounds,
         epochs: cfg.epochs,
         learning_rate: spec.training.learning_rate,
+        job_schedule: cfg.job_schedule,
         base_loss,
         round1_shard_losses,
         central: RunFigures {
@@ -500,6 +521,7 @@ mod tests {
             rounds: 1,
             epochs: 1,
             learning_rate: 2e-3,
+            job_schedule: false,
             base_loss: 3.0,
             round1_shard_losses: vec![2.5, 2.5, 2.5],
             central: figures(central),

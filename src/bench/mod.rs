@@ -68,6 +68,11 @@ pub enum BenchCommand {
         /// same round-1 adapters; the goal is judged on the first.
         #[arg(long, value_delimiter = ',', default_value = "1")]
         server_learning_rates: Vec<f64>,
+        /// Give each round's tasks their part of one learning-rate schedule over the job's
+        /// rounds (warmup in round 1, one cosine to the last round's end) instead of a warmup
+        /// and cosine each.
+        #[arg(long)]
+        job_schedule: bool,
         /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
         #[arg(long)]
         gguf: Option<PathBuf>,
@@ -214,6 +219,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             epochs,
             learning_rate,
             server_learning_rates,
+            job_schedule,
             gguf,
             json,
         } => {
@@ -246,6 +252,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 epochs,
                 learning_rate,
                 server_learning_rates,
+                job_schedule,
             };
             let report = tokio::task::spawn_blocking(move || federated::run(&bench)).await??;
             if json {

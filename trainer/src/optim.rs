@@ -27,9 +27,10 @@ pub struct OptimConfig {
     pub beta2: f64,
     /// Added to the square root of the second moment to avoid division by zero.
     pub eps: f64,
-    /// Optimiser steps of linear warmup from 0 to `lr`.
+    /// Optimiser steps of linear warmup from 0 to `lr` (steps of the whole schedule when the
+    /// run has a [`window`](Self::window)).
     pub warmup_steps: usize,
-    /// Optimiser steps in the run; the cosine reaches `min_lr_ratio · lr` here.
+    /// Optimiser steps in the run; without a window the cosine reaches `min_lr_ratio · lr` here.
     pub total_steps: usize,
     /// Floor of the cosine schedule as a fraction of `lr`.
     pub min_lr_ratio: f64,
@@ -37,6 +38,21 @@ pub struct OptimConfig {
     pub max_grad_norm: Option<f64>,
     /// Micro-batches whose gradients are averaged into one optimiser step.
     pub grad_accum: usize,
+    /// Where this run sits in a longer schedule (one round of a federated job); `None` when
+    /// the run is the whole schedule.
+    #[serde(default)]
+    pub window: Option<ScheduleWindow>,
+}
+
+/// A run's place in a schedule longer than itself: its step `s` takes the rate of schedule step
+/// `offset + s`, and the cosine ends at schedule step `length` (`warmup_steps` counts schedule
+/// steps too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleWindow {
+    /// Schedule steps before the run's first.
+    pub offset: usize,
+    /// Steps in the whole schedule.
+    pub length: usize,
 }
 
 impl Default for OptimConfig {
@@ -52,6 +68,7 @@ impl Default for OptimConfig {
             min_lr_ratio: 0.0,
             max_grad_norm: Some(1.0),
             grad_accum: 1,
+            window: None,
         }
     }
 }
@@ -79,6 +96,16 @@ impl OptimConfig {
         if self.grad_accum == 0 {
             return bad("grad_accum: 0 is below the minimum 1".into());
         }
+        if let Some(w) = self.window
+            && w.offset + self.total_steps > w.length
+        {
+            return bad(format!(
+                "window: steps {}..{} lie past the schedule's {}",
+                w.offset,
+                w.offset + self.total_steps,
+                w.length
+            ));
+        }
         if let Some(c) = self.max_grad_norm
             && !(c.is_finite() && c > 0.0)
         {
@@ -87,12 +114,17 @@ impl OptimConfig {
         Ok(())
     }
 
-    /// Learning rate for optimiser step `step` (0-based): linear warmup, then cosine decay.
+    /// Learning rate for optimiser step `step` (0-based) of this run: linear warmup, then cosine
+    /// decay, over the run or over the schedule its [`ScheduleWindow`] places it in.
     pub fn lr_at(&self, step: usize) -> f64 {
+        let (step, length) = match self.window {
+            Some(w) => (w.offset + step, w.length),
+            None => (step, self.total_steps),
+        };
         if step < self.warmup_steps {
             return self.lr * (step + 1) as f64 / self.warmup_steps as f64;
         }
-        let decay_steps = self.total_steps.saturating_sub(self.warmup_steps).max(1);
+        let decay_steps = length.saturating_sub(self.warmup_steps).max(1);
         let progress = ((step - self.warmup_steps) as f64 / decay_steps as f64).min(1.0);
         let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
         self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)
@@ -374,6 +406,34 @@ mod tests {
         assert!((cfg.lr_at(9) - 0.55).abs() < 1e-12);
         assert!((cfg.lr_at(14) - 0.1).abs() < 1e-12);
         assert!((cfg.lr_at(100) - 0.1).abs() < 1e-12);
+    }
+
+    /// A run placed in a longer schedule takes that schedule's rates for its steps: the two
+    /// halves of a 14-step schedule, run as two windows of 7, give the whole run's rates.
+    #[test]
+    fn a_window_takes_its_part_of_the_longer_schedule() {
+        let whole = OptimConfig {
+            lr: 1.0,
+            warmup_steps: 4,
+            total_steps: 14,
+            min_lr_ratio: 0.1,
+            ..Default::default()
+        };
+        let half = |offset| OptimConfig {
+            total_steps: 7,
+            window: Some(ScheduleWindow { offset, length: 14 }),
+            ..whole.clone()
+        };
+        let (first, second) = (half(0), half(7));
+        first.validate().unwrap();
+        second.validate().unwrap();
+        for step in 0..7 {
+            assert_eq!(first.lr_at(step), whole.lr_at(step));
+            assert_eq!(second.lr_at(step), whole.lr_at(7 + step));
+        }
+        // A window reaching past its schedule is refused, naming the field.
+        let past = half(8).validate().unwrap_err().to_string();
+        assert!(past.contains("window"), "{past}");
     }
 
     /// One step on f(x) = sum(x²)/2 with known gradient x, against the AdamW formula by hand.

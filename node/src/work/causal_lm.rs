@@ -29,7 +29,7 @@ use shardwork_trainer::train::sft_data::{SftExample, read_sft_jsonl};
 use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
-use super::{DefaultGain, Direction, HeldOut, Metric, Trained, Work};
+use super::{DefaultGain, Direction, HeldOut, Metric, RoundOf, Trained, Work};
 
 /// Examples per held-out scoring batch (no gradients).
 const EVAL_BATCH: usize = 16;
@@ -156,11 +156,13 @@ impl CausalLmJob {
             .max(1)
     }
 
-    /// Trains from `start` (the fresh adapter without one) on `examples`.
+    /// Trains from `start` (the fresh adapter without one) on `examples`, as round `round` of
+    /// its job's schedule, or as a schedule of its own (`None`: one run on everything).
     pub fn train_examples(
         &self,
         start: Option<&Adapter>,
         examples: &[SftExample],
+        round: Option<RoundOf>,
         span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(Adapter, sft::SftReport, TrainTrace)> {
@@ -168,12 +170,23 @@ impl CausalLmJob {
         load_values(&attached, start)?;
         let t = &self.training;
         let total_steps = self.total_steps(examples.len());
+        let (window, warmup_steps) = match round {
+            Some(round) => {
+                let (window, warmup) = round.window(total_steps, t.warmup_ratio);
+                (Some(window), warmup)
+            }
+            None => (
+                None,
+                ((total_steps as f64) * t.warmup_ratio).round() as usize,
+            ),
+        };
         let cfg = SftConfig {
             lora: self.lora.clone(),
             optim: OptimConfig {
                 lr: t.learning_rate,
-                warmup_steps: ((total_steps as f64) * t.warmup_ratio).round() as usize,
+                warmup_steps,
                 total_steps,
+                window,
                 grad_accum: t.gradient_accumulation.max(1) as usize,
                 max_grad_norm: Some(1.0),
                 ..OptimConfig::default()
@@ -284,7 +297,8 @@ impl Work for CausalLmJob {
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Trained> {
         let examples = self.examples(shard)?;
-        let (adapter, report, trace) = self.train_examples(start, &examples, span, progress)?;
+        let (adapter, report, trace) =
+            self.train_examples(start, &examples, None, span, progress)?;
         Ok(Trained {
             adapter,
             records: examples.len(),

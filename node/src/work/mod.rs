@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
 use shardwork_core::protocol::{JobSpec, TrainingTask};
+use shardwork_trainer::optim::ScheduleWindow;
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::trace::{Span, TrainTrace};
@@ -107,6 +108,31 @@ pub struct Trained {
     pub tokens_per_sec: f64,
     /// The proof of what was trained: every step's loss and the states `span` asked to keep.
     pub trace: TrainTrace,
+}
+
+/// A task's round in its job: where its run sits in the job's learning-rate schedule, which
+/// spans every round (warmup in round 1, the cosine reaching its floor at the last round's
+/// end), so that round `r` continues the decay where round `r − 1` left it instead of starting
+/// it anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoundOf {
+    /// 1-based, as the protocol counts rounds.
+    pub round: u32,
+    /// The job's `rounds`.
+    pub rounds: u32,
+}
+
+impl RoundOf {
+    /// The schedule of a job whose every round runs `steps` optimiser steps, this round's part
+    /// of it, and its warmup at `warmup_ratio` of the whole.
+    pub fn window(self, steps: usize, warmup_ratio: f64) -> (ScheduleWindow, usize) {
+        let length = steps * self.rounds.max(1) as usize;
+        let window = ScheduleWindow {
+            offset: steps * (self.round.clamp(1, self.rounds.max(1)) - 1) as usize,
+            length,
+        };
+        (window, (length as f64 * warmup_ratio).round() as usize)
+    }
 }
 
 /// A job's held-out set, parsed once by the [`Work`] that scores it. Opaque to the nodes: only
@@ -208,5 +234,24 @@ mod tests {
         assert!((loss.gain(1.5, 2.0) - 0.5).abs() < 1e-12);
         assert!((loss.quality(1.5, 2.0) - 0.25).abs() < 1e-12);
         assert_eq!(loss.quality(2.5, 2.0), 0.0);
+    }
+
+    #[test]
+    fn a_round_takes_its_stretch_of_the_job_schedule() {
+        // Round 2 of 3 at 5 steps a round: steps 5..10 of 15, warming up over 6% of all 15.
+        let (window, warmup) = RoundOf {
+            round: 2,
+            rounds: 3,
+        }
+        .window(5, 0.06);
+        assert_eq!((window.offset, window.length, warmup), (5, 15, 1));
+        // A one-round job's schedule is its task's own.
+        let (window, warmup) = RoundOf {
+            round: 1,
+            rounds: 1,
+        }
+        .window(40, 0.06);
+        assert_eq!((window.offset, window.length), (0, 40));
+        assert_eq!(warmup, (40.0f64 * 0.06).round() as usize);
     }
 }
