@@ -204,13 +204,18 @@ fn cheat_address() -> String {
     format!("{:#x}", shardwork_contracts::dev_keys::dev_addresses()[5])
 }
 
-/// Whether the report says the dishonest worker forfeited the job (a failed proof of training).
-fn cheat_forfeited(report: &Value) -> bool {
+/// The dishonest worker's row among the report's contributors, if it has one.
+fn cheat_row(report: &Value) -> Option<&Value> {
     let cheat = cheat_address();
     report["contributors"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["address"] == cheat.as_str()))
-        .is_some_and(|row| row["forfeited"] == true)
+        .as_array()?
+        .iter()
+        .find(|c| c["address"] == cheat.as_str())
+}
+
+/// Whether the report says the dishonest worker forfeited the job (a failed proof of training).
+fn cheat_forfeited(report: &Value) -> bool {
+    cheat_row(report).is_some_and(|row| row["forfeited"] == true)
 }
 
 /// Every one of `reasons` contains `rule`.
@@ -426,13 +431,7 @@ async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
             .all(|r| failed_stretch(r).is_some_and(|k| k >= 2)),
         "the forged last stretch is the one that failed: {reasons:?}"
     );
-    let cheat = cheat_address();
-    let row = report["contributors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["address"] == cheat.as_str())
-        .unwrap();
+    let row = cheat_row(&report).expect("the cheat is among the contributors");
     assert_eq!(row["forfeited"], true, "{row}");
     assert!(
         row["accepted"].as_u64().unwrap() >= 1,
