@@ -390,15 +390,20 @@ mod tests {
     use super::*;
     use candle_core::{DType, Device};
 
-    #[test]
-    fn schedule_warms_up_linearly_then_decays_by_cosine_to_the_floor() {
-        let cfg = OptimConfig {
+    /// Peak 1, four steps of warmup, a cosine to 0.1 at step 14.
+    fn warmup_then_cosine() -> OptimConfig {
+        OptimConfig {
             lr: 1.0,
             warmup_steps: 4,
             total_steps: 14,
             min_lr_ratio: 0.1,
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn schedule_warms_up_linearly_then_decays_by_cosine_to_the_floor() {
+        let cfg = warmup_then_cosine();
         assert!((cfg.lr_at(0) - 0.25).abs() < 1e-12);
         assert!((cfg.lr_at(3) - 1.0).abs() < 1e-12);
         assert!((cfg.lr_at(4) - 1.0).abs() < 1e-12);
@@ -412,13 +417,7 @@ mod tests {
     /// halves of a 14-step schedule, run as two windows of 7, give the whole run's rates.
     #[test]
     fn a_window_takes_its_part_of_the_longer_schedule() {
-        let whole = OptimConfig {
-            lr: 1.0,
-            warmup_steps: 4,
-            total_steps: 14,
-            min_lr_ratio: 0.1,
-            ..Default::default()
-        };
+        let whole = warmup_then_cosine();
         let half = |offset| OptimConfig {
             total_steps: 7,
             window: Some(ScheduleWindow { offset, length: 14 }),

@@ -170,23 +170,19 @@ impl CausalLmJob {
         load_values(&attached, start)?;
         let t = &self.training;
         let total_steps = self.total_steps(examples.len());
-        let (window, warmup_steps) = match round {
-            Some(round) => {
-                let (window, warmup) = round.window(total_steps, t.warmup_ratio);
-                (Some(window), warmup)
-            }
-            None => (
-                None,
-                ((total_steps as f64) * t.warmup_ratio).round() as usize,
-            ),
-        };
+        // A run of its own is the one round of a one-round job: the same rates as no window.
+        let round = round.unwrap_or(RoundOf {
+            round: 1,
+            rounds: 1,
+        });
+        let (window, warmup_steps) = round.window(total_steps, t.warmup_ratio);
         let cfg = SftConfig {
             lora: self.lora.clone(),
             optim: OptimConfig {
                 lr: t.learning_rate,
                 warmup_steps,
                 total_steps,
-                window,
+                window: Some(window),
                 grad_accum: t.gradient_accumulation.max(1) as usize,
                 max_grad_norm: Some(1.0),
                 ..OptimConfig::default()

@@ -113,7 +113,8 @@ pub struct Trained {
 /// A task's round in its job: where its run sits in the job's learning-rate schedule, which
 /// spans every round (warmup in round 1, the cosine reaching its floor at the last round's
 /// end), so that round `r` continues the decay where round `r − 1` left it instead of starting
-/// it anew.
+/// it anew. Only `bench federated-sft --job-schedule` trains this way; the pipeline's tasks each
+/// run a schedule of their own (measured and why: DESIGN step 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RoundOf {
     /// 1-based, as the protocol counts rounds.
