@@ -249,6 +249,8 @@ async function main() {
     /status of 422 .*\/v1\/jobs\/quote\)$/,
   ];
   let failureShot = null;
+  /** What the page showed when a step failed: its address and every alert on it, for the log. */
+  let failureState = null;
   /** The environment `shardwork up` runs with; the worker started later shares it. */
   let serverEnv;
 
@@ -356,6 +358,10 @@ async function main() {
     });
     page.on('pageerror', (err) => consoleErrors.push(`uncaught: ${err.message}`));
     failureShot = () => page.screenshot({ path: join(artifacts, 'failure.png'), fullPage: true });
+    failureState = async () => {
+      const alerts = await page.locator('.alert').allInnerTexts();
+      return [`page: ${page.url()}`, ...alerts.map((a) => `alert: ${a.replace(/\s+/g, ' ').trim()}`)];
+    };
     const shot = (name, options = {}) => page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true, ...options });
 
     await step('keyboard: the first Tab reaches the skip link', async () => {
@@ -696,6 +702,8 @@ async function main() {
   } catch {
     // The failing step is recorded; fall through to report and clean up.
     await failureShot?.().catch(() => {});
+    // CI keeps only the log: say what the page showed, which the screenshot would have told.
+    for (const line of (await failureState?.().catch(() => [])) ?? []) log(`        ${line}`);
     if (consoleErrors.length) results.push({ name: 'no console errors', ok: false, error: new Error(consoleErrors.join('\n')) });
   } finally {
     if (browser) await browser.close().catch(() => {});
@@ -703,6 +711,11 @@ async function main() {
       if (child.exitCode === null) child.kill('SIGTERM');
       await Promise.race([child.exited, new Promise((r) => setTimeout(r, 5000))]);
       await writeFile(join(artifacts, `${name}.log`), child.output());
+      // CI keeps only the log: a failed run prints each process's last warnings and errors.
+      if (results.some((r) => !r.ok)) {
+        const notable = child.output().split('\n').filter((l) => /\b(WARN|ERROR)\b|panicked/.test(l));
+        for (const line of notable.slice(-12)) log(`        ${name}: ${line.slice(0, 400)}`);
+      }
     }
     if (consoleErrors.length) await writeFile(join(artifacts, 'console-errors.txt'), consoleErrors.join('\n'));
     await rm(work, { recursive: true, force: true });

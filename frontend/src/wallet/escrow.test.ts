@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { encodeFunctionData, toFunctionSelector, toEventSelector, type AbiFunction, type AbiEvent } from 'viem';
+import { encodeFunctionData, toFunctionSelector, toEventSelector, type AbiFunction, type AbiEvent, type TransactionReceipt } from 'viem';
 import { assetsOf, earningsAbi, withdrawCall } from './earnings';
-import { createJobCall, escrowAbi, ETH } from './escrow';
+import { createJobCall, escrowAbi, ETH, waitForReceipt } from './escrow';
 
 const artifact = JSON.parse(
   readFileSync(resolve(__dirname, '../../../contracts/artifacts/JobEscrow.json'), 'utf8'),
@@ -59,5 +59,44 @@ describe('earnings', () => {
     expect(encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args })).toBe(
       `0x51cff8d9${token.slice(2).padStart(64, '0')}`,
     );
+  });
+});
+
+describe('waitForReceipt', () => {
+  const hash = `0x${'ab'.repeat(32)}` as const;
+  const receipt = { transactionHash: hash, status: 'success' } as unknown as TransactionReceipt;
+
+  it('finds a receipt by asking for it when no new block wakes viem up', async () => {
+    let asked = 0;
+    let viemStopped = false;
+    const client = {
+      // An idle automining chain: viem's wait sees no new block, so it never looks again.
+      waitForTransactionReceipt: ({ signal }: { signal?: AbortSignal }) =>
+        new Promise<TransactionReceipt>((_, reject) =>
+          signal?.addEventListener('abort', () => ((viemStopped = true), reject(new Error('aborted')))),
+        ),
+      getTransactionReceipt: async () => {
+        asked += 1;
+        if (asked < 3) throw new Error('Transaction receipt could not be found');
+        return receipt;
+      },
+    } as unknown as Parameters<typeof waitForReceipt>[0];
+    await expect(waitForReceipt(client, hash, 5)).resolves.toBe(receipt);
+    expect(asked).toBe(3);
+    expect(viemStopped).toBe(true);
+  });
+
+  it("takes viem's receipt when it comes first and stops asking", async () => {
+    let asked = 0;
+    const client = {
+      waitForTransactionReceipt: async () => receipt,
+      getTransactionReceipt: async () => {
+        asked += 1;
+        return null;
+      },
+    } as unknown as Parameters<typeof waitForReceipt>[0];
+    await expect(waitForReceipt(client, hash, 5)).resolves.toBe(receipt);
+    await new Promise((r) => setTimeout(r, 30));
+    expect(asked).toBe(0);
   });
 });

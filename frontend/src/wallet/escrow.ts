@@ -106,6 +106,34 @@ export function escrowJobId(receipt: TransactionReceipt, escrow: string): bigint
   return null;
 }
 
-export async function waitForReceipt(client: PublicClient, hash: Hash): Promise<TransactionReceipt> {
-  return client.waitForTransactionReceipt({ hash, pollingInterval: 1_000 });
+/**
+ * The receipt of `hash` once it is mined. viem's wait looks a receipt up again only when it sees
+ * a new block number, so on an automining dev chain (anvil) a receipt not yet readable when its
+ * block's number is first seen is not asked for again until some other transaction mines a
+ * block, which on an idle chain never comes (the portal e2e's token funding once waited out its
+ * minute that way, with no error shown). The receipt is therefore also asked for directly every
+ * `pollMs`; whichever finds it first wins, and viem's wait still follows a replaced transaction.
+ */
+export async function waitForReceipt(
+  client: Pick<PublicClient, 'waitForTransactionReceipt' | 'getTransactionReceipt'>,
+  hash: Hash,
+  pollMs = 1_000,
+): Promise<TransactionReceipt> {
+  const stop = new AbortController();
+  const direct = async (): Promise<TransactionReceipt> => {
+    for (;;) {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(resolve, pollMs);
+        stop.signal.addEventListener('abort', () => (clearTimeout(timer), reject(stop.signal.reason)), { once: true });
+      });
+      // Not found (pending) or a passing RPC error: ask again after the next interval.
+      const receipt = await client.getTransactionReceipt({ hash }).catch(() => null);
+      if (receipt) return receipt;
+    }
+  };
+  try {
+    return await Promise.race([client.waitForTransactionReceipt({ hash, pollingInterval: pollMs, signal: stop.signal }), direct()]);
+  } finally {
+    stop.abort();
+  }
 }
