@@ -44,6 +44,10 @@ pub struct DemoArgs {
     /// stretch of its run replayed from its proof of training.
     #[arg(long)]
     pub spot_check: Option<f64>,
+    /// What the learning-rate schedule spans (the job's `training.schedule`): each task's own
+    /// steps (`task`, the default), or one schedule over all the job's rounds (`job`).
+    #[arg(long, value_parser = ["task", "job"])]
+    pub schedule: Option<String>,
     #[arg(long, default_value_t = 3)]
     pub shards: u32,
     #[arg(long, default_value_t = 2)]
@@ -408,6 +412,9 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
     } = sample_job(deployment, &SampleShape::from(args)).await?;
     if let Some(share) = args.spot_check {
         spec["validation"] = json!({ "spot_check": share });
+    }
+    if let Some(schedule) = &args.schedule {
+        spec["training"]["schedule"] = json!(schedule);
     }
     let requester = Arc::new(ApiClient::new(
         &deployment.api_url,

@@ -14,8 +14,9 @@ use anyhow::{Context, bail};
 use candle_core::Device;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
-use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
+use shardwork_core::protocol::job_spec::{LoraSpec, LrSchedule, TrainingArgs};
 use shardwork_core::protocol::model_files::{BERT_MODEL_TYPES, LLAMA_MODEL_TYPES};
+use shardwork_node::work::RoundOf;
 use shardwork_node::work::classify::ClassifyJob;
 use shardwork_trainer::causal_model::{BaseWeights, CausalModel, CausalModelFiles};
 use shardwork_trainer::lora::{LoraConfig, Trainables};
@@ -282,6 +283,7 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
                     seed: args.seed,
                     warmup_ratio: args.warmup_ratio,
                     gradient_accumulation: args.grad_accum,
+                    schedule: LrSchedule::Task,
                 },
                 args.labels,
                 dir,
@@ -301,6 +303,7 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
                 None,
                 &data,
                 &device,
+                RoundOf::ALONE,
                 Span::whole(),
                 &mut on_progress(&mut bar),
             )?;
@@ -470,6 +473,7 @@ fn eval_blocking(args: &EvalArgs) -> anyhow::Result<serde_json::Value> {
                     seed: 42,
                     warmup_ratio: 0.0,
                     gradient_accumulation: 1,
+                    schedule: LrSchedule::Task,
                 },
                 args.labels,
                 &dir,

@@ -541,6 +541,7 @@ async function main() {
       await page.getByLabel('Format').selectOption('gguf');
       await page.getByLabel('Model CID').fill(llmCid);
       await page.getByLabel('Sequence length').fill('64');
+      await page.getByLabel('Learning-rate schedule').selectOption('job');
       // A module Llama models do not have: only the server knows each architecture's modules.
       await page.getByLabel('Target modules').fill('q_proj, query');
       await page.getByLabel('Dataset (JSONL)').setInputFiles(join(files, 'chat-bad-role.jsonl'));
@@ -566,6 +567,10 @@ async function main() {
       await page.waitForURL((url) => /\/jobs\/[0-9a-f-]{36}$/.test(url.pathname) && url.href !== jobUrl, { timeout: 60_000 });
       await page.getByTestId('job-status').filter({ hasText: 'Awaiting funding' }).waitFor();
       await page.getByTestId('event-log').filter({ hasText: 'created' }).waitFor({ timeout: 15_000 });
+      // The schedule chosen on the form is the one the server stored in the job's spec.
+      const session = await page.evaluate(() => JSON.parse(sessionStorage.getItem('shardwork.session') ?? '{}'));
+      const posted = await api(origin, 'GET', `/v1/jobs/${page.url().split('/').pop()}`, { token: session.accessToken });
+      if (posted.spec?.training?.schedule !== 'job') throw new Error(`the job's spec trains ${JSON.stringify(posted.spec?.training)}`);
       await shot('10-llm-job-awaiting-funding');
     });
 

@@ -251,6 +251,7 @@ pub fn skip_last_stretch(
     start: Option<&Adapter>,
     shard: &Path,
     device: &Device,
+    round: u32,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Trained, NodeError> {
     let total = work.total_steps(shard)?;
@@ -260,7 +261,7 @@ pub fn skip_last_stretch(
         let span = Span::Whole {
             segments: TRACE_SEGMENTS,
         };
-        return Ok(work.train(start, shard, device, span, progress)?);
+        return Ok(work.train(start, shard, device, round, span, progress)?);
     }
     let mut losses = Vec::with_capacity(total);
     let mut kept: Vec<Checkpoint> = Vec::with_capacity(stretches - 1);
@@ -271,7 +272,7 @@ pub fn skip_last_stretch(
             segments: TRACE_SEGMENTS,
             from: kept.last().cloned().map(Box::new),
         };
-        let trained = work.train(start, shard, device, span, progress)?;
+        let trained = work.train(start, shard, device, round, span, progress)?;
         let [stretch_start, stretch_end] = &trained.trace.checkpoints[..] else {
             return Err(NodeError::Io(
                 "a trained stretch kept no start and end".into(),

@@ -286,13 +286,14 @@ impl WorkerNode {
                         start.as_ref(),
                         &shard_path,
                         &device,
+                        round,
                         progress,
                     )?
                 } else {
                     let span = Span::Whole {
                         segments: TRACE_SEGMENTS,
                     };
-                    work.train(start.as_ref(), &shard_path, &device, span, progress)?
+                    work.train(start.as_ref(), &shard_path, &device, round, span, progress)?
                 };
                 let trace = match behaviour {
                     Behaviour::Lazy => adversary::stretched_trace(&trained, asked_steps),

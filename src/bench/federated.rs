@@ -51,8 +51,8 @@ pub struct FederatedBenchConfig {
     /// Server learning rates the exact merge is run with, each a variant of its own (the
     /// first is the one the goal is judged on); naive averaging runs at 1.
     pub server_learning_rates: Vec<f64>,
-    /// Each round's tasks take their part of one schedule over the job's rounds, instead of
-    /// a warmup and cosine of their own.
+    /// The job's spec asks for `training.schedule: job`: each round's tasks take their part
+    /// of one schedule over the job's rounds, instead of a warmup and cosine of their own.
     pub job_schedule: bool,
 }
 
@@ -260,7 +260,7 @@ impl Trainer<'_> {
         &mut self,
         start: Option<&Adapter>,
         examples: &[SftExample],
-        round: Option<RoundOf>,
+        round: RoundOf,
         label: &str,
         tally: &mut Tally,
     ) -> anyhow::Result<Adapter> {
@@ -298,6 +298,9 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     spec["training"]["epochs"] = cfg.epochs.into();
     if let Some(rate) = cfg.learning_rate {
         spec["training"]["learning_rate"] = rate.into();
+    }
+    if cfg.job_schedule {
+        spec["training"]["schedule"] = "job".into();
     }
     let spec = JobSpec::parse(spec.to_string().as_bytes(), now)
         .map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
@@ -400,10 +403,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                         } else {
                             format!("{name} round {round} shard {}", k + 1)
                         };
-                        let position = cfg.job_schedule.then_some(RoundOf {
-                            round,
-                            rounds: cfg.rounds,
-                        });
+                        let position = RoundOf::under(spec.training.schedule, round, cfg.rounds);
                         trainer.train(starts[v].as_ref(), shard, position, &label, &mut tally)
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
@@ -443,7 +443,13 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     }
 
     let mut central_tally = Tally::default();
-    let central = trainer.train(None, &central_pool, None, "central", &mut central_tally)?;
+    let central = trainer.train(
+        None,
+        &central_pool,
+        RoundOf::ALONE,
+        "central",
+        &mut central_tally,
+    )?;
     trainer.bar.finish();
     let central_loss = job.evaluate(Some(&central), &held_out)?.loss;
 

@@ -402,6 +402,9 @@ async fn a_lazy_worker_is_caught_by_replaying_one_stretch_and_earns_nothing() {
 /// bit. Every stretch of every run
 /// is replayed here (`--spot-check 1`) so the forged one is drawn: that adapter is rejected,
 /// and the worker forfeits the pay of its accepted round-1 adapter too, scoring 0 for the job.
+/// The job runs one learning-rate schedule over both rounds (`training.schedule: job`), so the
+/// honest stretches replay to the bit only if the validator trains each round at the rates the
+/// worker did, which depend on the round the API leased.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
     if !chat_fixtures("tests embedded skip-last worker") {
@@ -416,6 +419,8 @@ async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
         "2",
         "--spot-check",
         "1",
+        "--schedule",
+        "job",
     ];
     let (report, reasons) = adversarial_demo("skip-last", 2, &chat).await;
     all_for(&reasons, "proof of training");

@@ -27,8 +27,8 @@ pub use bundle::Bundle;
 pub use events::{EventView, JobEvent, StatusChange};
 pub use ids::{ContentId, EthAddress, WeiAmount};
 pub use job_spec::{
-    Aggregation, Architecture, BaseModel, JobKind, JobSpec, LoraSpec, ModelFormat, Stake,
-    TrainingArgs, TrainingTask, ValidationSpec,
+    Aggregation, Architecture, BaseModel, JobKind, JobSpec, LoraSpec, LrSchedule, ModelFormat,
+    Stake, TrainingArgs, TrainingTask, ValidationSpec,
 };
 pub use manifest::{HeldOutRef, ShardManifest, ShardRef};
 pub use records::{ChatMessage, DatasetRecord, Label, RecordError};

@@ -17,7 +17,7 @@ describe('checkSpecForm', () => {
       kind: 'federated',
       base_model: { cid: CID, architecture: 'bert', task: 'sequence_classification', num_labels: 2 },
       lora: { r: 8, alpha: 16, target_modules: ['query', 'value'], modules_to_save: ['classifier'] },
-      training: { epochs: 1, learning_rate: 0.0005, batch_size: 16, seed: 7 },
+      training: { epochs: 1, learning_rate: 0.0005, batch_size: 16, seed: 7, schedule: 'task' },
       shards: 3,
       rounds: 2,
       stake: { amount: '100000000000000000' },
@@ -50,6 +50,13 @@ describe('checkSpecForm', () => {
     ]);
     expect(errors['lora.r']).toEqual(['0 is outside 1..=256']);
     expect(errors.shards).toEqual(['0 is outside 1..=1024']);
+  });
+
+  it('sends the learning-rate schedule chosen and refuses any other', () => {
+    expect(checkSpecForm(form({ 'training.schedule': 'job' }), now).spec?.training.schedule).toBe('job');
+    const { spec, errors } = checkSpecForm(form({ 'training.schedule': 'round' }), now);
+    expect(spec).toBeNull();
+    expect(errors['training.schedule']).toEqual(['choose task or job']);
   });
 
   it('takes rank bounds inclusively', () => {

@@ -37,6 +37,7 @@ export type JobKind = 'lora' | 'federated';
 export type Architecture = 'llama' | 'bert';
 export type TrainingTask = 'causal_lm' | 'sequence_classification';
 export type ModelFormat = 'safetensors' | 'gguf';
+export type LrSchedule = 'task' | 'job';
 
 /** The spec exactly as `POST /v1/jobs` takes it. */
 export interface JobSpec {
@@ -64,6 +65,8 @@ export interface JobSpec {
     seed: number;
     warmup_ratio: number;
     gradient_accumulation: number;
+    /** What one warmup + cosine spans: each task's own steps, or the whole job's rounds. */
+    schedule: LrSchedule;
   };
   shards: number;
   rounds: number;
@@ -91,6 +94,7 @@ export const SPEC_INPUTS = [
   'training.batch_size',
   'training.max_seq_len',
   'training.seed',
+  'training.schedule',
   'shards',
   'rounds',
   'held_out_fraction',
@@ -135,6 +139,7 @@ export function defaultForm(now: Date): SpecForm {
     'training.batch_size': '16',
     'training.max_seq_len': '128',
     'training.seed': '7',
+    'training.schedule': 'task',
     shards: '3',
     rounds: '2',
     held_out_fraction: '0.1',
@@ -261,6 +266,8 @@ export function checkSpecForm(form: SpecForm, now: Date, tokens: readonly StakeT
   const seqLen = c.int(form, 'training.max_seq_len', MIN_SEQ_LEN, MAX_SEQ_LEN);
   // The spec sets no maximum (a u64); above this a JavaScript number would round the seed.
   const seed = c.int(form, 'training.seed', trainingLimits.seed.minimum, Number.MAX_SAFE_INTEGER);
+  const schedule = form['training.schedule'] as LrSchedule;
+  c.check(schedule === 'task' || schedule === 'job', 'training.schedule', () => 'choose task or job');
 
   const shards = c.int(form, 'shards', jobLimits.shards.minimum, MAX_SHARDS);
   const rounds = c.int(form, 'rounds', jobLimits.rounds.minimum, MAX_ROUNDS);
@@ -325,6 +332,7 @@ export function checkSpecForm(form: SpecForm, now: Date, tokens: readonly StakeT
       seed,
       warmup_ratio: DEFAULT_WARMUP_RATIO,
       gradient_accumulation: DEFAULT_GRADIENT_ACCUMULATION,
+      schedule,
     },
     shards,
     rounds,

@@ -260,6 +260,15 @@ export function PostJob() {
           {text('training.batch_size', 'Batch size', '1 to 4096.', 'numeric')}
           {text('training.max_seq_len', 'Sequence length', '8 to 32768 tokens.', 'numeric')}
           {text('training.seed', 'Seed', 'Fixes the shuffle, split, shards and initialisation.', 'numeric')}
+          {select(
+            'training.schedule',
+            'Learning-rate schedule',
+            [
+              ['task', 'Per task: each warms up and decays'],
+              ['job', 'Over the job: one across all rounds'],
+            ],
+            'Over the job suits many short rounds; per task suits two or three.',
+          )}
         </div>
       </fieldset>
 

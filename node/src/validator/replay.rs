@@ -212,6 +212,9 @@ impl ValidatorNode {
             submitted_dir.to_path_buf(),
         );
         let (submission, fraction) = (pending.submission_id, context.validation.spot_check);
+        // The round the API leased the task in (numbered from 1), never the worker's word: a
+        // job-wide schedule's rates depend on it.
+        let round = u32::try_from(pending.round).unwrap_or(1);
         tokio::task::spawn_blocking(move || -> Result<Proof, NodeError> {
             let work = &context.work;
             let total = work.total_steps(&shard_path)?;
@@ -232,18 +235,24 @@ impl ValidatorNode {
                     segments: TRACE_SEGMENTS,
                     from: resume,
                 };
-                let replay =
-                    match work.train(start.as_ref(), &shard_path, &device, span, &mut |_| {}) {
-                        Ok(replay) => replay,
-                        // The trace's own state did not fit the job's model: the worker's fault.
-                        Err(e @ shardwork_trainer::Error::Mismatch(_)) => {
-                            return Ok(Proof::failed(
-                                format!("proof of training: the state at step {from}: {e}"),
-                                checks,
-                            ));
-                        }
-                        Err(e) => return Err(e.into()),
-                    };
+                let replay = match work.train(
+                    start.as_ref(),
+                    &shard_path,
+                    &device,
+                    round,
+                    span,
+                    &mut |_| {},
+                ) {
+                    Ok(replay) => replay,
+                    // The trace's own state did not fit the job's model: the worker's fault.
+                    Err(e @ shardwork_trainer::Error::Mismatch(_)) => {
+                        return Ok(Proof::failed(
+                            format!("proof of training: the state at step {from}: {e}"),
+                            checks,
+                        ));
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 let [replay_start, replay_end] = &replay.trace.checkpoints[..] else {
                     return Err(NodeError::Io(
                         "a replayed stretch kept no start and end".into(),

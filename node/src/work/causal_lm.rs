@@ -55,6 +55,8 @@ struct Attached {
 /// The model, tokenizer and settings of a causal-LM job.
 pub struct CausalLmJob {
     training: TrainingArgs,
+    /// The job's rounds (1 for a run of its own): the span of a job-wide schedule.
+    rounds: u32,
     lora: LoraConfig,
     tokenizer: LmTokenizer,
     /// `base_model_name_or_path` of the adapters (the GGUF file or folder name).
@@ -74,7 +76,10 @@ impl CausalLmJob {
                 spec.base_model.task
             )));
         }
-        Self::from_args(&spec.lora, spec.training, model_dir, device)
+        Ok(CausalLmJob {
+            rounds: spec.rounds,
+            ..Self::from_args(&spec.lora, spec.training, model_dir, device)?
+        })
     }
 
     /// The same from LoRA and training arguments alone (`shardwork train`, no job spec).
@@ -104,6 +109,7 @@ impl CausalLmJob {
         let model_name = files.name();
         Ok(CausalLmJob {
             training,
+            rounds: 1,
             lora,
             tokenizer,
             model_name,
@@ -156,13 +162,13 @@ impl CausalLmJob {
             .max(1)
     }
 
-    /// Trains from `start` (the fresh adapter without one) on `examples`, as round `round` of
-    /// its job's schedule, or as a schedule of its own (`None`: one run on everything).
+    /// Trains from `start` (the fresh adapter without one) on `examples`, at `round` of its
+    /// job's schedule ([`RoundOf::ALONE`]: a schedule of its own).
     pub fn train_examples(
         &self,
         start: Option<&Adapter>,
         examples: &[SftExample],
-        round: Option<RoundOf>,
+        round: RoundOf,
         span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(Adapter, sft::SftReport, TrainTrace)> {
@@ -170,11 +176,6 @@ impl CausalLmJob {
         load_values(&attached, start)?;
         let t = &self.training;
         let total_steps = self.total_steps(examples.len());
-        // A run of its own is the one round of a one-round job: the same rates as no window.
-        let round = round.unwrap_or(RoundOf {
-            round: 1,
-            rounds: 1,
-        });
         let (window, warmup_steps) = round.window(total_steps, t.warmup_ratio);
         let cfg = SftConfig {
             lora: self.lora.clone(),
@@ -289,12 +290,14 @@ impl Work for CausalLmJob {
         start: Option<&Adapter>,
         shard: &Path,
         _device: &Device,
+        round: u32,
         span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Trained> {
         let examples = self.examples(shard)?;
+        let round = RoundOf::under(self.training.schedule, round, self.rounds);
         let (adapter, report, trace) =
-            self.train_examples(start, &examples, None, span, progress)?;
+            self.train_examples(start, &examples, round, span, progress)?;
         Ok(Trained {
             adapter,
             records: examples.len(),
@@ -338,5 +341,90 @@ impl Work for CausalLmJob {
             }
         };
         Ok(frozen.get(&format!("{module}.weight")).cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardwork_core::protocol::LrSchedule;
+    use shardwork_core::testkit::services::{record_skip, services_required};
+
+    /// A chat SFT job on `rounds` rounds whose schedule spans `schedule`; warmup is half the
+    /// schedule so that where a run sits in it shows in every rate.
+    fn spec(rounds: u32, schedule: LrSchedule) -> JobSpec {
+        let mut spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "version": 1, "kind": "federated",
+            "base_model": { "cid": "bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy",
+                            "format": "gguf", "architecture": "llama", "task": "causal_lm" },
+            "lora": { "r": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["q_proj"] },
+            "training": { "epochs": 1, "learning_rate": 1e-3, "batch_size": 2,
+                          "max_seq_len": 32, "seed": 7, "warmup_ratio": 0.5 },
+            "shards": 3, "rounds": rounds, "held_out_fraction": 0.1,
+            "deadline": "2030-01-01T00:00:00Z",
+            "stake": { "amount": "1" }
+        }))
+        .unwrap();
+        spec.training.schedule = schedule;
+        spec
+    }
+
+    /// A shard of `records` prompt/completion records: `records / 2` steps at batch 2.
+    fn shard(dir: &Path, records: usize) -> std::path::PathBuf {
+        let path = dir.join(format!("shard-{records}.jsonl"));
+        let lines: String = (0..records)
+            .map(|i| {
+                format!(
+                    "{{\"prompt\": \"What is {i} plus one?\", \"completion\": \"It is {}.\"}}\n",
+                    i + 1
+                )
+            })
+            .collect();
+        std::fs::write(&path, lines).unwrap();
+        path
+    }
+
+    /// The learning rate of every step of round `round` of a job on `shard`.
+    fn rates(job: &CausalLmJob, shard: &Path, round: u32) -> Vec<f64> {
+        let mut rates = Vec::new();
+        job.train(None, shard, &Device::Cpu, round, Span::whole(), &mut |p| {
+            rates.push(p.lr)
+        })
+        .unwrap();
+        rates
+    }
+
+    /// What `training.schedule: job` promises: round 2 of 3, on a shard of 2 steps, trains at
+    /// the rates of steps 3-4 of one 6-step run (the warmup's end and the decay's start);
+    /// under `task` it warms up and decays over its own 2 steps. The round is the caller's, as
+    /// the worker and the replaying validator pass it.
+    #[test]
+    fn a_job_wide_schedule_trains_each_round_at_its_stretch_of_one_run() {
+        let Some(gguf) = shardwork_trainer::fixtures::smollm2_gguf() else {
+            let why = "SmolLM2 not found (run scripts/install/python-fixtures)";
+            assert!(
+                !services_required(),
+                "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
+            );
+            record_skip("node work::causal_lm schedule", why);
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (small, whole) = (shard(dir.path(), 4), shard(dir.path(), 12));
+        let device = Device::Cpu;
+        let one_run = CausalLmJob::load(spec(1, LrSchedule::Task), &gguf, &device).unwrap();
+        let central = rates(&one_run, &whole, 1);
+        assert_eq!(central.len(), 6);
+
+        let job_wide = CausalLmJob::load(spec(3, LrSchedule::Job), &gguf, &device).unwrap();
+        assert_eq!(rates(&job_wide, &small, 2), central[2..4]);
+        assert_eq!(rates(&job_wide, &small, 3), central[4..6]);
+
+        // Under `task` the last round warms up and decays again over its own two steps, where
+        // the job's last stretch decays to zero.
+        let per_task = CausalLmJob::load(spec(3, LrSchedule::Task), &gguf, &device).unwrap();
+        let own = rates(&per_task, &small, 3);
+        assert_eq!(own, rates(&per_task, &small, 1), "a task's schedule is its own");
+        assert!(own[1] > central[5], "{own:?} against {central:?}");
     }
 }

@@ -23,7 +23,7 @@ use shardwork_trainer::train::classify::{self, ClassifyConfig, TrainReport};
 use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
-use super::{DefaultGain, Direction, HeldOut, Metric, Trained, Work};
+use super::{DefaultGain, Direction, HeldOut, Metric, RoundOf, Trained, Work};
 
 /// Batch size of held-out scoring (no gradients, so larger than training's).
 const EVAL_BATCH: usize = 64;
@@ -32,6 +32,8 @@ const EVAL_BATCH: usize = 64;
 pub struct ClassifyJob {
     /// The spec's training arguments; its seed also fixes the fresh model's head.
     pub training: TrainingArgs,
+    /// The job's rounds (1 for a run of its own): the span of a job-wide schedule.
+    pub rounds: u32,
     /// The base model's weights, loaded once and shared by every model built from them.
     pub weights: BertWeights,
     /// The base model's tokenizer, truncating at the spec's `max_seq_len`.
@@ -55,7 +57,10 @@ impl ClassifyJob {
             )));
         }
         let num_labels = spec.base_model.num_labels.unwrap_or(2) as usize;
-        Self::from_args(&spec.lora, spec.training, num_labels, model_dir, device)
+        Ok(ClassifyJob {
+            rounds: spec.rounds,
+            ..Self::from_args(&spec.lora, spec.training, num_labels, model_dir, device)?
+        })
     }
 
     /// The same from LoRA and training arguments alone (`shardwork train`, no job spec).
@@ -86,6 +91,7 @@ impl ClassifyJob {
         Ok(ClassifyJob {
             label_names: (0..num_labels).map(|i| i.to_string()).collect(),
             training,
+            rounds: 1,
             weights,
             tokenizer,
             lora,
@@ -136,25 +142,29 @@ impl ClassifyJob {
         (micro * t.epochs.max(1) as usize).div_ceil(accum).max(1)
     }
 
-    /// Trains from `start` on `data`; returns the new adapter and the run's report.
+    /// Trains from `start` on `data` at `round` of the job's schedule ([`RoundOf::ALONE`]: a
+    /// schedule of its own); returns the new adapter and the run's report.
     pub fn train(
         &self,
         start: Option<&Adapter>,
         data: &ClassificationSet,
         device: &Device,
+        round: RoundOf,
         span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(Adapter, TrainReport, TrainTrace)> {
         let (model, trainables) = self.build_from(start)?;
         let t = &self.training;
         let total_steps = self.total_steps(data.len());
+        let (window, warmup_steps) = round.window(total_steps, t.warmup_ratio);
         let config = ClassifyConfig {
             batch_size: t.batch_size.max(1) as usize,
             optim: OptimConfig {
                 lr: t.learning_rate,
                 weight_decay: 0.01,
-                warmup_steps: ((total_steps as f64) * t.warmup_ratio).round() as usize,
+                warmup_steps,
                 total_steps,
+                window: Some(window),
                 max_grad_norm: Some(1.0),
                 grad_accum: t.gradient_accumulation.max(1) as usize,
                 ..OptimConfig::default()
@@ -218,12 +228,14 @@ impl Work for ClassifyJob {
         start: Option<&Adapter>,
         shard: &Path,
         device: &Device,
+        round: u32,
         span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Trained> {
         let data = self.dataset(shard)?;
+        let round = RoundOf::under(self.training.schedule, round, self.rounds);
         let (adapter, report, trace) =
-            ClassifyJob::train(self, start, &data, device, span, progress)?;
+            ClassifyJob::train(self, start, &data, device, round, span, progress)?;
         Ok(Trained {
             adapter,
             records: data.len(),

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use shardwork_core::protocol::{JobSpec, TrainingTask};
+use shardwork_core::protocol::{JobSpec, LrSchedule, TrainingTask};
 use shardwork_trainer::optim::ScheduleWindow;
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::train::Progress;
@@ -110,11 +110,11 @@ pub struct Trained {
     pub trace: TrainTrace,
 }
 
-/// A task's round in its job: where its run sits in the job's learning-rate schedule, which
-/// spans every round (warmup in round 1, the cosine reaching its floor at the last round's
-/// end), so that round `r` continues the decay where round `r − 1` left it instead of starting
-/// it anew. Only `bench federated-sft --job-schedule` trains this way; the pipeline's tasks each
-/// run a schedule of their own (measured and why: DESIGN step 6).
+/// A task's round in its job: where its run sits in the job's learning-rate schedule. Under
+/// `training.schedule: job` that schedule spans every round (warmup in round 1, the cosine
+/// reaching its floor at the last round's end), so that round `r` continues the decay where
+/// round `r − 1` left it instead of starting it anew; under `task` (the default) every task is
+/// [`RoundOf::ALONE`], a schedule of its own (measured and why: DESIGN step 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RoundOf {
     /// 1-based, as the protocol counts rounds.
@@ -124,6 +124,22 @@ pub struct RoundOf {
 }
 
 impl RoundOf {
+    /// A run with a schedule of its own: the one round of a one-round job.
+    pub const ALONE: RoundOf = RoundOf {
+        round: 1,
+        rounds: 1,
+    };
+
+    /// Where round `round` of a `rounds`-round job trains under `schedule`. The round comes
+    /// from the task as the API leased it (the validator's replay uses the submission's), never
+    /// from a worker's word.
+    pub fn under(schedule: LrSchedule, round: u32, rounds: u32) -> RoundOf {
+        match schedule {
+            LrSchedule::Task => RoundOf::ALONE,
+            LrSchedule::Job => RoundOf { round, rounds },
+        }
+    }
+
     /// The schedule of a job whose every round runs `steps` optimiser steps, this round's part
     /// of it, and its warmup at `warmup_ratio` of the whole.
     pub fn window(self, steps: usize, warmup_ratio: f64) -> (ScheduleWindow, usize) {
@@ -165,16 +181,18 @@ pub trait Work: Send + Sync {
     /// The PEFT configuration every adapter of this job must carry.
     fn adapter_config(&self) -> AdapterConfig;
 
-    /// Trains on the JSONL shard at `shard`, starting from `start` (the round's adapter; the
-    /// fresh model in round 1), over the steps `span` asks for (a worker's whole run keeping
-    /// its proof-of-training checkpoints; a validator's replay of one stretch of it), reporting
-    /// each step to `progress`. A stretch resumed from a checkpoint starts from the checkpoint's
-    /// values, not from `start`.
+    /// Trains on the JSONL shard at `shard` as round `round` (1-based) of the job, starting from
+    /// `start` (the round's adapter; the fresh model in round 1), over the steps `span` asks for
+    /// (a worker's whole run keeping its proof-of-training checkpoints; a validator's replay of
+    /// one stretch of it), reporting each step to `progress`. A stretch resumed from a checkpoint
+    /// starts from the checkpoint's values, not from `start`. The round places the run in the
+    /// job's learning-rate schedule when the spec asks for one over the job.
     fn train(
         &self,
         start: Option<&Adapter>,
         shard: &Path,
         device: &Device,
+        round: u32,
         span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<Trained>;
@@ -247,12 +265,20 @@ mod tests {
         .window(5, 0.06);
         assert_eq!((window.offset, window.length, warmup), (5, 15, 1));
         // A one-round job's schedule is its task's own.
-        let (window, warmup) = RoundOf {
-            round: 1,
-            rounds: 1,
-        }
-        .window(40, 0.06);
+        let (window, warmup) = RoundOf::ALONE.window(40, 0.06);
         assert_eq!((window.offset, window.length), (0, 40));
         assert_eq!(warmup, (40.0f64 * 0.06).round() as usize);
+    }
+
+    #[test]
+    fn only_a_job_wide_schedule_places_a_task_by_its_round() {
+        assert_eq!(RoundOf::under(LrSchedule::Task, 3, 4), RoundOf::ALONE);
+        assert_eq!(
+            RoundOf::under(LrSchedule::Job, 3, 4),
+            RoundOf {
+                round: 3,
+                rounds: 4
+            }
+        );
     }
 }

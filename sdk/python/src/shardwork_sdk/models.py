@@ -497,6 +497,11 @@ class LoraSpec(BaseModel):
     ]
 
 
+class LrSchedule(StrEnum):
+    task = 'task'
+    job = 'job'
+
+
 class ModelFormat(StrEnum):
     safetensors = 'safetensors'
     gguf = 'gguf'
@@ -1130,6 +1135,12 @@ class TrainingArgs(BaseModel):
         int,
         Field(description='Longest sequence trained on, in tokens.', ge=8, le=32768),
     ]
+    schedule: Annotated[
+        LrSchedule | None,
+        Field(
+            description='What the learning-rate schedule (warmup, then cosine decay) spans; `task` when omitted.'
+        ),
+    ] = None
     seed: Annotated[
         int,
         Field(
