@@ -424,7 +424,11 @@ mod tests {
         // the job's last stretch decays to zero.
         let per_task = CausalLmJob::load(spec(3, LrSchedule::Task), &gguf, &device).unwrap();
         let own = rates(&per_task, &small, 3);
-        assert_eq!(own, rates(&per_task, &small, 1), "a task's schedule is its own");
+        assert_eq!(
+            own,
+            rates(&per_task, &small, 1),
+            "a task's schedule is its own"
+        );
         assert!(own[1] > central[5], "{own:?} against {central:?}");
     }
 }
