@@ -123,8 +123,10 @@ export async function waitForReceipt(
   const direct = async (): Promise<TransactionReceipt> => {
     for (;;) {
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(resolve, pollMs);
-        stop.signal.addEventListener('abort', () => (clearTimeout(timer), reject(stop.signal.reason)), { once: true });
+        const onAbort = () => (clearTimeout(timer), reject(stop.signal.reason));
+        // Each interval's listener goes with it, so a long wait does not pile them up.
+        const timer = setTimeout(() => (stop.signal.removeEventListener('abort', onAbort), resolve()), pollMs);
+        stop.signal.addEventListener('abort', onAbort, { once: true });
       });
       // Not found (pending) or a passing RPC error: ask again after the next interval.
       const receipt = await client.getTransactionReceipt({ hash }).catch(() => null);

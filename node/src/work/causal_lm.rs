@@ -20,7 +20,6 @@ use shardwork_trainer::causal_model::CausalModel;
 use shardwork_trainer::generate::{GenerateOptions, Sampling, generate};
 use shardwork_trainer::llama::Llama;
 use shardwork_trainer::lora::{LoraConfig, Trainables};
-use shardwork_trainer::optim::OptimConfig;
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::tokenizer_gguf::LmTokenizer;
 use shardwork_trainer::train::Progress;
@@ -176,18 +175,9 @@ impl CausalLmJob {
         load_values(&attached, start)?;
         let t = &self.training;
         let total_steps = self.total_steps(examples.len());
-        let (window, warmup_steps) = round.window(total_steps, t.warmup_ratio);
         let cfg = SftConfig {
             lora: self.lora.clone(),
-            optim: OptimConfig {
-                lr: t.learning_rate,
-                warmup_steps,
-                total_steps,
-                window: Some(window),
-                grad_accum: t.gradient_accumulation.max(1) as usize,
-                max_grad_norm: Some(1.0),
-                ..OptimConfig::default()
-            },
+            optim: round.optim(t, total_steps),
             batch_size: t.batch_size.max(1) as usize,
             max_seq_len: t.max_seq_len as usize,
             seed: t.seed,

@@ -15,7 +15,6 @@ use shardwork_trainer::bert::{BertClassifier, BertWeights, ClassifierSpec};
 use shardwork_trainer::data::ClassificationSet;
 use shardwork_trainer::eval::ClassificationMetrics;
 use shardwork_trainer::lora::{LoraConfig, Trainables};
-use shardwork_trainer::optim::OptimConfig;
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::text::TextTokenizer;
 use shardwork_trainer::train::Progress;
@@ -156,19 +155,9 @@ impl ClassifyJob {
         let (model, trainables) = self.build_from(start)?;
         let t = &self.training;
         let total_steps = self.total_steps(data.len());
-        let (window, warmup_steps) = round.window(total_steps, t.warmup_ratio);
         let config = ClassifyConfig {
             batch_size: t.batch_size.max(1) as usize,
-            optim: OptimConfig {
-                lr: t.learning_rate,
-                weight_decay: 0.01,
-                warmup_steps,
-                total_steps,
-                window: Some(window),
-                max_grad_norm: Some(1.0),
-                grad_accum: t.gradient_accumulation.max(1) as usize,
-                ..OptimConfig::default()
-            },
+            optim: round.optim(t, total_steps),
             seed: t.seed,
         };
         let (report, trace) = classify::train_span(

@@ -19,8 +19,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use shardwork_core::protocol::{JobSpec, LrSchedule, TrainingTask};
-use shardwork_trainer::optim::ScheduleWindow;
+use shardwork_core::protocol::{JobSpec, LrSchedule, TrainingArgs, TrainingTask};
+use shardwork_trainer::optim::{OptimConfig, ScheduleWindow};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::trace::{Span, TrainTrace};
@@ -137,6 +137,22 @@ impl RoundOf {
         match schedule {
             LrSchedule::Task => RoundOf::ALONE,
             LrSchedule::Job => RoundOf { round, rounds },
+        }
+    }
+
+    /// The optimiser of a task of `total_steps` steps at this round, whatever the kind of
+    /// work: the spec's rate, warmup and accumulation, this round's stretch of the schedule,
+    /// AdamW's default decay and the global gradient norm clipped at 1.
+    pub fn optim(self, training: &TrainingArgs, total_steps: usize) -> OptimConfig {
+        let (window, warmup_steps) = self.window(total_steps, training.warmup_ratio);
+        OptimConfig {
+            lr: training.learning_rate,
+            warmup_steps,
+            total_steps,
+            window: Some(window),
+            grad_accum: training.gradient_accumulation.max(1) as usize,
+            max_grad_norm: Some(1.0),
+            ..OptimConfig::default()
         }
     }
 
