@@ -19,7 +19,6 @@ use candle_core::quantized::k_quants::{
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor};
 
-use crate::amx::PackedWeight;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -182,6 +181,7 @@ impl QuantizedWeight {
                 Arc::as_ptr(&self.q) as usize,
                 self.rows,
                 self.cols,
+                x.elem_count() / self.cols.max(1),
             ),
         })?)
     }
@@ -211,8 +211,9 @@ fn expand_rows<T: GgmlType>(data: &[u8], out: &mut [f32], cols: usize) {
 /// [`QuantizedWeight::matmul_t`] as a candle op on the input.
 struct FrozenQuantizedMatmulT {
     weight: QuantizedWeight,
-    /// Multiply on AMX, packing the expanded weight for each product, where its f32 expansion
-    /// would have kept packs ([`crate::fused::packs`]); else through gemm, as that would.
+    /// Multiply on AMX, packing the expanded weight for each product, wherever its f32
+    /// expansion would multiply on AMX ([`crate::fused::packs`]); else through gemm, as that
+    /// would.
     amx: bool,
 }
 
@@ -233,7 +234,7 @@ impl CustomOp1 for FrozenQuantizedMatmulT {
         if self.amx {
             let xs = crate::fused::f32s(NAME, "x", x, xl)?;
             let mut y = vec![0f32; m * n];
-            PackedWeight::new(&w, None, n, k).matmul_t_into(xs, m, &mut y);
+            crate::fused::packs::once_forward_into(&w, n, k, xs, &mut y);
             return Ok((CpuStorage::F32(y), Shape::from((m, n))));
         }
         let w = CpuStorage::F32(w);
@@ -274,7 +275,7 @@ impl CustomOp1 for QuantizedInputGrad {
         let w = self.0.expand().map_err(candle_core::Error::wrap)?;
         let g = crate::fused::f32s(self.name(), "g", g, gl)?;
         let mut dx = vec![0f32; m * k];
-        PackedWeight::transposed(&w, n, k).matmul_t_into(g, m, &mut dx);
+        crate::fused::packs::once_input_grad_into(&w, n, k, g, &mut dx);
         Ok((CpuStorage::F32(dx), Shape::from((m, k))))
     }
 }

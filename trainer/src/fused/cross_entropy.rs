@@ -51,6 +51,19 @@ const ROW_CHUNK: usize = 256;
 /// (28 MB for SmolLM2).
 const VOCAB_BLOCK: usize = 1024;
 
+/// Packs the output projection `w` (`vocab × d`) for [`linear_cross_entropy`]'s training
+/// products now, inside the run's [`super::packs::PackScope`], so that it is the first weight
+/// the run keeps packs for. Where a model's packs do not all fit the budget, the head should
+/// be the one kept: a weight past the budget is packed again for each product, and the head's
+/// products are split into chunks of [`ROW_CHUNK`] rows, so packing it per product would cost
+/// twice per pass what a projection of its size costs, at products too small to pay for it
+/// (it then stays on gemm). On the 1B Llama shape (a 2.1 GB head pack, of its 10 GB) this
+/// took the head's products off gemm. Outside a scope or without AMX it does nothing.
+pub fn keep_head_packs_first(w: &Tensor) -> Result<()> {
+    block_packs_for(OP, w, VOCAB_BLOCK)?;
+    Ok(())
+}
+
 /// Mean over rows of −log softmax(hidden · wᵀ + bias)[row, target[row]].
 ///
 /// `hidden`: `(n, d)` f32 (differentiable), `w`: `(vocab, d)` frozen (no gradient is computed

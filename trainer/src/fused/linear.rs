@@ -15,14 +15,12 @@
 //! of `x` in row-major order, as in the composed form: the backward pass recomputes it rather
 //! than keeping `dropout(x)`, and a seed drops the same inputs either way.
 
-use std::sync::Arc;
-
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::dropout::DropoutDraw;
 use super::matmul::{Mat, parallel_product_into};
-use super::packs::{FrozenPacks, packs_for};
+use super::packs::{Frozen, packs_for};
 use super::{f32s, split_gradients, with_f32s};
 
 const NAME: &str = "fused-linear";
@@ -64,7 +62,7 @@ pub fn linear(
         return composite(x, weight, bias, lora, dims);
     }
     let base = Base {
-        packs: packs_for(NAME, weight)?,
+        packs: packs_for(NAME, weight, dims.rows)?,
         weight: weight.contiguous()?,
         bias: bias.map(Tensor::contiguous).transpose()?,
         dims,
@@ -206,9 +204,9 @@ impl Dims {
 /// at most three, and the frozen weight needs no gradient.
 #[derive(Debug, Clone)]
 struct Base {
-    /// The weight packed for AMX, inside a training run on a CPU that has it
-    /// ([`super::packs`]); else the products go through gemm.
-    packs: Option<Arc<FrozenPacks>>,
+    /// How the weight multiplies on AMX, inside a training run on a CPU that has it
+    /// ([`super::packs`]); `None`: the products go through gemm.
+    packs: Option<Frozen>,
     weight: Tensor,
     bias: Option<Tensor>,
     dims: Dims,
@@ -221,13 +219,15 @@ impl Base {
     fn forward(&self, op: &str, x: &[f32]) -> candle_core::Result<Vec<f32>> {
         let d = self.dims;
         let mut y = vec![0f32; d.rows * d.output];
-        match &self.packs {
-            Some(packs) => packs.forward.matmul_t_into(x, d.rows, &mut y),
-            None => with_f32s(op, "the weight", &self.weight, |w| {
-                parallel_product_into(&mut y, d.y(), false, x, d.x(), w, d.weight().t(), 1.0);
-                Ok(())
-            })?,
-        }
+        with_f32s(op, "the weight", &self.weight, |w| {
+            match &self.packs {
+                Some(packs) => packs.forward_into(w, d.output, d.input, x, &mut y),
+                None => {
+                    parallel_product_into(&mut y, d.y(), false, x, d.x(), w, d.weight().t(), 1.0)
+                }
+            }
+            Ok(())
+        })?;
         if let Some(bias) = &self.bias {
             with_f32s(op, "the bias", bias, |bias| {
                 y.par_chunks_mut(d.output).for_each(|row| {
@@ -244,16 +244,13 @@ impl Base {
     /// `g·W`: the input gradient of the frozen product, for `g` as rows.
     fn input_grad(&self, op: &str, g: &[f32], dx: &mut [f32]) -> candle_core::Result<()> {
         let d = self.dims;
-        match &self.packs {
-            Some(packs) => {
-                packs.backward.matmul_t_into(g, d.rows, dx);
-                Ok(())
+        with_f32s(op, "the weight", &self.weight, |w| {
+            match &self.packs {
+                Some(packs) => packs.input_grad_into(w, d.output, d.input, g, dx),
+                None => parallel_product_into(dx, d.x(), false, g, d.y(), w, d.weight(), 1.0),
             }
-            None => with_f32s(op, "the weight", &self.weight, |w| {
-                parallel_product_into(dx, d.x(), false, g, d.y(), w, d.weight(), 1.0);
-                Ok(())
-            }),
-        }
+            Ok(())
+        })
     }
 }
 

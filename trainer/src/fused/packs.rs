@@ -12,10 +12,13 @@
 //! so nothing outlives the run. Outside a scope (scoring, which packs its own weights; callers
 //! that never train) and on CPUs without AMX, the products stay on gemm.
 //!
-//! Packs are kept up to [`KEPT_BYTES`] a thread; a weight that would go past it stays on gemm,
-//! so a large model's peak memory stays near its f32 weights' instead of three times them.
-//! Packing each such weight for every product instead was measured and left out: on the 1B
-//! Llama shape it trained at 26.4 tokens/s against gemm's 40.5 (same run, 2-core Xeon).
+//! Packs are kept up to [`KEPT_BYTES`] a thread, so a large model's peak memory stays near its
+//! f32 weights' instead of three times them. A weight past the budget is packed for each
+//! product of at least [`MIN_ROWS_PER_PACK`] rows, in the one orientation that product needs,
+//! and freed after it (smaller products stay on gemm): the same tiles as a kept pack, so the
+//! budget changes the speed, never a result. That pays since the packing pass is vectorised
+//! ([`crate::amx`]); scalar, it did not (the 1B Llama shape trained at 26.4 tokens/s packing
+//! per product against gemm's 40.5, 2-core Xeon).
 //! A weight kept quantized ([`crate::quantized`]) is packed per product, never kept, but it is
 //! counted against the budget as if it were ([`quantized_uses_amx`]), so that it takes AMX
 //! exactly where its f32 expansion would and the two still train bit for bit alike.
@@ -87,6 +90,9 @@ struct Scope {
     /// Bytes of everything above (a quantized weight counted as its packs would take), kept as
     /// entries are added: asked on every product, so never summed anew.
     bytes: usize,
+    /// The memory of the last pack made for one product, reused by the next
+    /// ([`PackedWeight::new_in`]); not counted in `bytes` (at most one weight's worth, one way).
+    spare: Vec<u16>,
 }
 
 impl Scope {
@@ -131,6 +137,7 @@ impl Drop for PackScope {
                 s.by_blocks.clear();
                 s.quantized.clear();
                 s.bytes = 0;
+                s.spare = Vec::new();
             }
         });
     }
@@ -147,13 +154,92 @@ fn packable(weight: &Tensor) -> bool {
     !weight.is_variable() && weight.dtype() == DType::F32 && weight.device().is_cpu() && active()
 }
 
-/// The packs of the frozen f32 CPU weight `weight (out, in)`, when a scope is open on this
-/// thread, the CPU has AMX and they fit in [`KEPT_BYTES`]; `None` otherwise (the caller then
-/// multiplies with gemm).
+/// How a frozen weight multiplies inside a training run on AMX.
+#[derive(Debug, Clone)]
+pub(super) enum Frozen {
+    /// Packed on first use, both ways, and kept for the run.
+    Kept(Arc<FrozenPacks>),
+    /// Past [`KEPT_BYTES`]: packed for each product, in the orientation it needs, then freed.
+    PerProduct,
+}
+
+impl Frozen {
+    /// `x·Wᵀ` into `y` for the frozen `w` (`out × in`, row-major) and `x` (`rows × in`).
+    pub(super) fn forward_into(
+        &self,
+        w: &[f32],
+        out: usize,
+        input: usize,
+        x: &[f32],
+        y: &mut [f32],
+    ) {
+        let rows = x.len() / input.max(1);
+        match self {
+            Frozen::Kept(packs) => packs.forward.matmul_t_into(x, rows, y),
+            Frozen::PerProduct => once_forward_into(w, out, input, x, y),
+        }
+    }
+
+    /// `g·W` into `dx` for the frozen `w` (`out × in`, row-major) and `g` (`rows × out`).
+    pub(super) fn input_grad_into(
+        &self,
+        w: &[f32],
+        out: usize,
+        input: usize,
+        g: &[f32],
+        dx: &mut [f32],
+    ) {
+        let rows = g.len() / out.max(1);
+        match self {
+            Frozen::Kept(packs) => packs.backward.matmul_t_into(g, rows, dx),
+            Frozen::PerProduct => once_input_grad_into(w, out, input, g, dx),
+        }
+    }
+}
+
+/// `x·Wᵀ` into `y` on AMX, `w` (`out × in`) packed for this product alone in the scope's
+/// reused memory (a fresh buffer where no scope is open).
+pub(crate) fn once_forward_into(w: &[f32], out: usize, input: usize, x: &[f32], y: &mut [f32]) {
+    let packed = PackedWeight::new_in(take_spare(), w, None, out, input);
+    packed.matmul_t_into(x, x.len() / input.max(1), y);
+    give_back_spare(packed.into_tiles());
+}
+
+/// `g·W` into `dx` on AMX, `w` (`out × in`) packed for this product alone, as
+/// [`once_forward_into`].
+pub(crate) fn once_input_grad_into(w: &[f32], out: usize, input: usize, g: &[f32], dx: &mut [f32]) {
+    let packed = PackedWeight::transposed_in(take_spare(), w, out, input);
+    packed.matmul_t_into(g, g.len() / out.max(1), dx);
+    give_back_spare(packed.into_tiles());
+}
+
+fn take_spare() -> Vec<u16> {
+    SCOPE.with_borrow_mut(|s| std::mem::take(&mut s.spare))
+}
+
+/// Keeps `tiles` for the next pack made for one product, while a scope is open.
+fn give_back_spare(tiles: Vec<u16>) {
+    SCOPE.with_borrow_mut(|s| {
+        if s.depth > 0 {
+            s.spare = tiles;
+        }
+    });
+}
+
+/// Rows a product needs before a weight that is not kept is packed for it: packing costs about
+/// what `rows` rows of the product save over gemm, so below this gemm is faster. The rule
+/// depends only on the product's shape, so every worker with AMX takes the same path.
+pub(super) const MIN_ROWS_PER_PACK: usize = 256;
+
+/// How the frozen f32 CPU weight `weight (out, in)` multiplies `rows` rows inside a run: kept
+/// packs while they fit in [`KEPT_BYTES`], then packed per product for products of at least
+/// [`MIN_ROWS_PER_PACK`] rows. `None` (gemm) outside a scope, on CPUs without AMX, and for
+/// smaller products of weights past the budget.
 pub(super) fn packs_for(
     op: &str,
     weight: &Tensor,
-) -> candle_core::Result<Option<Arc<FrozenPacks>>> {
+    rows: usize,
+) -> candle_core::Result<Option<Frozen>> {
     if !packable(weight) {
         return Ok(None);
     }
@@ -162,8 +248,11 @@ pub(super) fn packs_for(
         let found = s.by_weight.get(&weight.id()).cloned();
         (found, s.bytes() + packed_size(out, input) <= KEPT_BYTES)
     });
-    if found.is_some() || !room {
-        return Ok(found);
+    if let Some(found) = found {
+        return Ok(Some(Frozen::Kept(found)));
+    }
+    if !room {
+        return Ok((rows >= MIN_ROWS_PER_PACK).then_some(Frozen::PerProduct));
     }
     // Packed outside the borrow: packing runs on rayon, whose tasks may multiply too.
     let packs = with_f32s(op, "the weight", &weight.contiguous()?, |w| {
@@ -174,12 +263,13 @@ pub(super) fn packs_for(
             s.bytes += packs.size_in_bytes();
         }
     });
-    Ok(Some(packs))
+    Ok(Some(Frozen::Kept(packs)))
 }
 
-/// Whether the quantized weight `identity` (`out × in`) multiplies on AMX: where its f32
-/// expansion would have its packs kept by [`packs_for`], the budget counted the same way.
-pub(crate) fn quantized_uses_amx(identity: usize, out: usize, input: usize) -> bool {
+/// Whether the quantized weight `identity` (`out × in`) multiplies `rows` rows on AMX, packed
+/// for the product: wherever its f32 expansion would be multiplied on AMX by [`packs_for`],
+/// kept or not, the budget counted the same way.
+pub(crate) fn quantized_uses_amx(identity: usize, out: usize, input: usize, rows: usize) -> bool {
     if !active() {
         return false;
     }
@@ -193,7 +283,7 @@ pub(crate) fn quantized_uses_amx(identity: usize, out: usize, input: usize) -> b
             s.quantized.insert(identity);
             s.bytes += size;
         }
-        room
+        room || rows >= MIN_ROWS_PER_PACK
     })
 }
 
@@ -240,7 +330,7 @@ mod tests {
 
     #[test]
     fn nothing_is_packed_outside_a_scope() {
-        assert!(packs_for("test", &weight()).unwrap().is_none());
+        assert!(packs_for("test", &weight(), 1024).unwrap().is_none());
     }
 
     #[test]
@@ -251,10 +341,9 @@ mod tests {
         let w = weight();
         {
             let _outer = PackScope::enter();
-            let kept = |w: &Tensor| {
-                packs_for("test", w)
-                    .unwrap()
-                    .expect("packed inside a scope")
+            let kept = |w: &Tensor| match packs_for("test", w, 1).unwrap() {
+                Some(Frozen::Kept(packs)) => packs,
+                other => panic!("not kept inside a scope: {other:?}"),
             };
             let first = kept(&w);
             {
@@ -267,7 +356,7 @@ mod tests {
             );
         }
         assert_eq!(PackScope::packed_bytes(), 0);
-        assert!(packs_for("test", &w).unwrap().is_none());
+        assert!(packs_for("test", &w, 1024).unwrap().is_none());
     }
 
     #[test]
@@ -283,17 +372,21 @@ mod tests {
         assert!(blocks.iter().all(|b| b.backward.out_features() == 24));
     }
 
-    /// Past the budget a weight, whole or in blocks, or quantized, stays on gemm.
+    /// Past the budget a weight, or a quantized one, is packed per product for large products
+    /// and stays on gemm for small ones; a weight in blocks stays on gemm.
     #[test]
-    fn weights_past_the_budget_stay_on_gemm() {
+    fn weights_past_the_budget_are_packed_per_product_or_stay_on_gemm() {
         if !amx::available() {
             return;
         }
         let _scope = PackScope::enter();
         // 2^28 values: 2 GiB of packs, the whole budget, with a small weight kept before it.
         let small = weight();
-        assert!(packs_for("test", &small).unwrap().is_some());
-        assert!(quantized_uses_amx(1, 40, 24));
+        assert!(matches!(
+            packs_for("test", &small, 1).unwrap(),
+            Some(Frozen::Kept(_))
+        ));
+        assert!(quantized_uses_amx(1, 40, 24, 1));
         let (out, input) = (1 << 14, 1 << 14);
         assert!(packed_size(out, input) >= KEPT_BYTES);
         // A broadcast view: the size of such a weight without its memory (it is never read).
@@ -301,11 +394,17 @@ mod tests {
             .unwrap()
             .broadcast_as((out, input))
             .unwrap();
-        assert!(packs_for("test", &large).unwrap().is_none());
+        let (few, many) = (MIN_ROWS_PER_PACK - 1, MIN_ROWS_PER_PACK);
+        assert!(packs_for("test", &large, few).unwrap().is_none());
+        assert!(matches!(
+            packs_for("test", &large, many).unwrap(),
+            Some(Frozen::PerProduct)
+        ));
         assert!(block_packs_for("test", &large, 1024).unwrap().is_none());
-        assert!(!quantized_uses_amx(2, out, input));
+        assert!(!quantized_uses_amx(2, out, input, few));
+        assert!(quantized_uses_amx(2, out, input, many));
         assert!(
-            quantized_uses_amx(1, 40, 24),
+            quantized_uses_amx(1, 40, 24, 1),
             "a quantized weight given AMX keeps it"
         );
         assert!(
@@ -314,10 +413,44 @@ mod tests {
         );
     }
 
+    /// A product with a weight packed for it gives exactly what the kept packs give, both ways:
+    /// whether a weight fits the budget changes the speed, never a result.
+    #[test]
+    fn a_product_packed_for_itself_equals_one_with_kept_packs() {
+        if !amx::available() {
+            return;
+        }
+        let _scope = PackScope::enter();
+        let (out, input, rows) = (40, 24, 33);
+        let w = weight();
+        let Some(kept) = packs_for("test", &w, rows).unwrap() else {
+            panic!("not packed inside a scope");
+        };
+        let ws = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let x = Tensor::randn(0f32, 1.0, rows * input, &Device::Cpu).unwrap();
+        let x = x.to_vec1::<f32>().unwrap();
+        let g = Tensor::randn(0f32, 1.0, rows * out, &Device::Cpu).unwrap();
+        let g = g.to_vec1::<f32>().unwrap();
+        let run = |frozen: &Frozen| {
+            let mut y = vec![0f32; rows * out];
+            frozen.forward_into(&ws, out, input, &x, &mut y);
+            let mut dx = vec![0f32; rows * input];
+            frozen.input_grad_into(&ws, out, input, &g, &mut dx);
+            (y, dx)
+        };
+        let once = run(&Frozen::PerProduct);
+        assert!(once == run(&kept), "packed for the product ≠ kept");
+        // Again, into the memory the first products left behind.
+        assert!(
+            once == run(&Frozen::PerProduct),
+            "a reused pack ≠ a fresh one"
+        );
+    }
+
     #[test]
     fn variables_are_never_packed() {
         let _scope = PackScope::enter();
         let v = Var::from_tensor(&weight()).unwrap();
-        assert!(packs_for("test", v.as_tensor()).unwrap().is_none());
+        assert!(packs_for("test", v.as_tensor(), 1024).unwrap().is_none());
     }
 }

@@ -272,8 +272,10 @@ pub fn train_span(
             "no trainable tensors: attach LoRA before training".into(),
         ));
     }
-    // The frozen weights are packed for AMX once for the run, where the CPU has it.
+    // The frozen weights are packed for AMX once for the run, where the CPU has it, the
+    // output projection first.
     let _packs = crate::fused::packs::PackScope::enter();
+    crate::fused::cross_entropy::keep_head_packs_first(model.head().0)?;
     let opt = AdamW::new(trainables, cfg.optim.clone())?;
     let mut steps = StepLoop::new(
         opt,
