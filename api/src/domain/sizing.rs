@@ -176,7 +176,8 @@ pub fn adapter_params(spec: &JobSpec, shape: &ModelShape) -> Result<u128, (Strin
 
 /// Memory a node needs to train the job `spec` on a model of `shape` with `vocab` tokens and
 /// `parameters` weights, in MiB: the weights in f32 (GGUF weights are dequantized) and their
-/// packed copies on a CPU with AMX (twice the weights, up to [`TRAINING_PACKS_MAX_BYTES`]), the
+/// packed copies on a CPU with AMX (twice the weights, up to [`TRAINING_PACKS_MAX_BYTES`]; past
+/// it, one MLP projection's pack at a time, made for each product), the
 /// adapter with its gradient and both AdamW moments, the activations kept for the backward pass
 /// of one training pass, a causal LM's logits with their log-softmax and gradient, and a fixed
 /// allowance for the runtime. Deliberately generous: a worker refused a task it could have run
@@ -204,7 +205,13 @@ pub fn training_memory_mb(spec: &JobSpec, shape: &ModelShape, vocab: u64, parame
         Architecture::Llama => 3 * tokens * u128::from(vocab) * F32,
         Architecture::Bert => 0,
     };
-    let packs = (2 * parameters * F32).min(u128::from(TRAINING_PACKS_MAX_BYTES));
+    let all_packs = 2 * parameters * F32;
+    let cap = u128::from(TRAINING_PACKS_MAX_BYTES);
+    let packs = if all_packs <= cap {
+        all_packs
+    } else {
+        cap + h * i * F32
+    };
     let bytes = parameters * F32 + packs + adapter * 4 * F32 + activations + logits + RUNTIME;
     u64::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u64::MAX)
 }
