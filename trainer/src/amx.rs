@@ -789,7 +789,14 @@ mod tests {
             return;
         }
         let mut rng = StdRng::seed_from_u64(5);
-        for &(n, k) in &[(16usize, 32usize), (40, 45), (3, 7), (130, 576), (33, 1), (64, 2048)] {
+        for &(n, k) in &[
+            (16usize, 32usize),
+            (40, 45),
+            (3, 7),
+            (130, 576),
+            (33, 1),
+            (64, 2048),
+        ] {
             // Magnitudes from 1e-30 to 1e30, both signs, zeros and ties to even included.
             let w: Vec<f32> = (0..n * k)
                 .map(|i| match i % 5 {
