@@ -191,8 +191,9 @@ impl PackedWeight {
         tiles.truncate(n_blocks * block_len);
         tiles.resize(n_blocks * block_len, 0);
         // Several column blocks per task, so that a task reads a transposed source in runs of
-        // at least 256 bytes a row (a lone block's 64 bytes per row cost a cache line and a
-        // page walk each) and rayon's hand-off is amortised over at least ~64k values.
+        // at least 256 bytes a row rather than one block's 64, and rayon's hand-off is
+        // amortised over at least ~64k values (chosen, not tuned: the pass runs near the
+        // memory's rate, docs/performance.md).
         let per_task = (65_536 / (TILE * k.max(1))).clamp(4, 64);
         let vector = vector::available();
         tiles
