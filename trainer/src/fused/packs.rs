@@ -231,6 +231,13 @@ fn give_back_spare(tiles: Vec<u16>) {
 /// depends only on the product's shape, so every worker with AMX takes the same path.
 pub(super) const MIN_ROWS_PER_PACK: usize = 256;
 
+/// Whether a product of `rows` rows by a weight past the budget goes to AMX, packed for it:
+/// the one rule [`packs_for`] and [`quantized_uses_amx`] share, so that a quantized weight
+/// takes AMX exactly where its f32 expansion would.
+fn packed_per_product(rows: usize) -> bool {
+    rows >= MIN_ROWS_PER_PACK
+}
+
 /// How the frozen f32 CPU weight `weight (out, in)` multiplies `rows` rows inside a run: kept
 /// packs while they fit in [`KEPT_BYTES`], then packed per product for products of at least
 /// [`MIN_ROWS_PER_PACK`] rows. `None` (gemm) outside a scope, on CPUs without AMX, and for
@@ -252,7 +259,7 @@ pub(super) fn packs_for(
         return Ok(Some(Frozen::Kept(found)));
     }
     if !room {
-        return Ok((rows >= MIN_ROWS_PER_PACK).then_some(Frozen::PerProduct));
+        return Ok(packed_per_product(rows).then_some(Frozen::PerProduct));
     }
     // Packed outside the borrow: packing runs on rayon, whose tasks may multiply too.
     let packs = with_f32s(op, "the weight", &weight.contiguous()?, |w| {
@@ -283,7 +290,7 @@ pub(crate) fn quantized_uses_amx(identity: usize, out: usize, input: usize, rows
             s.quantized.insert(identity);
             s.bytes += size;
         }
-        room || rows >= MIN_ROWS_PER_PACK
+        room || packed_per_product(rows)
     })
 }
 
