@@ -18,11 +18,11 @@ use anyhow::Context;
 use candle_core::Device;
 use serde::Serialize;
 use shardwork_api::domain::pipeline;
-use shardwork_core::protocol::JobSpec;
+use shardwork_core::protocol::{JobSpec, TrainingArgs};
 use shardwork_node::validator::{Rules, merge_adapters};
 use shardwork_node::work::causal_lm::CausalLmJob;
 use shardwork_node::work::{RoundOf, Work};
-use shardwork_trainer::merge::MergeMode;
+use shardwork_trainer::merge::{MergeMode, combine};
 use shardwork_trainer::peft::Adapter;
 use shardwork_trainer::train::sft_data::SftExample;
 use shardwork_trainer::train::trace::Span;
@@ -48,12 +48,22 @@ pub struct FederatedBenchConfig {
     pub epochs: u32,
     /// `training.learning_rate`, when not the demo's.
     pub learning_rate: Option<f64>,
+    /// `training.batch_size`, when not the demo's.
+    pub batch_size: Option<u32>,
+    /// Nesterov momentum of the exact variants' outer step over rounds (DiLoCo's outer
+    /// optimiser; 0: none, the validator's merge).
+    pub server_momentum: f64,
     /// Server learning rates the exact merge is run with, each a variant of its own (the
     /// first is the one the goal is judged on); naive averaging runs at 1.
     pub server_learning_rates: Vec<f64>,
     /// The job's spec asks for `training.schedule: job`: each round's tasks take their part
     /// of one schedule over the job's rounds, instead of a warmup and cosine of their own.
     pub job_schedule: bool,
+    /// Learning rates central is trained at, each a run of its own; the gap is taken to the
+    /// best of them, so the federated figure is judged against central at its best rate, not
+    /// at the federated one (a job wants a higher rate than one run on the union). Empty:
+    /// central at the federated rate alone.
+    pub central_learning_rates: Vec<f64>,
 }
 
 /// One way of training, measured.
@@ -74,6 +84,8 @@ pub struct RunFigures {
     pub merge_max_relative_error: Vec<f64>,
     /// The merge's server learning rate (1 for central, which has no merge).
     pub server_learning_rate: f64,
+    /// `training.learning_rate` of its training runs.
+    pub learning_rate: f64,
 }
 
 /// The whole comparison.
@@ -88,8 +100,10 @@ pub struct FederatedReport {
     pub rounds: u32,
     /// Passes each task made over its shard (central made as many over the union per round).
     pub epochs: u32,
-    /// `training.learning_rate` of every run, federated and central.
+    /// `training.learning_rate` of the federated runs (central's are in its figures).
     pub learning_rate: f64,
+    /// The exact variants' outer Nesterov momentum (0: none).
+    pub server_momentum: f64,
     /// Whether the federated tasks each took their round's part of one schedule over the job
     /// (`--job-schedule`) instead of a warmup and cosine of their own.
     pub job_schedule: bool,
@@ -98,7 +112,10 @@ pub struct FederatedReport {
     /// merge's, it says whether averaging loses what the shards learned or the shards' runs
     /// are short.
     pub round1_shard_losses: Vec<f64>,
+    /// Central at its best learning rate of those run: the gaps are taken to it.
     pub central: RunFigures,
+    /// Central at each learning rate run, in the order asked.
+    pub central_runs: Vec<RunFigures>,
     /// The exact merge, at the first server learning rate asked for: the goal is judged on it.
     pub federated_exact: RunFigures,
     /// The exact merge at each further server learning rate asked for.
@@ -191,8 +208,26 @@ impl fmt::Display for FederatedReport {
                 run.merge_seconds
             )
         };
-        row(f, "central", &self.central, false)?;
-        let exact = |run: &RunFigures| format!("exact, server {}", run.server_learning_rate);
+        for run in &self.central_runs {
+            let best = if run.learning_rate == self.central.learning_rate {
+                " *"
+            } else {
+                ""
+            };
+            row(
+                f,
+                &format!("central, lr {}{best}", run.learning_rate),
+                run,
+                false,
+            )?;
+        }
+        let momentum = if self.server_momentum > 0.0 {
+            format!(", momentum {}", self.server_momentum)
+        } else {
+            String::new()
+        };
+        let exact =
+            |run: &RunFigures| format!("exact, server {}{momentum}", run.server_learning_rate);
         let mut federated = vec![(exact(&self.federated_exact), &self.federated_exact)];
         for run in &self.federated_exact_other_rates {
             federated.push((exact(run), run));
@@ -219,10 +254,11 @@ impl fmt::Display for FederatedReport {
         let gap = self.gap_percent(&self.federated_exact);
         write!(
             f,
-            "  goal (federated exact, server learning rate {}, within {}% of central): {} \
-             ({gap:+.2}%)",
+            "  goal (federated exact, server learning rate {}, within {}% of central at its best \
+             rate of those run, {}): {} ({gap:+.2}%)",
             self.federated_exact.server_learning_rate,
             self.goal_percent,
+            self.central.learning_rate,
             if self.goal_met() { "met" } else { "NOT met" },
         )
     }
@@ -248,16 +284,16 @@ struct Tally {
 }
 
 /// The job's training runs under one progress bar over every run of the bench.
-struct Trainer<'a> {
-    job: &'a CausalLmJob,
+struct Trainer {
     bar: ProgressLine,
     done: usize,
     all_steps: usize,
 }
 
-impl Trainer<'_> {
+impl Trainer {
     fn train(
         &mut self,
+        job: &CausalLmJob,
         start: Option<&Adapter>,
         examples: &[SftExample],
         round: RoundOf,
@@ -266,19 +302,56 @@ impl Trainer<'_> {
     ) -> anyhow::Result<Adapter> {
         let (bar, done, all_steps) = (&mut self.bar, self.done, self.all_steps);
         let (adapter, report, _) =
-            self.job
-                .train_examples(start, examples, round, Span::whole(), &mut |p| {
-                    bar.draw(
-                        (done + p.step) as u64,
-                        all_steps as u64,
-                        &format!("{label} loss {:.3}", p.loss),
-                    );
-                })?;
+            job.train_examples(start, examples, round, Span::whole(), &mut |p| {
+                bar.draw(
+                    (done + p.step) as u64,
+                    all_steps as u64,
+                    &format!("{label} loss {:.3}", p.loss),
+                );
+            })?;
         self.done += report.steps;
         tally.steps += report.steps;
         tally.seconds += report.seconds;
         Ok(adapter)
     }
+}
+
+/// One outer Nesterov step over the round's mean update `Δ = Σ w_k·x_k − start` (DiLoCo's
+/// outer optimiser, in the adapters' product space): `m ← μ·m + Δ`, kept at rank (K+1)·r (a
+/// round's update has at most that), and `start + η·(μ·m + Δ)` truncated to rank r. Returns
+/// the merged adapter and the truncation's largest relative error. No norm clipping: it
+/// measures the outer step alone.
+fn outer_nesterov(
+    start: Option<&Adapter>,
+    adapters: &[Adapter],
+    weights: &[f64],
+    momentum: &mut Option<Adapter>,
+    mu: f64,
+    eta: f64,
+) -> anyhow::Result<(Adapter, f64)> {
+    let total: f64 = weights.iter().sum();
+    let r = adapters[0].config.r;
+    let mut delta: Vec<(&Adapter, f64)> = adapters
+        .iter()
+        .zip(weights)
+        .map(|(a, w)| (a, w / total))
+        .collect();
+    if let Some(start) = start {
+        delta.push((start, -1.0));
+    }
+    let mut with_momentum = delta.clone();
+    if let Some(m) = momentum.as_ref() {
+        with_momentum.push((m, mu));
+    }
+    let (m_new, _) = combine(&with_momentum, (adapters.len() + 1) * r)?;
+    let mut step: Vec<(&Adapter, f64)> = delta.iter().map(|&(a, c)| (a, eta * c)).collect();
+    if let Some(start) = start {
+        step.push((start, 1.0));
+    }
+    step.push((&m_new, eta * mu));
+    let (merged, error) = combine(&step, r)?;
+    *momentum = Some(m_new);
+    Ok((merged, error))
 }
 
 /// Runs base, federated (exact and naive merges) and central, in that order, on CPU.
@@ -291,6 +364,18 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         !cfg.server_learning_rates.is_empty(),
         "bench: --server-learning-rates needs at least one rate"
     );
+    anyhow::ensure!(
+        (0.0..1.0).contains(&cfg.server_momentum),
+        "bench: --server-momentum {} is outside [0, 1)",
+        cfg.server_momentum
+    );
+    if let Some(bad) = cfg
+        .central_learning_rates
+        .iter()
+        .find(|r| !(r.is_finite() && **r > 0.0))
+    {
+        anyhow::bail!("bench: --central-learning-rates: {bad} is not a positive rate");
+    }
     let device = Device::Cpu;
     // The demo's own spec and records, so the bench cuts the split a posted demo job gets.
     let now = chrono::Utc::now();
@@ -298,6 +383,9 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     spec["training"]["epochs"] = cfg.epochs.into();
     if let Some(rate) = cfg.learning_rate {
         spec["training"]["learning_rate"] = rate.into();
+    }
+    if let Some(batch) = cfg.batch_size {
+        spec["training"]["batch_size"] = batch.into();
     }
     if cfg.job_schedule {
         spec["training"]["schedule"] = "job".into();
@@ -353,13 +441,17 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     );
 
     // Round 1 is shared, so the naive variant trains (rounds - 1) rounds of its own.
+    let central_rates = if cfg.central_learning_rates.is_empty() {
+        vec![spec.training.learning_rate]
+    } else {
+        cfg.central_learning_rates.clone()
+    };
     let mut trainer = Trainer {
-        job: &job,
         bar: ProgressLine::new(),
         done: 0,
         all_steps: (federated_steps - round_steps) * (cfg.server_learning_rates.len() + 1)
             + round_steps
-            + federated_steps,
+            + federated_steps * central_rates.len(),
     };
 
     let base_loss = job.evaluate(None, &held_out)?.loss;
@@ -378,6 +470,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     let mut round_losses = vec![Vec::new(); n];
     let mut merge_errors = vec![Vec::new(); n];
     let mut merge_seconds = vec![0.0; n];
+    let mut momenta: Vec<Option<Adapter>> = vec![None; n];
     let mut shared_round: Option<(Vec<Adapter>, Tally)> = None;
     let mut round1_shard_losses = Vec::new();
     for round in 1..=cfg.rounds {
@@ -404,7 +497,14 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                             format!("{name} round {round} shard {}", k + 1)
                         };
                         let position = RoundOf::under(spec.training.schedule, round, cfg.rounds);
-                        trainer.train(starts[v].as_ref(), shard, position, &label, &mut tally)
+                        trainer.train(
+                            &job,
+                            starts[v].as_ref(),
+                            shard,
+                            position,
+                            &label,
+                            &mut tally,
+                        )
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
                 tallies[v].steps += tally.steps;
@@ -421,16 +521,27 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
             // As the validator merges (weights here are the shards' example counts; the
             // validator also multiplies by each adapter's quality, which moves them little on
             // equal-sized shards of one distribution).
-            let (merged, report) = merge_adapters(
-                starts[v].as_ref(),
-                &adapters,
-                &weights,
-                mode,
-                Rules::default().clip_factor,
-                rate,
-                job.seed(),
-            )?;
-            let error = report.max_relative_error;
+            let (merged, error) = if mode == MergeMode::Exact && cfg.server_momentum > 0.0 {
+                outer_nesterov(
+                    starts[v].as_ref(),
+                    &adapters,
+                    &weights,
+                    &mut momenta[v],
+                    cfg.server_momentum,
+                    rate,
+                )?
+            } else {
+                let (merged, report) = merge_adapters(
+                    starts[v].as_ref(),
+                    &adapters,
+                    &weights,
+                    mode,
+                    Rules::default().clip_factor,
+                    rate,
+                    job.seed(),
+                )?;
+                (merged, report.max_relative_error)
+            };
             merge_seconds[v] += merge_started.elapsed().as_secs_f64();
             let loss = job.evaluate(Some(&merged), &held_out)?.loss;
             trainer.bar.println(&format!(
@@ -442,16 +553,51 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         }
     }
 
-    let mut central_tally = Tally::default();
-    let central = trainer.train(
-        None,
-        &central_pool,
-        RoundOf::ALONE,
-        "central",
-        &mut central_tally,
-    )?;
+    let mut central_runs = Vec::with_capacity(central_rates.len());
+    for &rate in &central_rates {
+        // Another rate is another job's training arguments on the same model (loaded again:
+        // a job holds one set of trainables).
+        let other;
+        let central_job = if rate == spec.training.learning_rate {
+            &job
+        } else {
+            let training = TrainingArgs {
+                learning_rate: rate,
+                ..spec.training.clone()
+            };
+            other = CausalLmJob::from_args(&spec.lora, training, &cfg.gguf, &device)?;
+            &other
+        };
+        let mut tally = Tally::default();
+        let adapter = trainer.train(
+            central_job,
+            None,
+            &central_pool,
+            RoundOf::ALONE,
+            &format!("central lr {rate}"),
+            &mut tally,
+        )?;
+        let loss = central_job.evaluate(Some(&adapter), &held_out)?.loss;
+        trainer
+            .bar
+            .println(&format!("central at lr {rate}: held-out loss {loss:.4}"));
+        central_runs.push(RunFigures {
+            loss,
+            steps: tally.steps,
+            train_seconds: tally.seconds,
+            merge_seconds: 0.0,
+            round_losses: Vec::new(),
+            merge_max_relative_error: Vec::new(),
+            server_learning_rate: 1.0,
+            learning_rate: rate,
+        });
+    }
     trainer.bar.finish();
-    let central_loss = job.evaluate(Some(&central), &held_out)?.loss;
+    let central = central_runs
+        .iter()
+        .min_by(|a, b| a.loss.total_cmp(&b.loss))
+        .cloned()
+        .expect("at least one central rate");
 
     let mut federated: Vec<RunFigures> = variants
         .iter()
@@ -464,6 +610,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
             round_losses: std::mem::take(&mut round_losses[v]),
             merge_max_relative_error: std::mem::take(&mut merge_errors[v]),
             server_learning_rate: rate,
+            learning_rate: spec.training.learning_rate,
         })
         .collect();
     let federated_naive = federated.pop().expect("the naive variant");
@@ -483,17 +630,11 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         epochs: cfg.epochs,
         learning_rate: spec.training.learning_rate,
         job_schedule: cfg.job_schedule,
+        server_momentum: cfg.server_momentum,
         base_loss,
         round1_shard_losses,
-        central: RunFigures {
-            loss: central_loss,
-            steps: central_tally.steps,
-            train_seconds: central_tally.seconds,
-            merge_seconds: 0.0,
-            round_losses: Vec::new(),
-            merge_max_relative_error: Vec::new(),
-            server_learning_rate: 1.0,
-        },
+        central,
+        central_runs,
         federated_exact,
         federated_exact_other_rates: exact.collect(),
         federated_naive,
@@ -503,6 +644,8 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
 
 #[cfg(test)]
 mod tests {
+    use candle_core::Tensor;
+
     use super::*;
 
     fn figures(loss: f64) -> RunFigures {
@@ -514,6 +657,7 @@ mod tests {
             round_losses: vec![loss],
             merge_max_relative_error: vec![0.0],
             server_learning_rate: 1.0,
+            learning_rate: 2e-3,
         }
     }
 
@@ -528,13 +672,101 @@ mod tests {
             epochs: 1,
             learning_rate: 2e-3,
             job_schedule: false,
+            server_momentum: 0.0,
             base_loss: 3.0,
             round1_shard_losses: vec![2.5, 2.5, 2.5],
-            central: figures(central),
+            central: RunFigures {
+                learning_rate: 1e-3,
+                ..figures(central)
+            },
+            central_runs: vec![
+                RunFigures {
+                    learning_rate: 1e-3,
+                    ..figures(central)
+                },
+                figures(central * 1.2),
+            ],
             federated_exact: figures(exact),
             federated_exact_other_rates: vec![figures(exact * 0.9)],
             federated_naive: figures(exact * 1.1),
             goal_percent: GOAL_PERCENT,
+        }
+    }
+
+    /// A rank-`r` adapter on two 12 x 10 modules whose values follow from `seed`.
+    fn synthetic(seed: u64, r: usize) -> Adapter {
+        use shardwork_trainer::lora::LoraConfig;
+        use shardwork_trainer::peft::AdapterConfig;
+        let cfg = LoraConfig::new(r, 16.0, 0.0, &["q", "v"], &[]).unwrap();
+        let values = |n: usize, salt: u64| -> Vec<f32> {
+            (0..n as u64)
+                .map(|i| {
+                    ((((i + 1) * 2654435761) ^ (seed * 7919 + salt)) % 1000) as f32 / 1000.0 - 0.5
+                })
+                .collect()
+        };
+        let mut tensors = std::collections::BTreeMap::new();
+        for (j, m) in ["m.0.q", "m.0.v"].iter().enumerate() {
+            let a = Tensor::from_vec(values(r * 10, 2 * j as u64), (r, 10), &Device::Cpu).unwrap();
+            let b =
+                Tensor::from_vec(values(12 * r, 2 * j as u64 + 1), (12, r), &Device::Cpu).unwrap();
+            tensors.insert(format!("{m}.lora_A.weight"), a);
+            tensors.insert(format!("{m}.lora_B.weight"), b);
+        }
+        Adapter {
+            config: AdapterConfig::from_lora(&cfg, "CAUSAL_LM", None),
+            tensors,
+        }
+    }
+
+    fn product(a: &Adapter, module: &str) -> Tensor {
+        let s = a.config.lora_alpha / a.config.r as f64;
+        let pair = &a.lora_pairs().unwrap()[module];
+        (pair.b.matmul(&pair.a).unwrap() * s).unwrap()
+    }
+
+    fn distance(x: &Tensor, y: &Tensor) -> f32 {
+        (x - y)
+            .unwrap()
+            .sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            .sqrt()
+    }
+
+    #[test]
+    fn the_outer_nesterov_step_without_momentum_is_the_exact_merge_and_keeps_the_update() {
+        let start = synthetic(9, 2);
+        let adapters: Vec<Adapter> = (1..=3).map(|k| synthetic(k, 2)).collect();
+        let weights = [1.0, 2.0, 1.0];
+        let mut momentum = None;
+        let (stepped, _) =
+            outer_nesterov(Some(&start), &adapters, &weights, &mut momentum, 0.0, 1.0).unwrap();
+        let opts = shardwork_trainer::merge::MergeOptions::default();
+        let (merged, _) =
+            shardwork_trainer::merge::merge_from(Some(&start), &adapters, &weights, &opts).unwrap();
+        let kept = momentum.expect("the step keeps its momentum");
+        assert_eq!(
+            kept.config.r, 8,
+            "(K+1)·r: the mean update minus the start, untruncated"
+        );
+        for m in ["m.0.q", "m.0.v"] {
+            assert!(
+                distance(&product(&stepped, m), &product(&merged, m)) < 1e-4,
+                "{m}"
+            );
+            // The momentum after one round is the round's update: mean − start.
+            let mean = (((product(&adapters[0], m) + (product(&adapters[1], m) * 2.0).unwrap())
+                .unwrap()
+                + product(&adapters[2], m))
+            .unwrap()
+                / 4.0)
+                .unwrap();
+            let update = (mean - product(&start, m)).unwrap();
+            assert!(distance(&product(&kept, m), &update) < 1e-4, "{m}");
         }
     }
 
@@ -555,5 +787,17 @@ mod tests {
         assert_eq!(v["goal_met"], false);
         assert!((v["federated_exact_gap_percent"].as_f64().unwrap() - 25.0).abs() < 1e-9);
         assert_eq!(v["central"]["loss"], 2.0);
+        assert_eq!(v["central_runs"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_report_names_central_at_each_rate_and_judges_against_the_best() {
+        let text = report(2.0, 2.039).to_string();
+        assert!(text.contains("central, lr 0.001 *"), "{text}");
+        assert!(text.contains("central, lr 0.002 "), "{text}");
+        assert!(
+            text.contains("central at its best rate of those run, 0.001): met (+1.95%)"),
+            "{text}"
+        );
     }
 }

@@ -64,15 +64,29 @@ pub enum BenchCommand {
         /// demo's).
         #[arg(long)]
         learning_rate: Option<f64>,
+        /// The spec's `training.batch_size`, for federated and central alike (default: the
+        /// demo's). With `--shards 1` central at a batch of N times the demo's is the bound a
+        /// federated job of N shards approaches as its rounds shorten to one step each.
+        #[arg(long)]
+        batch_size: Option<u32>,
         /// Server learning rates of the exact merge, each run as a variant of its own on the
         /// same round-1 adapters; the goal is judged on the first.
         #[arg(long, value_delimiter = ',', default_value = "1")]
         server_learning_rates: Vec<f64>,
+        /// Nesterov momentum of the exact variants' outer step over rounds (DiLoCo's outer
+        /// optimiser: 0.9 with a server learning rate of 0.7 there); 0 is the validator's merge.
+        #[arg(long, default_value_t = 0.0)]
+        server_momentum: f64,
         /// Give each round's tasks their part of one learning-rate schedule over the job's
         /// rounds (warmup in round 1, one cosine to the last round's end) instead of a warmup
         /// and cosine each.
         #[arg(long)]
         job_schedule: bool,
+        /// Learning rates to train central at, each a run of its own; the gap is taken to the
+        /// best (default: central at the federated rate alone). A federated job wants a higher
+        /// rate than one run on the union, so a fair verdict compares each at its best.
+        #[arg(long, value_delimiter = ',')]
+        central_learning_rates: Vec<f64>,
         /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
         #[arg(long)]
         gguf: Option<PathBuf>,
@@ -218,8 +232,11 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             conversations,
             epochs,
             learning_rate,
+            batch_size,
             server_learning_rates,
+            server_momentum,
             job_schedule,
+            central_learning_rates,
             gguf,
             json,
         } => {
@@ -251,8 +268,11 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 conversations,
                 epochs,
                 learning_rate,
+                batch_size,
                 server_learning_rates,
+                server_momentum,
                 job_schedule,
+                central_learning_rates,
             };
             let report = tokio::task::spawn_blocking(move || federated::run(&bench)).await??;
             if json {

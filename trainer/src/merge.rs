@@ -376,6 +376,98 @@ pub fn merge_from(
     ))
 }
 
+/// The rank-`rank` truncation of `Σ c_i·ΔW_i`, module by module, for any real coefficients
+/// `c_i` (negative ones included) and adapters of any rank that share alpha and modules: the
+/// arithmetic an outer optimiser with state (a momentum of the rounds' updates) needs beyond a
+/// weighted mean. `modules_to_save` tensors are combined with the same coefficients. Returns the
+/// adapter (config of the first term, `r = rank`) and the largest relative truncation error
+/// over modules.
+pub fn combine(terms: &[(&Adapter, f64)], rank: usize) -> Result<(Adapter, f64)> {
+    let (first, _) = terms
+        .first()
+        .ok_or_else(|| Error::Invalid("combine: no adapters given".into()))?;
+    if rank == 0 {
+        return Err(Error::Invalid(
+            "combine: rank 0 is below the minimum 1".into(),
+        ));
+    }
+    if let Some((_, c)) = terms.iter().find(|(_, c)| !c.is_finite()) {
+        return Err(Error::Invalid(format!(
+            "combine: coefficient {c} is not a number"
+        )));
+    }
+    let alpha = first.config.lora_alpha;
+    let pairs: Vec<BTreeMap<String, (Mat, Mat)>> = terms
+        .iter()
+        .map(|(a, _)| factor_mats(a))
+        .collect::<Result<_>>()?;
+    for ((adapter, _), mods) in terms.iter().zip(&pairs).skip(1) {
+        if adapter.config.lora_alpha != alpha || mods.keys().ne(pairs[0].keys()) {
+            return Err(Error::Mismatch(
+                "combine: adapters differ in alpha or modules".into(),
+            ));
+        }
+    }
+    let new_scale = alpha / rank as f64;
+    let device = first
+        .tensors
+        .values()
+        .next()
+        .map(|t| t.device().clone())
+        .unwrap_or(Device::Cpu);
+    let mut out = BTreeMap::new();
+    let mut worst: f64 = 0.0;
+    for module in pairs[0].keys() {
+        let factors: Vec<(Mat, &Mat)> = pairs
+            .iter()
+            .map(|p| (p[module].0.clone(), &p[module].1))
+            .collect();
+        // Each term's own scale `alpha / r_i` goes into its coefficient, so `exact` runs at 1.
+        let weights: Vec<f64> = terms
+            .iter()
+            .map(|(a, c)| c * alpha / a.config.r as f64)
+            .collect();
+        let (rows, cols) = (factors[0].0.rows, factors[0].1.cols);
+        if factors
+            .iter()
+            .any(|(b, a)| b.rows != rows || a.cols != cols)
+        {
+            return Err(Error::Mismatch(format!(
+                "combine: {module} has different shapes across adapters"
+            )));
+        }
+        let (b, a, report) = exact(module, &factors, &weights, 1.0, rank, new_scale);
+        worst = worst.max(report.relative_error);
+        out.insert(format!("{module}.lora_B.weight"), to_tensor(&b, &device)?);
+        out.insert(format!("{module}.lora_A.weight"), to_tensor(&a, &device)?);
+    }
+    for name in first.saved_modules().keys() {
+        let mut acc: Option<Tensor> = None;
+        for (adapter, c) in terms {
+            let t = adapter
+                .tensors
+                .get(name)
+                .ok_or_else(|| Error::Mismatch(format!("combine: an adapter has no {name}")))?
+                .to_dtype(DType::F32)?
+                .affine(*c, 0.0)?;
+            acc = Some(match acc {
+                Some(sum) => (sum + t)?,
+                None => t,
+            });
+        }
+        out.insert(name.clone(), acc.expect("at least one term"));
+    }
+    let mut config = first.config.clone();
+    config.r = rank;
+    Ok((
+        Adapter {
+            config,
+            tensors: out,
+        },
+        worst,
+    ))
+}
+
 /// Rank-`rank` factors `(B, A)` with `new_scale·B·A = U_r Σ_r V_rᵀ`, splitting each singular
 /// value evenly between the factors so neither dominates further training.
 fn factor(svd: &Svd, rank: usize, new_scale: f64, rows: usize, cols: usize) -> (Mat, Mat) {

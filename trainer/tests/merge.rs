@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use candle_core::{DType, Device, Tensor};
 use shardwork_trainer::lora::LoraConfig;
-use shardwork_trainer::merge::{MergeMode, MergeOptions, merge, merge_from};
+use shardwork_trainer::merge::{MergeMode, MergeOptions, combine, merge, merge_from};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 
 const MODULES: [&str; 2] = ["m.layer.0.q", "m.layer.0.v"];
@@ -352,4 +352,41 @@ fn a_bad_server_learning_rate_or_start_is_refused_by_name() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("the round's start"), "{err}");
+}
+
+#[test]
+fn combine_reproduces_any_signed_combination_of_updates_and_its_truncation_is_reported() {
+    let a = adapter(1, 1.0);
+    let b = adapter(2, 0.5);
+    // A term of twice the rank, as an outer optimiser's momentum is kept.
+    let (wide, _) = combine(&[(&a, 1.0), (&b, 1.0)], 2 * R).unwrap();
+    assert_eq!(wide.config.r, 2 * R);
+    let terms = [(&a, 0.7), (&b, -1.3), (&wide, 0.25)];
+    let (full, err) = combine(&terms, 4 * R).unwrap();
+    assert!(err < 1e-9, "rank 4r holds the whole combination: {err}");
+    for m in MODULES {
+        let want = ((delta(&a, m) * 0.95).unwrap() + (delta(&b, m) * -1.05).unwrap()).unwrap();
+        let got = delta(&full, m);
+        let off = fro(&(got - &want).unwrap()) / fro(&want);
+        assert!(off < 1e-5, "{m}: {off}");
+    }
+    let head = full.tensors["head.weight"].to_dtype(DType::F64).unwrap();
+    let head_of = |x: &Adapter| x.tensors["head.weight"].to_dtype(DType::F64).unwrap();
+    let want_head = ((head_of(&a) * 0.95).unwrap() + (head_of(&b) * -1.05).unwrap()).unwrap();
+    assert!(fro(&(head - &want_head).unwrap()) < 1e-5);
+
+    let (cut, err) = combine(&terms, R).unwrap();
+    assert_eq!(cut.config.r, R);
+    assert!(err > 0.01, "rank r of a rank-2r sum drops something: {err}");
+    let m = MODULES[0];
+    let want = ((delta(&a, m) * 0.95).unwrap() + (delta(&b, m) * -1.05).unwrap()).unwrap();
+    let off = fro(&(delta(&cut, m) - &want).unwrap()) / fro(&want);
+    assert!(
+        off <= err + 1e-6,
+        "the reported error bounds the module's: {off} > {err}"
+    );
+
+    assert!(combine(&[], R).is_err());
+    assert!(combine(&[(&a, f64::NAN)], R).is_err());
+    assert!(combine(&[(&a, 1.0)], 0).is_err());
 }
