@@ -24,6 +24,10 @@
 //! Measured on chat SFT of SmolLM2 (docs/DESIGN.md, step 6), η = 2 and 3 ended worse than 1:
 //! the shards' updates do not add up like sequential runs. The validator merges at 1; the rate
 //! is for `shardwork merge` and the federated bench.
+//!
+//! [`combine`] is the signed linear combination of updates that an outer optimiser with state
+//! needs (the federated bench's Nesterov momentum over rounds, measured and not adopted:
+//! docs/DESIGN.md, step 6).
 
 use std::collections::BTreeMap;
 
