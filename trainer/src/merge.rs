@@ -126,6 +126,16 @@ pub struct MergeReport {
     pub server_learning_rate: f64,
 }
 
+/// Where `adapter`'s tensors live, so a merged adapter lands on the same device.
+fn device_of(adapter: &Adapter) -> Device {
+    adapter
+        .tensors
+        .values()
+        .next()
+        .map(|t| t.device().clone())
+        .unwrap_or(Device::Cpu)
+}
+
 fn to_mat(t: &Tensor) -> Result<Mat> {
     let (r, c) = t.dims2()?;
     let data: Vec<f64> = t.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?;
@@ -265,12 +275,7 @@ pub fn merge_from(
     }
     let scale = base_cfg.lora_alpha / base_cfg.r as f64;
     let new_scale = base_cfg.lora_alpha / rank as f64;
-    let device = adapters[0]
-        .tensors
-        .values()
-        .next()
-        .map(|t| t.device().clone())
-        .unwrap_or(Device::Cpu);
+    let device = device_of(&adapters[0]);
 
     // Factors as f64 matrices, per adapter, per module.
     let pairs: Vec<BTreeMap<String, (Mat, Mat)>> =
@@ -413,23 +418,18 @@ pub fn combine(terms: &[(&Adapter, f64)], rank: usize) -> Result<(Adapter, f64)>
         }
     }
     let new_scale = alpha / rank as f64;
-    let device = first
-        .tensors
-        .values()
-        .next()
-        .map(|t| t.device().clone())
-        .unwrap_or(Device::Cpu);
+    let device = device_of(first);
+    // Each term's own scale `alpha / r_i` goes into its coefficient, so `exact` runs at 1.
+    let weights: Vec<f64> = terms
+        .iter()
+        .map(|(a, c)| c * alpha / a.config.r as f64)
+        .collect();
     let mut out = BTreeMap::new();
     let mut worst: f64 = 0.0;
     for module in pairs[0].keys() {
         let factors: Vec<(Mat, &Mat)> = pairs
             .iter()
             .map(|p| (p[module].0.clone(), &p[module].1))
-            .collect();
-        // Each term's own scale `alpha / r_i` goes into its coefficient, so `exact` runs at 1.
-        let weights: Vec<f64> = terms
-            .iter()
-            .map(|(a, c)| c * alpha / a.config.r as f64)
             .collect();
         let (rows, cols) = (factors[0].0.rows, factors[0].1.cols);
         if factors
