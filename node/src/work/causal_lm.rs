@@ -171,10 +171,31 @@ impl CausalLmJob {
         span: Span,
         progress: &mut dyn FnMut(&Progress),
     ) -> Result<(Adapter, sft::SftReport, TrainTrace)> {
+        let steps = self.total_steps(examples.len());
+        self.train_steps(start, examples, steps, round, span, progress)
+    }
+
+    /// [`Self::train_examples`] for `total_steps` optimiser steps instead of the spec's epochs:
+    /// the data order runs on through fresh permutations of `examples` for as long as that
+    /// takes. It lets a baseline on a union of shards take exactly the steps the shards took
+    /// together, without repeating examples to round its batch count.
+    pub fn train_steps(
+        &self,
+        start: Option<&Adapter>,
+        examples: &[SftExample],
+        total_steps: usize,
+        round: RoundOf,
+        span: Span,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<(Adapter, sft::SftReport, TrainTrace)> {
+        if total_steps == 0 {
+            return Err(Error::Invalid(
+                "a training run needs at least one step".into(),
+            ));
+        }
         let attached = self.lock()?;
         load_values(&attached, start)?;
         let t = &self.training;
-        let total_steps = self.total_steps(examples.len());
         let cfg = SftConfig {
             lora: self.lora.clone(),
             optim: round.optim(t, total_steps),
@@ -420,5 +441,74 @@ mod tests {
             "a task's schedule is its own"
         );
         assert!(own[1] > central[5], "{own:?} against {central:?}");
+    }
+
+    /// `train_steps` takes the steps it is asked for, running on through fresh passes over the
+    /// examples, and at the spec's own count it is `train_examples`, bit for bit.
+    #[test]
+    fn a_run_of_a_given_step_count_runs_on_past_the_epochs() {
+        let Some(gguf) = shardwork_trainer::fixtures::smollm2_gguf() else {
+            let why = "SmolLM2 not found (run scripts/install/python-fixtures)";
+            assert!(
+                !services_required(),
+                "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
+            );
+            record_skip("node work::causal_lm train_steps", why);
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let job = CausalLmJob::load(spec(1, LrSchedule::Task), &gguf, &Device::Cpu).unwrap();
+        let examples = job.examples(&shard(dir.path(), 4)).unwrap();
+        assert_eq!(job.total_steps(examples.len()), 2);
+        let mut steps = 0;
+        let (_, report, _) = job
+            .train_steps(
+                None,
+                &examples,
+                5,
+                RoundOf::ALONE,
+                Span::whole(),
+                &mut |_| steps += 1,
+            )
+            .unwrap();
+        assert_eq!((steps, report.steps), (5, 5));
+
+        let (by_epochs, ..) = job
+            .train_examples(None, &examples, RoundOf::ALONE, Span::whole(), &mut |_| {})
+            .unwrap();
+        let (by_count, ..) = job
+            .train_steps(
+                None,
+                &examples,
+                2,
+                RoundOf::ALONE,
+                Span::whole(),
+                &mut |_| {},
+            )
+            .unwrap();
+        for (name, t) in &by_epochs.tensors {
+            let same = t
+                .eq(&by_count.tensors[name])
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .min(0)
+                .unwrap()
+                .to_scalar::<u8>()
+                .unwrap();
+            assert_eq!(same, 1, "{name} differs");
+        }
+        let err = job
+            .train_steps(
+                None,
+                &examples,
+                0,
+                RoundOf::ALONE,
+                Span::whole(),
+                &mut |_| {},
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least one step"), "{err}");
     }
 }
