@@ -64,6 +64,12 @@ pub struct FederatedBenchConfig {
     /// at the federated one (a job wants a higher rate than one run on the union). Empty:
     /// central at the federated rate alone.
     pub central_learning_rates: Vec<f64>,
+    /// Training seeds central is trained with at each rate (LoRA initialisation, data order and
+    /// dropout); the gap is taken to the mean over them. Empty: the job's seed alone.
+    pub central_seeds: Vec<u64>,
+    /// Conversations of the corpus outside the job's dataset scored with its held-out set, so
+    /// the losses rest on more than the job's tenth.
+    pub test_conversations: usize,
 }
 
 /// One way of training, measured.
@@ -86,6 +92,40 @@ pub struct RunFigures {
     pub server_learning_rate: f64,
     /// `training.learning_rate` of its training runs.
     pub learning_rate: f64,
+    /// `training.seed` of its training runs.
+    pub seed: u64,
+}
+
+/// Central at one learning rate, over the seeds it was trained with.
+#[derive(Debug, Clone, Serialize)]
+pub struct CentralAtRate {
+    pub learning_rate: f64,
+    /// Mean held-out loss over the seeds: the gaps are taken to it.
+    pub loss: f64,
+    pub min_loss: f64,
+    pub max_loss: f64,
+    pub seeds: Vec<u64>,
+}
+
+impl CentralAtRate {
+    /// The runs at `learning_rate` among `runs`, summarised (None: there are none).
+    fn of(runs: &[RunFigures], learning_rate: f64) -> Option<Self> {
+        let at: Vec<&RunFigures> = runs
+            .iter()
+            .filter(|r| r.learning_rate == learning_rate)
+            .collect();
+        if at.is_empty() {
+            return None;
+        }
+        let losses = at.iter().map(|r| r.loss);
+        Some(CentralAtRate {
+            learning_rate,
+            loss: losses.clone().sum::<f64>() / at.len() as f64,
+            min_loss: losses.clone().fold(f64::INFINITY, f64::min),
+            max_loss: losses.fold(f64::NEG_INFINITY, f64::max),
+            seeds: at.iter().map(|r| r.seed).collect(),
+        })
+    }
 }
 
 /// The whole comparison.
@@ -94,7 +134,11 @@ pub struct FederatedReport {
     pub model: String,
     pub device: String,
     pub conversations: usize,
+    /// Examples scored: the job's held-out set, then `test_examples` more.
     pub held_out_examples: usize,
+    /// Examples of conversations outside the job's dataset among those scored.
+    pub test_examples: usize,
+    pub test_conversations: usize,
     /// Training examples of each shard (records with something to learn within max_seq_len).
     pub shard_examples: Vec<usize>,
     pub rounds: u32,
@@ -112,9 +156,12 @@ pub struct FederatedReport {
     /// merge's, it says whether averaging loses what the shards learned or the shards' runs
     /// are short.
     pub round1_shard_losses: Vec<f64>,
-    /// Central at its best learning rate of those run: the gaps are taken to it.
-    pub central: RunFigures,
+    /// Central at its best learning rate of those run, by mean over seeds: the gaps are taken
+    /// to its mean.
+    pub central: CentralAtRate,
     /// Central at each learning rate run, in the order asked.
+    pub central_rates: Vec<CentralAtRate>,
+    /// Every central run: each rate at each seed.
     pub central_runs: Vec<RunFigures>,
     /// The exact merge, at the first server learning rate asked for: the goal is judged on it.
     pub federated_exact: RunFigures,
@@ -181,8 +228,14 @@ impl fmt::Display for FederatedReport {
         )?;
         writeln!(
             f,
-            "  data: {} conversations; held out {}, shards {:?} examples",
-            self.conversations, self.held_out_examples, self.shard_examples
+            "  data: {} conversations; scored {} examples ({} the job's held-out, {} from {} other \
+             conversations of the corpus), shards {:?} examples",
+            self.conversations,
+            self.held_out_examples,
+            self.held_out_examples - self.test_examples,
+            self.test_examples,
+            self.test_conversations,
+            self.shard_examples
         )?;
         writeln!(
             f,
@@ -216,7 +269,7 @@ impl fmt::Display for FederatedReport {
             };
             row(
                 f,
-                &format!("central, lr {}{best}", run.learning_rate),
+                &format!("central, lr {} seed {}{best}", run.learning_rate, run.seed),
                 run,
                 false,
             )?;
@@ -242,6 +295,17 @@ impl fmt::Display for FederatedReport {
             .map(|l| format!("{l:.4}"))
             .collect();
         writeln!(f, "  round 1 adapters alone: {}", alone.join(", "))?;
+        for at in &self.central_rates {
+            writeln!(
+                f,
+                "  central at lr {}: mean {:.4} over {} seed(s), {:.4} to {:.4}",
+                at.learning_rate,
+                at.loss,
+                at.seeds.len(),
+                at.min_loss,
+                at.max_loss
+            )?;
+        }
         for (name, run) in &federated {
             let rounds: Vec<String> = run
                 .round_losses
@@ -254,8 +318,8 @@ impl fmt::Display for FederatedReport {
         let gap = self.gap_percent(&self.federated_exact);
         write!(
             f,
-            "  goal (federated exact, server learning rate {}, within {}% of central at its best \
-             rate of those run, {}): {} ({gap:+.2}%)",
+            "  goal (federated exact, server learning rate {}, within {}% of central's mean at its \
+             best rate of those run, {}): {} ({gap:+.2}%)",
             self.federated_exact.server_learning_rate,
             self.goal_percent,
             self.central.learning_rate,
@@ -276,6 +340,30 @@ fn examples_of(
     Ok(job.examples(&path)?)
 }
 
+/// `count` conversations of the corpus that are not among `records` (the job's dataset), spread
+/// by stride over the rest: more unseen data to score on, cut no differently from the job's.
+fn test_records(
+    corpus: &Path,
+    records: &[serde_json::Value],
+    count: usize,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let rest: Vec<serde_json::Value> = crate::demo::chat_records(corpus, usize::MAX, 1)?
+        .into_iter()
+        .filter(|r| !records.contains(r))
+        .collect();
+    anyhow::ensure!(
+        rest.len() >= count,
+        "--test-conversations {count}: the corpus has {} conversations outside the job's {}",
+        rest.len(),
+        records.len()
+    );
+    let stride = rest.len() / count;
+    Ok(rest.into_iter().step_by(stride).take(count).collect())
+}
+
 /// Steps and seconds summed over the training runs of one way of training.
 #[derive(Default)]
 struct Tally {
@@ -291,18 +379,22 @@ struct Trainer {
 }
 
 impl Trainer {
+    /// Trains `job` on `examples` for `steps` optimiser steps (None: the job's epochs).
+    #[allow(clippy::too_many_arguments)]
     fn train(
         &mut self,
         job: &CausalLmJob,
         start: Option<&Adapter>,
         examples: &[SftExample],
+        steps: Option<usize>,
         round: RoundOf,
         label: &str,
         tally: &mut Tally,
     ) -> anyhow::Result<Adapter> {
         let (bar, done, all_steps) = (&mut self.bar, self.done, self.all_steps);
+        let steps = steps.unwrap_or_else(|| job.total_steps(examples.len()));
         let (adapter, report, _) =
-            job.train_examples(start, examples, round, Span::whole(), &mut |p| {
+            job.train_steps(start, examples, steps, round, Span::whole(), &mut |p| {
                 bar.draw(
                     (done + p.step) as u64,
                     all_steps as u64,
@@ -394,6 +486,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         .map_err(|e| anyhow::anyhow!("job spec: {e}"))?;
     let records = crate::demo::chat_records(&cfg.corpus, cfg.conversations, cfg.shards)?;
     let conversations = records.len();
+    let test_records = test_records(&cfg.corpus, &records, cfg.test_conversations)?;
     let jsonl: String = records.iter().map(|r| format!("{r}\n")).collect();
     // The API's own parse and cut, so held-out set and shards are the ones a posted job gets.
     let records = pipeline::parse_records(jsonl.as_bytes(), &spec, true).map_err(|errors| {
@@ -410,7 +503,15 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         load_started.elapsed().as_secs_f64()
     );
     let dir = tempfile::tempdir()?;
-    let held_out = examples_of(&job, dir.path(), "held-out.jsonl", &split.held_out)?;
+    let mut held_out = examples_of(&job, dir.path(), "held-out.jsonl", &split.held_out)?;
+    let test_examples = if test_records.is_empty() {
+        0
+    } else {
+        let jsonl: String = test_records.iter().map(|r| format!("{r}\n")).collect();
+        let test = examples_of(&job, dir.path(), "test.jsonl", jsonl.as_bytes())?;
+        held_out.extend(test.iter().cloned());
+        test.len()
+    };
     let shards = split
         .shards
         .iter()
@@ -419,26 +520,14 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let weights: Vec<f64> = shards.iter().map(|s| s.len() as f64).collect();
 
-    // Central trains as many optimiser steps as all federated tasks together. The job's
-    // schedule is `epochs` passes over what it is given, so central is given the union
-    // `rounds` times, topped up from the union until its step count reaches the federated one
-    // (shards rounding their last batch up can add a step each).
+    // Central trains on the union for as many optimiser steps as all federated tasks together,
+    // each pass over the union a fresh permutation of it, as one run on the union would. (It
+    // used to be given the union `rounds` times over as one set, so its data order, with an
+    // example's copies sometimes in one batch, changed with the job's layout: at the same 90
+    // steps and rate that alone moved its held-out loss 10%, 0.9699 against 1.0689.)
     let round_steps: usize = shards.iter().map(|s| job.total_steps(s.len())).sum();
     let federated_steps = round_steps * cfg.rounds as usize;
     let union: Vec<SftExample> = shards.iter().flatten().cloned().collect();
-    let mut central_pool: Vec<SftExample> = Vec::with_capacity(union.len() * cfg.rounds as usize);
-    for _ in 0..cfg.rounds {
-        central_pool.extend(union.iter().cloned());
-    }
-    let mut top_up = union.iter().cycle();
-    while job.total_steps(central_pool.len()) < federated_steps {
-        central_pool.extend(top_up.next().cloned());
-    }
-    anyhow::ensure!(
-        job.total_steps(central_pool.len()) == federated_steps,
-        "central cannot match the federated step count {federated_steps} with batches of {}",
-        spec.training.batch_size
-    );
 
     // Round 1 is shared, so the naive variant trains (rounds - 1) rounds of its own.
     let central_rates = if cfg.central_learning_rates.is_empty() {
@@ -446,12 +535,17 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
     } else {
         cfg.central_learning_rates.clone()
     };
+    let central_seeds = if cfg.central_seeds.is_empty() {
+        vec![spec.training.seed]
+    } else {
+        cfg.central_seeds.clone()
+    };
     let mut trainer = Trainer {
         bar: ProgressLine::new(),
         done: 0,
         all_steps: (federated_steps - round_steps) * (cfg.server_learning_rates.len() + 1)
             + round_steps
-            + federated_steps * central_rates.len(),
+            + federated_steps * central_rates.len() * central_seeds.len(),
     };
 
     let base_loss = job.evaluate(None, &held_out)?.loss;
@@ -501,6 +595,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
                             &job,
                             starts[v].as_ref(),
                             shard,
+                            None,
                             position,
                             &label,
                             &mut tally,
@@ -553,47 +648,56 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         }
     }
 
-    let mut central_runs = Vec::with_capacity(central_rates.len());
+    let mut central_runs = Vec::with_capacity(central_rates.len() * central_seeds.len());
     for &rate in &central_rates {
-        // Another rate is another job's training arguments on the same model (loaded again:
-        // a job holds one set of trainables).
-        let other;
-        let central_job = if rate == spec.training.learning_rate {
-            &job
-        } else {
-            let training = TrainingArgs {
-                learning_rate: rate,
-                ..spec.training.clone()
+        for &seed in &central_seeds {
+            // Another rate or seed is another job's training arguments on the same model
+            // (loaded again: a job holds one set of trainables, initialised from its seed).
+            let other;
+            let central_job = if rate == spec.training.learning_rate && seed == spec.training.seed {
+                &job
+            } else {
+                let training = TrainingArgs {
+                    learning_rate: rate,
+                    seed,
+                    ..spec.training.clone()
+                };
+                other = CausalLmJob::from_args(&spec.lora, training, &cfg.gguf, &device)?;
+                &other
             };
-            other = CausalLmJob::from_args(&spec.lora, training, &cfg.gguf, &device)?;
-            &other
-        };
-        let mut tally = Tally::default();
-        let adapter = trainer.train(
-            central_job,
-            None,
-            &central_pool,
-            RoundOf::ALONE,
-            &format!("central lr {rate}"),
-            &mut tally,
-        )?;
-        let loss = central_job.evaluate(Some(&adapter), &held_out)?.loss;
-        trainer
-            .bar
-            .println(&format!("central at lr {rate}: held-out loss {loss:.4}"));
-        central_runs.push(RunFigures {
-            loss,
-            steps: tally.steps,
-            train_seconds: tally.seconds,
-            merge_seconds: 0.0,
-            round_losses: Vec::new(),
-            merge_max_relative_error: Vec::new(),
-            server_learning_rate: 1.0,
-            learning_rate: rate,
-        });
+            let mut tally = Tally::default();
+            let adapter = trainer.train(
+                central_job,
+                None,
+                &union,
+                Some(federated_steps),
+                RoundOf::ALONE,
+                &format!("central lr {rate} seed {seed}"),
+                &mut tally,
+            )?;
+            let loss = central_job.evaluate(Some(&adapter), &held_out)?.loss;
+            trainer.bar.println(&format!(
+                "central at lr {rate} seed {seed}: held-out loss {loss:.4}"
+            ));
+            central_runs.push(RunFigures {
+                loss,
+                steps: tally.steps,
+                train_seconds: tally.seconds,
+                merge_seconds: 0.0,
+                round_losses: Vec::new(),
+                merge_max_relative_error: Vec::new(),
+                server_learning_rate: 1.0,
+                learning_rate: rate,
+                seed,
+            });
+        }
     }
     trainer.bar.finish();
-    let central = central_runs
+    let central_rates: Vec<CentralAtRate> = central_rates
+        .iter()
+        .filter_map(|&rate| CentralAtRate::of(&central_runs, rate))
+        .collect();
+    let central = central_rates
         .iter()
         .min_by(|a, b| a.loss.total_cmp(&b.loss))
         .cloned()
@@ -611,6 +715,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
             merge_max_relative_error: std::mem::take(&mut merge_errors[v]),
             server_learning_rate: rate,
             learning_rate: spec.training.learning_rate,
+            seed: spec.training.seed,
         })
         .collect();
     let federated_naive = federated.pop().expect("the naive variant");
@@ -625,6 +730,8 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         device: format!("CPU ({} threads)", candle_core::utils::get_num_threads()),
         conversations,
         held_out_examples: held_out.len(),
+        test_examples,
+        test_conversations: test_records.len(),
         shard_examples: shards.iter().map(Vec::len).collect(),
         rounds: cfg.rounds,
         epochs: cfg.epochs,
@@ -634,6 +741,7 @@ pub fn run(cfg: &FederatedBenchConfig) -> anyhow::Result<FederatedReport> {
         base_loss,
         round1_shard_losses,
         central,
+        central_rates,
         central_runs,
         federated_exact,
         federated_exact_other_rates: exact.collect(),
@@ -658,15 +766,35 @@ mod tests {
             merge_max_relative_error: vec![0.0],
             server_learning_rate: 1.0,
             learning_rate: 2e-3,
+            seed: 42,
         }
     }
 
+    /// Central at 1e-3 by two seeds averaging `central`, and at 2e-3 (worse) by one.
     fn report(central: f64, exact: f64) -> FederatedReport {
+        let central_runs = vec![
+            RunFigures {
+                learning_rate: 1e-3,
+                ..figures(central - 0.1)
+            },
+            RunFigures {
+                learning_rate: 1e-3,
+                seed: 7,
+                ..figures(central + 0.1)
+            },
+            figures(central * 1.2),
+        ];
+        let central_rates: Vec<CentralAtRate> = [1e-3, 2e-3]
+            .iter()
+            .map(|&r| CentralAtRate::of(&central_runs, r).unwrap())
+            .collect();
         FederatedReport {
             model: "m".into(),
             device: "CPU".into(),
             conversations: 30,
             held_out_examples: 3,
+            test_examples: 1,
+            test_conversations: 1,
             shard_examples: vec![9, 9, 9],
             rounds: 1,
             epochs: 1,
@@ -675,17 +803,9 @@ mod tests {
             server_momentum: 0.0,
             base_loss: 3.0,
             round1_shard_losses: vec![2.5, 2.5, 2.5],
-            central: RunFigures {
-                learning_rate: 1e-3,
-                ..figures(central)
-            },
-            central_runs: vec![
-                RunFigures {
-                    learning_rate: 1e-3,
-                    ..figures(central)
-                },
-                figures(central * 1.2),
-            ],
+            central: central_rates[0].clone(),
+            central_rates,
+            central_runs,
             federated_exact: figures(exact),
             federated_exact_other_rates: vec![figures(exact * 0.9)],
             federated_naive: figures(exact * 1.1),
@@ -781,23 +901,60 @@ mod tests {
     }
 
     #[test]
+    fn test_conversations_come_from_outside_the_jobs_dataset_and_spread_over_the_corpus() {
+        let corpus = tempfile::tempdir().unwrap();
+        std::fs::create_dir(corpus.path().join("english")).unwrap();
+        let mut yaml = String::from("categories:\n- test\nconversations:\n");
+        for i in 0..30 {
+            yaml.push_str(&format!("- - question {i}\n  - answer {i}\n"));
+        }
+        std::fs::write(corpus.path().join("english/a.yml"), yaml).unwrap();
+        let records = crate::demo::chat_records(corpus.path(), 10, 1).unwrap();
+        let test = test_records(corpus.path(), &records, 5).unwrap();
+        assert_eq!(test.len(), 5);
+        assert!(test.iter().all(|t| !records.contains(t)), "{test:?}");
+        let question =
+            |r: &serde_json::Value| r["messages"][0]["content"].as_str().unwrap().to_owned();
+        // The 20 outside the dataset, every fourth: from the first to near the end.
+        let asked: Vec<String> = test.iter().map(question).collect();
+        assert_eq!(asked.first().unwrap(), "question 1", "{asked:?}");
+        assert_eq!(asked.last().unwrap(), "question 25", "{asked:?}");
+        assert!(test_records(corpus.path(), &records, 0).unwrap().is_empty());
+        let err = test_records(corpus.path(), &records, 21)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("20 conversations outside the job's 10"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn the_json_report_carries_the_gaps_and_the_verdict() {
         let r = report(2.0, 2.5);
         let v = serde_json::to_value(r.to_json()).unwrap();
         assert_eq!(v["goal_met"], false);
         assert!((v["federated_exact_gap_percent"].as_f64().unwrap() - 25.0).abs() < 1e-9);
-        assert_eq!(v["central"]["loss"], 2.0);
-        assert_eq!(v["central_runs"].as_array().unwrap().len(), 2);
+        assert!((v["central"]["loss"].as_f64().unwrap() - 2.0).abs() < 1e-12);
+        assert_eq!(v["central"]["seeds"], serde_json::json!([42, 7]));
+        assert_eq!(v["central_runs"].as_array().unwrap().len(), 3);
     }
 
     #[test]
-    fn the_report_names_central_at_each_rate_and_judges_against_the_best() {
+    fn the_report_names_central_at_each_rate_and_judges_against_the_best_mean() {
         let text = report(2.0, 2.039).to_string();
-        assert!(text.contains("central, lr 0.001 *"), "{text}");
-        assert!(text.contains("central, lr 0.002 "), "{text}");
+        assert!(text.contains("central, lr 0.001 seed 42 *"), "{text}");
+        assert!(text.contains("central, lr 0.001 seed 7 *"), "{text}");
+        assert!(text.contains("central, lr 0.002 seed 42 "), "{text}");
         assert!(
-            text.contains("central at its best rate of those run, 0.001): met (+1.95%)"),
+            text.contains("central at lr 0.001: mean 2.0000 over 2 seed(s), 1.9000 to 2.1000"),
             "{text}"
         );
+        assert!(
+            text.contains("central's mean at its best rate of those run, 0.001): met (+1.95%)"),
+            "{text}"
+        );
+        // The best run alone (1.9) would say otherwise: the verdict is on the mean.
+        assert!(!text.contains("(+7.3"), "{text}");
     }
 }

@@ -87,6 +87,15 @@ pub enum BenchCommand {
         /// rate than one run on the union, so a fair verdict compares each at its best.
         #[arg(long, value_delimiter = ',')]
         central_learning_rates: Vec<f64>,
+        /// Training seeds to train central with at each rate (LoRA initialisation, data order,
+        /// dropout); the gap is taken to the mean at the best rate, and the spread shows how
+        /// far one run can land from it (default: the job's seed alone).
+        #[arg(long, value_delimiter = ',')]
+        central_seeds: Vec<u64>,
+        /// Conversations of the corpus outside the job's dataset, scored with its held-out set
+        /// (the job holds out a tenth: 12 conversations of 120 cannot resolve 2%).
+        #[arg(long, default_value_t = 0)]
+        test_conversations: usize,
         /// GGUF file; by default SmolLM2-135M-Instruct from scripts/install/python-fixtures.
         #[arg(long)]
         gguf: Option<PathBuf>,
@@ -237,6 +246,8 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             server_momentum,
             job_schedule,
             central_learning_rates,
+            central_seeds,
+            test_conversations,
             gguf,
             json,
         } => {
@@ -273,6 +284,8 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 server_momentum,
                 job_schedule,
                 central_learning_rates,
+                central_seeds,
+                test_conversations,
             };
             let report = tokio::task::spawn_blocking(move || federated::run(&bench)).await??;
             if json {
