@@ -395,6 +395,20 @@ mod tests {
         path
     }
 
+    /// The SmolLM2 fixture, or None with the skip recorded (a failure where CI requires it).
+    fn smollm2_or_skip(test: &str) -> Option<std::path::PathBuf> {
+        let gguf = shardwork_trainer::fixtures::smollm2_gguf();
+        if gguf.is_none() {
+            let why = "SmolLM2 not found (run scripts/install/python-fixtures)";
+            assert!(
+                !services_required(),
+                "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
+            );
+            record_skip(test, why);
+        }
+        gguf
+    }
+
     /// The learning rate of every step of round `round` of a job on `shard`.
     fn rates(job: &CausalLmJob, shard: &Path, round: u32) -> Vec<f64> {
         let mut rates = Vec::new();
@@ -411,13 +425,7 @@ mod tests {
     /// the worker and the replaying validator pass it.
     #[test]
     fn a_job_wide_schedule_trains_each_round_at_its_stretch_of_one_run() {
-        let Some(gguf) = shardwork_trainer::fixtures::smollm2_gguf() else {
-            let why = "SmolLM2 not found (run scripts/install/python-fixtures)";
-            assert!(
-                !services_required(),
-                "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
-            );
-            record_skip("node work::causal_lm schedule", why);
+        let Some(gguf) = smollm2_or_skip("node work::causal_lm schedule") else {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
@@ -447,13 +455,7 @@ mod tests {
     /// examples, and at the spec's own count it is `train_examples`, bit for bit.
     #[test]
     fn a_run_of_a_given_step_count_runs_on_past_the_epochs() {
-        let Some(gguf) = shardwork_trainer::fixtures::smollm2_gguf() else {
-            let why = "SmolLM2 not found (run scripts/install/python-fixtures)";
-            assert!(
-                !services_required(),
-                "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
-            );
-            record_skip("node work::causal_lm train_steps", why);
+        let Some(gguf) = smollm2_or_skip("node work::causal_lm train_steps") else {
             return;
         };
         let dir = tempfile::tempdir().unwrap();
@@ -486,17 +488,10 @@ mod tests {
                 &mut |_| {},
             )
             .unwrap();
+        let values = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(by_epochs.tensors.keys().eq(by_count.tensors.keys()));
         for (name, t) in &by_epochs.tensors {
-            let same = t
-                .eq(&by_count.tensors[name])
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .min(0)
-                .unwrap()
-                .to_scalar::<u8>()
-                .unwrap();
-            assert_eq!(same, 1, "{name} differs");
+            assert_eq!(values(t), values(&by_count.tensors[name]), "{name} differs");
         }
         let err = job
             .train_steps(
