@@ -10,7 +10,7 @@ use sea_orm_migration::sea_orm::{
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::Migrator;
 
-const TABLES: [&str; 13] = [
+const TABLES: [&str; 14] = [
     "jobs",
     "workers",
     "shards",
@@ -24,6 +24,7 @@ const TABLES: [&str; 13] = [
     "queue_messages",
     "task_progress",
     "rate_windows",
+    "spent_attempts",
 ];
 
 async fn existing_tables(db: &DatabaseConnection) -> Vec<&'static str> {

@@ -216,6 +216,34 @@ pub fn training_memory_mb(spec: &JobSpec, shape: &ModelShape, vocab: u64, parame
     u64::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u64::MAX)
 }
 
+/// Training throughput, FLOP/s, below which a worker is not training a task so much as holding
+/// it. Deliberately low: two AVX2 cores reach about 100 GFLOP/s on the frozen products and one
+/// H200 several hundred TFLOP/s, so only a stalled or parked lease is this slow.
+pub const SLOWEST_TRAINING_FLOPS: u128 = 5_000_000_000;
+
+/// What a lease is allowed on top of its training time: fetching and loading the base model,
+/// the shard and the round's start, and uploading the adapter.
+pub const TASK_SETUP_SECS: u64 = 30 * 60;
+
+/// The bound for jobs posted before it was estimated.
+pub const DEFAULT_TASK_TIME_LIMIT_SECS: u64 = 24 * 60 * 60;
+
+/// The longest a lease on one of the job's tasks may live, heartbeats included, seconds: the
+/// job's largest shard trained at [`SLOWEST_TRAINING_FLOPS`] plus [`TASK_SETUP_SECS`]. A lease
+/// is extended by heartbeats, so without a bound a worker could keep every task it claimed
+/// until the deadline and starve the job. The work is counted as six FLOPs per parameter and
+/// token (a full model's forward and backward; LoRA's frozen weights skip their own gradients,
+/// so this over-counts), over every record padded to `max_seq_len`, `epochs` times.
+pub fn task_time_limit_secs(spec: &JobSpec, parameters: u128, largest_shard_records: u64) -> u64 {
+    let tokens = u128::from(largest_shard_records)
+        .saturating_mul(u128::from(spec.training.max_seq_len))
+        .saturating_mul(u128::from(spec.training.epochs));
+    let training_secs = parameters.saturating_mul(6).saturating_mul(tokens) / SLOWEST_TRAINING_FLOPS;
+    u64::try_from(training_secs)
+        .unwrap_or(u64::MAX)
+        .saturating_add(TASK_SETUP_SECS)
+}
+
 /// How `records` split into held-out and training: the held-out set gets `ceil(f·n)` records
 /// (at least one, so the validator always has data), training the rest.
 pub fn held_out_count(records: u64, fraction: f64) -> u64 {
@@ -264,6 +292,18 @@ mod tests {
         assert_eq!(held_out_count(101, 0.1), 11);
         assert_eq!(held_out_count(3, 0.01), 1);
         assert_eq!(held_out_count(1, 0.5), 1);
+    }
+
+    #[test]
+    fn a_task_gets_its_setup_and_its_work_at_the_slowest_rate() {
+        let spec = spec_with(Architecture::Llama, &["q_proj", "v_proj"], 8);
+        // SmolLM2-135M, 80 records of 64 tokens, one epoch: 6 × 135e6 × 5,120 FLOPs at 5 GFLOP/s.
+        let secs = task_time_limit_secs(&spec, 135_000_000, 80);
+        assert_eq!(secs, TASK_SETUP_SECS + 6 * 135_000_000 * 80 * 64 / 5_000_000_000);
+        // Twice the records, twice the training time; absurd sizes saturate, never wrap.
+        let twice = task_time_limit_secs(&spec, 135_000_000, 160);
+        assert_eq!(twice - TASK_SETUP_SECS, 2 * (secs - TASK_SETUP_SECS));
+        assert_eq!(task_time_limit_secs(&spec, u128::MAX, u64::MAX), u64::MAX);
     }
 
     #[test]

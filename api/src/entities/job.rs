@@ -47,6 +47,10 @@ pub struct Model {
     /// Training memory a node needs for this job, MiB, estimated from the model at posting;
     /// tasks are leased only to workers that have it. Null for jobs posted before the estimate.
     pub memory_mb: Option<i64>,
+    /// The longest a lease on one of its tasks may live, heartbeats included, seconds:
+    /// estimated at posting from the job's work (`crate::domain::sizing::task_time_limit_secs`).
+    /// Null for jobs posted before the bound, which get `sizing::DEFAULT_TASK_TIME_LIMIT_SECS`.
+    pub task_time_limit_secs: Option<i64>,
     /// Bumped by every state transition (optimistic concurrency).
     pub version: i32,
     /// When the job was posted.

@@ -8,6 +8,7 @@ pub mod reputation_event;
 pub mod round;
 pub mod shard;
 pub mod siwe_nonce;
+pub mod spent_attempt;
 pub mod submission;
 pub mod task;
 pub mod task_progress;

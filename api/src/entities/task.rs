@@ -24,6 +24,9 @@ pub struct Model {
     pub lease_token: Option<Uuid>,
     /// When the lease runs out unless a heartbeat extends it.
     pub lease_expires_at: Option<DateTimeUtc>,
+    /// When the current lease began: no heartbeat extends it past this plus the job's
+    /// `task_time_limit_secs`. Null while unleased, and for leases from before the bound.
+    pub leased_at: Option<DateTimeUtc>,
     /// How many times the task was claimed.
     pub attempts: i32,
     /// Claims allowed before the task fails.

@@ -603,12 +603,18 @@ async fn expired_leases_go_back_to_the_queue_until_attempts_run_out(backend: Bac
     )
     .await;
     step(&app, &mut dispatcher).await;
+    let second_key =
+        alloy::signers::local::PrivateKeySigner::from_bytes(&[0x57; 32].into()).unwrap();
+    let second = access_token(&service, &second_key, &["worker"]).await;
+    send(&service, register_cpu_worker(&second)).await;
     let task = take_tasks(&app, 1).await.remove(0);
-    for attempt in 1..=2 {
+    // Each counted attempt is another worker's: one whose lease expired may not take the task
+    // again, so the second attempt is the second worker's.
+    for (attempt, token) in [(1, &worker), (2, &second)] {
         let claim = send(
             &service,
             post_json(
-                &worker,
+                token,
                 &format!("/v1/tasks/{}/claim", task.task_id),
                 json!({}),
             ),
@@ -625,6 +631,17 @@ async fn expired_leases_go_back_to_the_queue_until_attempts_run_out(backend: Bac
         step(&app, &mut dispatcher).await;
         if attempt == 1 {
             assert_eq!(take_tasks(&app, 1).await[0].task_id, task.task_id);
+            let again = send(
+                &service,
+                post_json(
+                    &worker,
+                    &format!("/v1/tasks/{}/claim", task.task_id),
+                    json!({}),
+                ),
+            )
+            .await;
+            again.problem(403, "forbidden");
+            assert!(again.text.contains("lease expired"), "{}", again.text);
         }
     }
     // Attempts used up: the task failed and nothing was republished.
@@ -730,8 +747,132 @@ async fn a_stopping_worker_releases_its_task_with_the_attempt_returned_twice(bac
     assert_eq!(released.body["attempt_returned"], false);
     step(&app, &mut dispatcher).await;
     assert_eq!(take_tasks(&app, 1).await[0].task_id, task.task_id);
-    let last = send(&service, post_json(&worker, &claim_path, json!({}))).await;
+    // That counted release spent the worker's attempt at the task: another worker takes it.
+    send(&service, post_json(&worker, &claim_path, json!({})))
+        .await
+        .problem(403, "forbidden");
+    let other_key =
+        alloy::signers::local::PrivateKeySigner::from_bytes(&[0x58; 32].into()).unwrap();
+    let other = access_token(&service, &other_key, &["worker"]).await;
+    send(&service, register_cpu_worker(&other)).await;
+    let last = send(&service, post_json(&other, &claim_path, json!({}))).await;
     assert_eq!(last.body["attempt"], 2, "{}", last.text);
+}
+
+/// Issue 46, attack 1: a requester's second address (or any griefer) claimed a task, took the
+/// round's start with the lease, abandoned it and claimed it again until the task's attempts
+/// were gone, which aborted the job. Now an attempt that ends without a result bars its worker
+/// from the task, so the attempts count distinct workers and one address spends one of them.
+async fn a_worker_that_gives_a_task_up_cannot_take_it_again(backend: Backend) {
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let mut dispatcher = Dispatcher::default();
+    let (_, job_id) = started_job(&app, &service, &mut dispatcher).await;
+    let griefer = access_token(&service, &worker_key(), &["worker"]).await;
+    send(&service, register_cpu_worker(&griefer)).await;
+    let task = take_tasks(&app, 3).await.remove(0);
+    let claim_path = format!("/v1/tasks/{}/claim", task.task_id);
+    let lease = send(&service, post_json(&griefer, &claim_path, json!({}))).await;
+    assert_eq!(lease.status, 200, "{}", lease.text);
+    let token = lease.body["lease_token"].as_str().unwrap().to_owned();
+    let abandoned = send(
+        &service,
+        post_json(
+            &griefer,
+            &format!("/v1/tasks/{}/abandon", task.task_id),
+            json!({"lease_token": token, "reason": "cannot load the model"}),
+        ),
+    )
+    .await;
+    assert_eq!(abandoned.body["status"], "queued", "{}", abandoned.text);
+    let again = send(&service, post_json(&griefer, &claim_path, json!({}))).await;
+    again.problem(403, "forbidden");
+    assert!(again.text.contains("already spent an attempt"), "{}", again.text);
+    // The task is still there for an honest worker, at its second attempt; the job is open.
+    let honest_key =
+        alloy::signers::local::PrivateKeySigner::from_bytes(&[0x59; 32].into()).unwrap();
+    let honest = access_token(&service, &honest_key, &["worker"]).await;
+    send(&service, register_cpu_worker(&honest)).await;
+    let taken = send(&service, post_json(&honest, &claim_path, json!({}))).await;
+    assert_eq!(taken.body["attempt"], 2, "{}", taken.text);
+    let job = send(&service, get(&honest, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(job.body["status"], "open", "{}", job.text);
+}
+
+/// Issue 46, attack 6: a worker extended a 5-second lease twenty times claiming step 1 of 10⁹.
+/// A heartbeat may not claim a longer run than the shard allows, and however often it is
+/// extended a lease ends at the job's task time limit from its claim; the reaper then gives
+/// the task to another worker, and the holder cannot take it back.
+async fn a_lease_lives_no_longer_than_the_jobs_task_time_limit(backend: Backend) {
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let mut dispatcher = Dispatcher::default();
+    let (_, job_id) = started_job(&app, &service, &mut dispatcher).await;
+    let job_uuid: uuid::Uuid = job_id.parse().unwrap();
+    let job = shardwork_api::entities::job::Entity::find_by_id(job_uuid)
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    let limit = job.task_time_limit_secs.expect("estimated at posting");
+    assert!(limit >= 30 * 60, "setup allowance included: {limit}");
+    let worker = access_token(&service, &worker_key(), &["worker"]).await;
+    send(&service, register_cpu_worker(&worker)).await;
+    let task = take_tasks(&app, 3).await.remove(0);
+    let lease = send(
+        &service,
+        post_json(&worker, &format!("/v1/tasks/{}/claim", task.task_id), json!({})),
+    )
+    .await;
+    let token = lease.body["lease_token"].as_str().unwrap().to_owned();
+    let extend = |total_steps: u64| {
+        post_json(
+            &worker,
+            &format!("/v1/tasks/{}/extend", task.task_id),
+            json!({"lease_token": token, "progress": {"step": 1, "total_steps": total_steps}}),
+        )
+    };
+    let endless = send(&service, extend(1_000_000_000)).await;
+    assert_eq!(
+        endless.problem(422, "validation")["errors"][0]["path"],
+        "progress.total_steps",
+        "{}",
+        endless.text
+    );
+    let fine = send(&service, extend(2)).await;
+    assert_eq!(fine.status, 200, "{}", fine.text);
+    // The lease began longer ago than the limit: no heartbeat extends it now.
+    use sea_orm::{ActiveModelTrait, ActiveValue::Set, EntityTrait};
+    let row = shardwork_api::entities::task::Entity::find_by_id(task.task_id)
+        .one(&app.db)
+        .await
+        .unwrap()
+        .unwrap();
+    let began = chrono::Utc::now() - chrono::Duration::seconds(limit + 1);
+    let mut active: shardwork_api::entities::task::ActiveModel = row.into();
+    active.leased_at = Set(Some(began));
+    active.update(&app.db).await.unwrap();
+    let refused = send(&service, extend(2)).await;
+    refused.problem(409, "conflict");
+    assert!(refused.text.contains("task time limit"), "{}", refused.text);
+    // It runs out at its last expiry; the reaper requeues it and the holder's attempt is spent.
+    let later = chrono::Utc::now() + chrono::Duration::seconds(3_600);
+    assert_eq!(
+        shardwork_api::background::reaper::reap_once(&app.db, later)
+            .await
+            .unwrap(),
+        1
+    );
+    send(
+        &service,
+        post_json(&worker, &format!("/v1/tasks/{}/claim", task.task_id), json!({})),
+    )
+    .await
+    .problem(403, "forbidden");
 }
 
 async fn workers_cannot_read_the_held_out_set_or_the_raw_dataset(backend: Backend) {
@@ -1128,6 +1269,8 @@ on_both_databases!(
     federated_job_runs_from_funding_to_payout,
     expired_leases_go_back_to_the_queue_until_attempts_run_out,
     a_stopping_worker_releases_its_task_with_the_attempt_returned_twice,
+    a_worker_that_gives_a_task_up_cannot_take_it_again,
+    a_lease_lives_no_longer_than_the_jobs_task_time_limit,
     workers_cannot_read_the_held_out_set_or_the_raw_dataset,
     a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks,
     a_job_past_its_deadline_is_refunded_on_chain,

@@ -58,6 +58,7 @@ pub async fn open_round<C: ConnectionTrait>(
             lease_holder: Set(None),
             lease_token: Set(None),
             lease_expires_at: Set(None),
+            leased_at: Set(None),
             attempts: Set(0),
             max_attempts: Set(max_attempts),
             releases: Set(0),

@@ -21,7 +21,8 @@ use uuid::Uuid;
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, record_event};
 use crate::domain::sealing;
-use crate::entities::{job, job_event, round, shard, submission, task, worker};
+use crate::domain::sizing::DEFAULT_TASK_TIME_LIMIT_SECS;
+use crate::entities::{job, job_event, round, shard, spent_attempt, submission, task, worker};
 
 pub use shardwork_core::protocol::TaskStatus;
 
@@ -189,19 +190,18 @@ pub async fn claim(
         )));
     }
     crate::domain::capacity::check_worker_fits(&job, worker)?;
-    // A worker whose adapter for this task was rejected does not get to try it again: the task
-    // goes to someone else (403, so the worker puts the message back rather than dropping it).
-    let rejected_before = submission::Entity::find()
-        .filter(submission::Column::TaskId.eq(task.id))
-        .filter(submission::Column::WorkerId.eq(worker.id))
-        .filter(submission::Column::Verdict.eq(VerdictStatus::Rejected))
+    // A worker whose attempt at this task ended without a result (its adapter rejected, the
+    // task abandoned, its lease let expire) does not get to try it again: the task goes to
+    // someone else (403, so the worker puts the message back rather than dropping it). So every
+    // counted attempt is a different worker's, and one address cannot use up a task's attempts
+    // (and so abort the job) by claiming and dropping it over and over.
+    if let Some(spent) = spent_attempt::Entity::find_by_id((task.id, worker.id))
         .one(&txn)
         .await?
-        .is_some();
-    if rejected_before {
+    {
         return Err(DomainError::Forbidden(format!(
-            "{}'s adapter for task {} was rejected; another worker will train it",
-            worker.address, task.id
+            "{} already spent an attempt at task {} ({}); another worker will train it",
+            worker.address, task.id, spent.reason
         )));
     }
     // A worker caught forging a proof of training forfeited the job: it would be paid nothing
@@ -214,18 +214,24 @@ pub async fn claim(
     }
     let live_lease = task.lease_expires_at.is_some_and(|at| at > now);
     if task.status == TaskStatus::Leased && task.lease_holder == Some(worker.id) {
-        if live_lease {
-            let message = task_message(&txn, &task).await?;
-            txn.commit().await?;
-            return Ok(Lease {
-                task_id,
-                lease_token: task.lease_token.unwrap_or_default(),
-                expires_at: task.lease_expires_at.unwrap_or(now),
-                attempt: task.attempts,
-                keys: sealing::lease_keys(sealing_secret, &message, &worker.address),
-                task: message,
-            });
+        // Its own lease ran out and the reaper has not come by yet: that attempt is spent, and
+        // taking the task again would reset the lease's bounded life.
+        if !live_lease {
+            return Err(DomainError::Forbidden(format!(
+                "{}'s lease on task {} expired; another worker will train it",
+                worker.address, task.id
+            )));
         }
+        let message = task_message(&txn, &task).await?;
+        txn.commit().await?;
+        return Ok(Lease {
+            task_id,
+            lease_token: task.lease_token.unwrap_or_default(),
+            expires_at: task.lease_expires_at.unwrap_or(now),
+            attempt: task.attempts,
+            keys: sealing::lease_keys(sealing_secret, &message, &worker.address),
+            task: message,
+        });
     } else if task.status != TaskStatus::Queued {
         let why = if task.status == TaskStatus::Leased && live_lease {
             format!(
@@ -244,7 +250,7 @@ pub async fn claim(
         )));
     }
     let token = Uuid::new_v4();
-    let expires_at = now + lease;
+    let expires_at = (now + lease).min(now + time_limit(&job));
     let updated = task::Entity::update_many()
         .col_expr(
             task::Column::Status,
@@ -253,6 +259,7 @@ pub async fn claim(
         .col_expr(task::Column::LeaseHolder, Expr::value(worker.id))
         .col_expr(task::Column::LeaseToken, Expr::value(token))
         .col_expr(task::Column::LeaseExpiresAt, Expr::value(expires_at))
+        .col_expr(task::Column::LeasedAt, Expr::value(now))
         .col_expr(task::Column::Attempts, Expr::value(task.attempts + 1))
         .col_expr(
             task::Column::Progress,
@@ -342,7 +349,20 @@ pub async fn extend(
     let txn = db.begin().await?;
     let task = find_task(&txn, task_id).await?;
     check_holder(&task, worker, token)?;
-    let expires_at = now + lease;
+    let job = crate::domain::jobs::find_job(&txn, task.job_id).await?;
+    check_run_length(&txn, &job, &task, progress).await?;
+    // However often it is extended, a lease lives at most the job's task time limit from its
+    // claim; after that it runs out for good and the reaper gives the task to someone else.
+    let limit_at = task.leased_at.unwrap_or(task.updated_at) + time_limit(&job);
+    if now >= limit_at {
+        return Err(DomainError::Conflict(format!(
+            "the lease on task {} reached the job's task time limit of {} s at {}; it is not extended",
+            task.id,
+            time_limit(&job).num_seconds(),
+            limit_at.to_rfc3339()
+        )));
+    }
+    let expires_at = (now + lease).min(limit_at);
     let progress_json =
         serde_json::to_value(progress).map_err(|e| DomainError::internal("progress", e))?;
     let updated = task::Entity::update_many()
@@ -363,6 +383,43 @@ pub async fn extend(
     super::progress::record(&txn, &task, progress, now).await?;
     txn.commit().await?;
     Ok(expires_at)
+}
+
+/// The longest a lease on one of `job`'s tasks may live from its claim, heartbeats included.
+fn time_limit(job: &job::Model) -> Duration {
+    let secs = job
+        .task_time_limit_secs
+        .map_or(DEFAULT_TASK_TIME_LIMIT_SECS, |s| s.max(1) as u64);
+    Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX / 1_000))
+}
+
+/// Refuses a heartbeat whose run is longer than the task can be: every step trains on at least
+/// one record, so a run has at most the shard's records times the job's epochs. A worker saying
+/// "step 1 of 10⁹" would otherwise show a run that never ends.
+async fn check_run_length<C: ConnectionTrait>(
+    txn: &C,
+    job: &job::Model,
+    task: &task::Model,
+    progress: &Progress,
+) -> Result<(), DomainError> {
+    let records = shard::Entity::find_by_id(task.shard_id)
+        .one(txn)
+        .await?
+        .ok_or_else(|| DomainError::internal("heartbeat", "task without its shard"))?
+        .sample_count
+        .max(1) as u64;
+    let epochs = job.spec["training"]["epochs"].as_u64().unwrap_or(1).max(1);
+    let most = records.saturating_mul(epochs);
+    if progress.total_steps > most {
+        return Err(DomainError::invalid(
+            "progress.total_steps",
+            format!(
+                "{} steps is more than the task's run can have: {records} records x {epochs} epoch(s)",
+                progress.total_steps
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Longest reason a worker may give for abandoning a task (a loader's error names a file and
@@ -593,6 +650,20 @@ pub async fn requeue<C: ConnectionTrait>(
         TaskStatus::Queued
     };
     unlease(txn, task, to, task.attempts, task.releases, now).await?;
+    if let Some(holder) = task.lease_holder {
+        spent_attempt::Entity::insert(spent_attempt::ActiveModel {
+            task_id: Set(task.id),
+            worker_id: Set(holder),
+            ended_at: Set(now),
+            reason: Set(reason.to_owned()),
+        })
+        .on_conflict_do_nothing_on([
+            spent_attempt::Column::TaskId,
+            spent_attempt::Column::WorkerId,
+        ])
+        .exec_without_returning(txn)
+        .await?;
+    }
     let attempt = events::TaskAttempt {
         task_id: task.id,
         round: task.round as u32,
@@ -636,6 +707,7 @@ async fn unlease<C: ConnectionTrait>(
             task::Column::LeaseExpiresAt,
             Expr::value(Option::<DateTime<Utc>>::None),
         )
+        .col_expr(task::Column::LeasedAt, Expr::value(Option::<DateTime<Utc>>::None))
         .col_expr(task::Column::Attempts, Expr::value(attempts))
         .col_expr(task::Column::Releases, Expr::value(releases))
         .col_expr(task::Column::UpdatedAt, Expr::value(now))

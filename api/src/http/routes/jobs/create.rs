@@ -294,6 +294,10 @@ pub async fn create(
         .await
         .map_err(store_error)?;
 
+    let largest_shard = manifest.shards.iter().map(|s| s.records).max().unwrap_or(0);
+    let task_time_limit_secs =
+        sizing::task_time_limit_secs(&spec, model.parameters, largest_shard);
+
     // 3. The record: job, shards and its first event, all or nothing.
     let spec_value =
         serde_json::to_value(&spec).map_err(|e| ApiError::internal("encoding the spec", e))?;
@@ -318,6 +322,9 @@ pub async fn create(
         deadline: Set(spec.deadline),
         dev_funded: Set(false),
         memory_mb: Set(Some(i64::try_from(memory_mb).unwrap_or(i64::MAX))),
+        task_time_limit_secs: Set(Some(
+            i64::try_from(task_time_limit_secs).unwrap_or(i64::MAX),
+        )),
         version: Set(0),
         created_at: Set(now),
         updated_at: Set(now),
