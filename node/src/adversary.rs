@@ -10,6 +10,9 @@
 //!   validator and no event names another worker's, so a copycat needs an accomplice:
 //!   [`Behaviour::Accomplice`] trains honestly and hands what it trained over (in-process, through
 //!   [`share`]), as one operator running two addresses would.
+//! * [`Behaviour::MisShaped`]: trains, then submits an adapter whose every LoRA A has half the
+//!   columns the model needs (issue 46: one such pending adapter made the honest submissions
+//!   judged after it in the same pass fail as "could not be scored").
 //! * [`Behaviour::SignFlip`]: trains honestly, then submits the opposite update (every LoRA B
 //!   negated), pushing the merge back the way honest work moved it.
 //! * [`Behaviour::LabelFlip`]: trains on its shard with the answers wrong: binary labels
@@ -59,6 +62,9 @@ pub enum Behaviour {
     Accomplice,
     /// Trains on a tenth of its shard (a tenth of the steps) and submits that as the whole.
     Lazy,
+    /// Trains, then submits an adapter whose LoRA A factors have half the columns they need.
+    #[value(name = "mis-shaped")]
+    MisShaped,
     /// Trains honestly and submits the opposite update.
     #[value(name = "sign-flip")]
     SignFlip,
@@ -77,6 +83,7 @@ impl Behaviour {
         match self {
             Behaviour::Honest
             | Behaviour::RandomNoise
+            | Behaviour::MisShaped
             | Behaviour::Lazy
             | Behaviour::Accomplice
             | Behaviour::SignFlip
@@ -139,6 +146,18 @@ pub fn no_change(adapter: &Adapter) -> Result<Adapter, NodeError> {
     map_tensors(adapter, |name, t| {
         if name.contains("lora_B") {
             t.zeros_like()
+        } else {
+            Ok(t.clone())
+        }
+    })
+}
+
+/// `adapter` with every LoRA A cut to the first half of its columns: a file that loads, in
+/// the job's configuration, whose shapes fit no weight of the model.
+pub fn mis_shaped(adapter: &Adapter) -> Result<Adapter, NodeError> {
+    map_tensors(adapter, |name, t| {
+        if name.contains("lora_A") {
+            t.narrow(1, 0, (t.dim(1)? / 2).max(1))?.contiguous()
         } else {
             Ok(t.clone())
         }

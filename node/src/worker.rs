@@ -305,6 +305,7 @@ impl WorkerNode {
                     }
                     Behaviour::Replay => adversary::no_change(&trained.adapter)?.save(&out)?,
                     Behaviour::SignFlip => adversary::sign_flipped(&trained.adapter)?.save(&out)?,
+                    Behaviour::MisShaped => adversary::mis_shaped(&trained.adapter)?.save(&out)?,
                     _ => trained.adapter.save(&out)?,
                 }
                 trace.save(&out.join(TRACE_FILE))?;

@@ -191,6 +191,26 @@ async fn checked_payouts(dir: &std::path::Path, report: &Value) -> (Value, Vec<S
         reasons.len(),
         "one reputation event per rejection"
     );
+    // Whatever the cheat sent, the validator measured every honest submission: a rejection of
+    // one for the validator's own failure to score it means the cheat's file sank it.
+    let unscored = db
+        .query_all_raw(Statement::from_string(
+            db.get_database_backend(),
+            format!(
+                "SELECT s.reject_reason FROM submissions s JOIN workers w ON w.id = s.worker_id \
+                 WHERE w.address <> '{cheat}' AND s.reject_reason LIKE '%could not be scored%'"
+            ),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        unscored.is_empty(),
+        "honest submissions left unscored: {:?}",
+        unscored
+            .iter()
+            .map(|r| r.try_get_by_index::<String>(0).unwrap())
+            .collect::<Vec<_>>()
+    );
     assert!(
         penalties
             .iter()
@@ -276,6 +296,9 @@ async fn five_workers_with_one_cheat_of_each_kind_pay_only_the_honest() {
         ("replay", &["a replay earns nothing"], false),
         ("copycat", &["copies submission"], true),
         ("sign-flip", &["does not beat"], false),
+        // Not judged on its own alone: the honest submissions judged after it in the same pass
+        // must not fail for having been compared with it (checked_payouts).
+        ("mis-shaped", &["needs ["], false),
         ("label-flip", &["does not beat"], true),
         // A tenth of the sample shard scores below the start here; where it does not (the chat
         // test below), only its forged proof of training, replayed, tells it from honest work.

@@ -343,15 +343,13 @@ impl ValidatorNode {
             for (e, kept) in earlier {
                 let update = match kept {
                     Ok(u) => u,
-                    Err(path) => match Adapter::load(&path, &device).and_then(|a| {
-                        Update::of(&a).map_err(|e| shardwork_trainer::Error::Invalid(e.to_string()))
-                    }) {
-                        Ok(u) => {
+                    Err(path) => match comparable_update(&context, &path, &device) {
+                        Some(u) => {
                             let u = Arc::new(u);
                             context.remember_update(round, &e.adapter_cid, u.clone());
                             u
                         }
-                        Err(_) => continue,
+                        None => continue,
                     },
                 };
                 earlier_updates.push((e, update));
@@ -599,6 +597,27 @@ fn measure(
         }),
     };
     Ok(Measured { verdict, scored })
+}
+
+/// An earlier submission's update, when this one can be compared with it: it loads, has the
+/// job's configuration and fits the model's shapes. One that does not was (or will be) rejected
+/// for it, and comparing an honest adapter with a mis-shaped one would fail the honest one's
+/// measurement ("could not be scored"): one malformed submission must not sink the others
+/// judged in the same pass.
+fn comparable_update(
+    context: &JobContext,
+    dir: &std::path::Path,
+    device: &Device,
+) -> Option<Update> {
+    let adapter = Adapter::load(dir, device).ok()?;
+    let work = context.work.as_ref();
+    if rules::config_problem(&adapter.config, &work.adapter_config()).is_some() {
+        return None;
+    }
+    if !matches!(shape_problem(work, &adapter), Ok(None)) {
+        return None;
+    }
+    Update::of(&adapter).ok()
 }
 
 /// A LoRA pair whose shapes are not `A: (r, in)`, `B: (out, r)` for the base weight it adapts
