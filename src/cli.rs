@@ -57,6 +57,10 @@ pub enum Command {
     Serve,
     /// Print the effective configuration (secrets redacted) and exit.
     Config,
+    /// Print fresh random secrets for a deployment as `NAME=value` lines, the `.env` that
+    /// `compose.yaml` refuses to start without: the API's JWT and sealing secrets, the
+    /// validator's key and address, and two workers' keys (`shardwork secrets > .env`).
+    Secrets,
     /// Deploy the escrow contract, or write its Etherscan verification input.
     #[command(subcommand)]
     Contracts(crate::contracts_cmd::ContractsCommand),
@@ -135,6 +139,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Contracts(command) => crate::contracts_cmd::run(command).await,
         Command::Config => {
             print!("{}", config.redacted_toml());
+            Ok(())
+        }
+        Command::Secrets => {
+            print!("{}", crate::dev_secrets::deployment_env());
             Ok(())
         }
     }

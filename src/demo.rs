@@ -123,6 +123,9 @@ pub struct ContributorReport {
     /// Reputation after the job, in basis points; absent when nothing was paid.
     pub reputation: Option<u32>,
     pub paid_wei: String,
+    /// Whether it is one of the demo's dishonest workers (`--adversaries`): their keys are
+    /// generated with the data folder, so the report names them.
+    pub dishonest: bool,
 }
 
 pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
@@ -452,6 +455,12 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
     .await?;
     let wall = started.elapsed().as_secs_f64();
     let mut report = summarise(job_id, model, status.to_string(), wall, &events);
+    for c in &mut report.contributors {
+        c.dishonest = deployment
+            .dishonest
+            .iter()
+            .any(|a| a.to_string().eq_ignore_ascii_case(&c.address));
+    }
     if let (Some(probe), Some(_)) = (&chat, &report.adapter_cid) {
         report.sample_answer =
             Some(answer_before_and_after(&requester, job_id, probe, &spec).await?);
@@ -615,6 +624,7 @@ fn summarise(
                 forfeited: c.forfeited,
                 reputation: paid.map(|p| p.reputation),
                 paid_wei: paid.map_or_else(|| "0".to_owned(), |p| p.amount_wei.clone()),
+                dishonest: false,
             }
         })
         .collect();

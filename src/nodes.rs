@@ -1,10 +1,12 @@
 //! Workers and the validator: in-process for `shardwork up` and `demo`, or one per process for
 //! `shardwork worker` / `shardwork validator` against a served API.
 //!
-//! Development accounts (public keys, `shardwork_contracts::dev_keys`) have fixed jobs so a laptop
-//! run keeps the roles apart: 0 deploys the escrow, 1 is the API's operator (validator role on
-//! chain), 2 funds jobs in development mode, 3 is the demo's requester, 4 the validator
-//! service, 5 and up the workers.
+//! Development accounts (public keys, `shardwork_contracts::dev_keys`) have fixed jobs on a
+//! development chain: 0 deploys the escrow, 1 is the API's operator (validator role on chain),
+//! 2 funds jobs in development mode, 3 is the demo's requester. The in-process validator and
+//! workers never use them: their keys are generated into the data folder
+//! (`crate::dev_secrets::node_keys`), since the API gives whoever signs in with the
+//! validator's address every job's held-out set and its verdicts (issue 46, decision 0038).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,9 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub const REQUESTER_DEV_KEY: usize = 3;
-pub const VALIDATOR_DEV_KEY: usize = 4;
-pub const FIRST_WORKER_DEV_KEY: usize = 5;
-/// Dev keys 5..=9 are the workers a development deployment can run.
+/// The most in-process workers one machine runs (each gets a share of its memory).
 pub const MAX_DEV_WORKERS: usize = 5;
 
 pub fn dev_key(index: usize) -> PrivateKeySigner {
@@ -75,7 +75,9 @@ pub struct InProcess<'a> {
     pub store: Arc<dyn ContentStore>,
     pub queue: Arc<dyn TaskQueue>,
     pub work_dir: &'a Path,
-    pub workers: usize,
+    /// The validator's and the workers' keys (`crate::dev_secrets::node_keys`); as many
+    /// workers run as it holds worker keys.
+    pub keys: crate::dev_secrets::NodeKeys,
     /// Of the workers, how many are dishonest (demo, tests).
     pub adversaries: usize,
     /// What the dishonest ones do.
@@ -83,10 +85,10 @@ pub struct InProcess<'a> {
 }
 
 pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
+    let workers = setup.keys.workers.len();
     anyhow::ensure!(
-        setup.workers <= MAX_DEV_WORKERS,
-        "at most {MAX_DEV_WORKERS} development workers (dev keys 5..=9), not {}",
-        setup.workers
+        workers <= MAX_DEV_WORKERS,
+        "at most {MAX_DEV_WORKERS} in-process workers, not {workers}"
     );
     let (shutdown, receiver) = watch::channel(false);
     let blobs: Arc<dyn Blobs> = Arc::new(StoreBlobs(setup.store.clone()));
@@ -95,7 +97,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
     let validator = ValidatorNode {
         api: Arc::new(ApiClient::new(
             &setup.api_url,
-            dev_key(VALIDATOR_DEV_KEY),
+            setup.keys.validator.clone(),
             &["validator"],
         )?),
         blobs: blobs.clone(),
@@ -114,13 +116,13 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
     // its share of the memory available now, not all of it (three workers that each claimed the
     // whole machine were leased three jobs' worth of training and ran it out of memory).
     let share_mb = match shardwork_node::capacity::host_memory_mb() {
-        Ok(mb) => Some(mb / (setup.workers as u64 + 1)),
+        Ok(mb) => Some(mb / (workers as u64 + 1)),
         Err(e) => {
             tracing::warn!(error = %e, "host memory unknown: in-process workers register what they measure");
             None
         }
     };
-    for i in 0..setup.workers {
+    for (i, key) in setup.keys.workers.iter().enumerate() {
         let behaviour = if i < setup.adversaries {
             setup.adversary
         } else if i == setup.adversaries && setup.adversary == Behaviour::Copycat {
@@ -131,11 +133,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             Behaviour::Honest
         };
         let node = WorkerNode {
-            api: Arc::new(ApiClient::new(
-                &setup.api_url,
-                dev_key(FIRST_WORKER_DEV_KEY + i),
-                &["worker"],
-            )?),
+            api: Arc::new(ApiClient::new(&setup.api_url, key.clone(), &["worker"])?),
             blobs: blobs.clone(),
             queue: setup.queue.clone(),
             device: device.clone(),

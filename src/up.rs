@@ -22,6 +22,10 @@ const NODES_GRACE: Duration = Duration::from_secs(8);
 /// A running marketplace: the API, its background work and the in-process nodes.
 pub struct Deployment {
     pub running: shardwork_api::Running,
+    /// The in-process validator's address (its key is in the data folder's `node-keys.toml`).
+    pub validator: shardwork_core::protocol::EthAddress,
+    /// The in-process workers told to cheat (`demo --adversaries`), by address.
+    pub dishonest: Vec<shardwork_core::protocol::EthAddress>,
     pub nodes: crate::nodes::NodeSet,
     pub api_url: String,
     pub store: std::sync::Arc<dyn shardwork_core::store::ContentStore>,
@@ -143,11 +147,23 @@ pub async fn start(
             infra::DEV_TOKEN_MINTED
         );
     }
-    // The in-process validator signs in with its development key, which needs the role; only
-    // on a development chain, where that key is public anyway.
-    let validator =
-        crate::nodes::address_of(&crate::nodes::dev_key(crate::nodes::VALIDATOR_DEV_KEY));
-    if chain.chain_id == 31337 && !config.api.validator_addresses.contains(&validator) {
+    // The in-process validator signs in with a key generated for this data folder (never a
+    // public development key: its holder would read every held-out set and judge every
+    // submission), and that address alone gets the role here.
+    anyhow::ensure!(
+        workers <= crate::nodes::MAX_DEV_WORKERS,
+        "at most {} in-process workers, not {workers}",
+        crate::nodes::MAX_DEV_WORKERS
+    );
+    let keys = crate::dev_secrets::node_keys(&config.data_dir, workers)?;
+    let validator = crate::nodes::address_of(&keys.validator);
+    let dishonest = keys
+        .workers
+        .iter()
+        .take(adversaries)
+        .map(crate::nodes::address_of)
+        .collect();
+    if !config.api.validator_addresses.contains(&validator) {
         config.api.validator_addresses.push(validator);
     }
     let ports = shardwork_api::Ports {
@@ -165,7 +181,7 @@ pub async fn start(
         store: store.clone(),
         queue,
         work_dir: &config.data_dir.join("nodes"),
-        workers,
+        keys,
         adversaries,
         adversary,
     })?;
@@ -179,6 +195,8 @@ pub async fn start(
     );
     Ok(Deployment {
         running,
+        validator,
+        dishonest,
         nodes,
         api_url,
         store,

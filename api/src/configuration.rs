@@ -75,6 +75,13 @@ pub struct ApiConfig {
     pub json_limit_bytes: usize,
     /// Largest dataset upload.
     pub upload_limit_bytes: usize,
+    /// Bytes one identity may keep in the content store through `POST /v1/content` that no
+    /// job names yet; an upload past it is refused (413). Fresh identities are cheap, so this
+    /// bounds each one's share and [`Self::upload_ttl_secs`] bounds how long it is held.
+    pub storage_quota_bytes: u64,
+    /// How long an upload no job names is kept before it is unpinned and forgotten (and
+    /// stops counting against its owner's quota).
+    pub upload_ttl_secs: u64,
     /// Requests per minute per caller (token subject, or client IP when unauthenticated),
     /// counted across every replica on the database; 0 turns rate limiting off.
     pub rate_limit_per_minute: u32,
@@ -121,6 +128,8 @@ impl Default for ApiConfig {
             nonce_ttl_secs: 5 * 60,
             json_limit_bytes: 1 << 20,
             upload_limit_bytes: 256 << 20,
+            storage_quota_bytes: 1 << 30,
+            upload_ttl_secs: 24 * 3600,
             rate_limit_per_minute: 600,
             trusted_proxies: Vec::new(),
             admin_addresses: Vec::new(),
@@ -148,6 +157,13 @@ pub struct ConfigError {
 
 /// HS256 keys shorter than the hash output weaken the MAC (RFC 7518 §3.2).
 pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Secrets that were published as examples (the first `compose.yaml` shipped them): whoever
+/// read them could mint any token or open any sealed held-out set of a server using them.
+const PUBLISHED_SECRETS: [&str; 2] = [
+    "change-me-development-jwt-secret-0001",
+    "change-me-development-sealing-secret-01",
+];
 
 /// `trusted_proxies`: each entry a network (`a.b.c.d/n`) or one address (its own /32 or /128).
 fn addresses_or_networks<'de, D: Deserializer<'de>>(
@@ -182,13 +198,26 @@ impl ApiConfig {
             ("jwt_secret", &self.jwt_secret),
             ("sealing_secret", &self.sealing_secret),
         ] {
-            check(
-                secret.expose().len() >= MIN_SECRET_BYTES,
-                field,
+            let value = secret.expose();
+            let message = if value.is_empty() {
+                format!(
+                    "is not set: configure a random secret of at least {MIN_SECRET_BYTES} bytes \
+                     (`shardwork secrets` prints fresh ones)"
+                )
+            } else if PUBLISHED_SECRETS.contains(&value) {
+                "is an example published with Shardwork, so anyone can use it: configure a \
+                 random one (`shardwork secrets` prints fresh ones)"
+                    .to_owned()
+            } else {
                 format!(
                     "must be at least {MIN_SECRET_BYTES} bytes, found {}",
-                    secret.expose().len()
-                ),
+                    value.len()
+                )
+            };
+            check(
+                value.len() >= MIN_SECRET_BYTES && !PUBLISHED_SECRETS.contains(&value),
+                field,
+                message,
             );
         }
         check(
@@ -240,6 +269,16 @@ impl ApiConfig {
             "must be at least 1024".into(),
         );
         check(
+            self.storage_quota_bytes >= self.json_limit_bytes as u64,
+            "storage_quota_bytes",
+            "must be at least json_limit_bytes".into(),
+        );
+        check(
+            (60..=365 * 24 * 3600).contains(&self.upload_ttl_secs),
+            "upload_ttl_secs",
+            format!("{} is outside 60..=31536000 seconds", self.upload_ttl_secs),
+        );
+        check(
             self.upload_limit_bytes >= self.json_limit_bytes,
             "upload_limit_bytes",
             "must be at least json_limit_bytes".into(),
@@ -289,6 +328,26 @@ mod tests {
             "api.jwt_secret: must be at least 32 bytes, found 31"
         );
         assert!(valid().validate().is_ok());
+    }
+
+    #[test]
+    fn unset_and_published_secrets_are_refused_saying_so() {
+        let config = ApiConfig {
+            jwt_secret: Secret::new("change-me-development-jwt-secret-0001"),
+            sealing_secret: Secret::default(),
+            ..valid()
+        };
+        let errors = config.validate().unwrap_err();
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(errors.len(), 2, "{text:?}");
+        assert!(
+            text[0].starts_with("api.jwt_secret: is an example published"),
+            "{text:?}"
+        );
+        assert!(
+            text[1].starts_with("api.sealing_secret: is not set"),
+            "{text:?}"
+        );
     }
 
     #[test]

@@ -126,6 +126,7 @@ impl Emulator {
             "/api/v0/block/stat" => self.block_stat(&options, &args).await,
             "/api/v0/pin/add" => self.pin_add(&options, &args).await,
             "/api/v0/pin/ls" => self.pin_ls(&options, &args).await,
+            "/api/v0/pin/rm" => self.pin_rm(&options, &args).await,
             other => Err(kubo_error(
                 StatusCode::NOT_FOUND,
                 &format!("404 page not found: {other}"),
@@ -287,6 +288,30 @@ impl Emulator {
             Err(shardwork_core::store::StoreError::NotFound(missing)) => {
                 Err(Self::not_found(&missing))
             }
+            Err(err) => Err(kubo_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &err.to_string(),
+            )),
+        }
+    }
+
+    async fn pin_rm(
+        &self,
+        options: &HashMap<&str, &str>,
+        args: &[&str],
+    ) -> Result<Response<Body>, RpcError> {
+        Self::expect_options(options, &[("recursive", "true")])?;
+        let cid = Self::one_cid(args)?;
+        let pinned = self.blocks.stat(&cid).await.is_ok_and(|stat| stat.pinned);
+        if !pinned {
+            // Kubo's answer for a CID with no recursive pin.
+            return Err(kubo_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "not pinned or pinned indirectly",
+            ));
+        }
+        match self.blocks.unpin(&cid).await {
+            Ok(()) => Ok(json_line(serde_json::json!({ "Pins": [cid.to_string()] }))),
             Err(err) => Err(kubo_error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &err.to_string(),

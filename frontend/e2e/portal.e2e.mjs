@@ -41,9 +41,9 @@ const llmGguf =
 let llmCid;
 const reviewCount = 900;
 const completeTimeoutMs = Number(process.env.SHARDWORK_E2E_COMPLETE_TIMEOUT_S ?? 600) * 1000;
-/** Anvil's dev account 4: accounts 0-2 are the server's deployer, operator and dev funder. */
-// Dev account 3: 0-2 deploy, operate and fund for the server, 4 is the in-process validator
-// and 5.. the workers of `shardwork up` (src/nodes.rs).
+// Dev account 3: 0-2 deploy, operate and fund for the server. The in-process validator and
+// workers of `shardwork up` sign with keys generated into its data folder, never a public one
+// (src/dev_secrets.rs).
 const REQUESTER_INDEX = 3;
 /** The key of the walk-through's worker process (a new one each run); its operator withdraws. */
 const workerKey = generatePrivateKey();

@@ -2,7 +2,7 @@
 //! PostgreSQL (a database created for the test and dropped after), and the constraints the API
 //! relies on hold on both.
 
-use sea_orm_migration::MigratorTrait;
+use sea_orm_migration::{MigrationName, MigratorTrait};
 use sea_orm_migration::prelude::SchemaManager;
 use sea_orm_migration::sea_orm::{
     ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
@@ -10,7 +10,7 @@ use sea_orm_migration::sea_orm::{
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::Migrator;
 
-const TABLES: [&str; 14] = [
+const TABLES: [&str; 15] = [
     "jobs",
     "workers",
     "shards",
@@ -24,6 +24,7 @@ const TABLES: [&str; 14] = [
     "queue_messages",
     "task_progress",
     "rate_windows",
+    "content_claims",
     "spent_attempts",
 ];
 
@@ -75,6 +76,72 @@ async fn exercise(db: &DatabaseConnection) {
     Migrator::up(db, None).await.expect("up when already up");
 
     check_constraints(db).await;
+    check_content_claims_backfill(db).await;
+}
+
+/// A job posted before `content_claims` existed gets its dataset and held-out claims on
+/// upgrade, keyed by multihash, so a second spelling of its dataset is guarded too.
+async fn check_content_claims_backfill(db: &DatabaseConnection) {
+    let migrations = Migrator::migrations();
+    let at = migrations
+        .iter()
+        .position(|m| m.name() == "m20261208_000008_content_claims")
+        .expect("the content_claims migration");
+    Migrator::down(db, Some((migrations.len() - at) as u32))
+        .await
+        .expect("down to before content_claims");
+    let (spec, job) = match db.get_database_backend() {
+        DbBackend::Postgres => (
+            "'{\"kind\":\"lora\"}'::jsonb",
+            "'0190c1d2-0000-7000-8000-0000000000b1'::uuid",
+        ),
+        _ => (
+            "'{\"kind\":\"lora\"}'",
+            "'0190c1d2-0000-7000-8000-0000000000b1'",
+        ),
+    };
+    // The dataset posted in its CIDv0 spelling; looked up below by its CIDv1 one.
+    exec(
+        db,
+        &format!(
+            "INSERT INTO jobs (id, requester, kind, status, spec, stake_wei, shards, rounds, \
+             deadline, dataset_cid, heldout_cid) VALUES ({job}, \
+             '0x00000000000000000000000000000000000000AB', 'lora', 'draft', {spec}, '1', 2, 1, \
+             '2030-01-01T00:00:00Z', 'QmYwAPJzv5CZsnA625s3Xf2nemtYgPpHdWEz79ojWnPbdG', \
+             'bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku')"
+        ),
+    )
+    .await
+    .expect("insert a job before content_claims");
+    Migrator::up(db, None).await.expect("up again");
+    let v1 = shardwork_core::store::parse_cid("QmYwAPJzv5CZsnA625s3Xf2nemtYgPpHdWEz79ojWnPbdG")
+        .expect("a CIDv0")
+        .into_v1()
+        .expect("as CIDv1")
+        .to_string();
+    assert!(v1.starts_with("bafy"), "{v1}");
+    let key = shardwork_core::store::content_key_of(&v1).expect("key");
+    let row = db
+        .query_one_raw(Statement::from_string(
+            db.get_database_backend(),
+            format!(
+                "SELECT owner, kind, (SELECT COUNT(*) FROM content_claims) AS n \
+                 FROM content_claims WHERE multihash = '{key}'"
+            ),
+        ))
+        .await
+        .expect("read the claim")
+        .expect("the dataset's claim, found by its other spelling's multihash");
+    assert_eq!(row.try_get::<String>("", "kind").unwrap(), "dataset");
+    assert_eq!(
+        row.try_get::<String>("", "owner").unwrap(),
+        "0x00000000000000000000000000000000000000ab"
+    );
+    assert_eq!(
+        row.try_get::<i64>("", "n").unwrap(),
+        2,
+        "dataset and held-out"
+    );
 }
 
 async fn check_constraints(db: &DatabaseConnection) {

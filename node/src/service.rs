@@ -40,6 +40,19 @@ pub fn signing_key(key_file: Option<&Path>, variable: &str) -> Result<PrivateKey
             ))
         })?,
     };
+    if text.trim().is_empty() {
+        return Err(NodeError::Io(match key_file {
+            Some(path) => format!(
+                "the key file {} is empty: write the node's own hex private key there \
+                 (`shardwork secrets` prints fresh ones)",
+                path.display()
+            ),
+            None => format!(
+                "{variable} is empty: set it to the node's own hex private key \
+                 (`shardwork secrets` prints fresh ones)"
+            ),
+        }));
+    }
     text.trim().parse().map_err(|_| {
         NodeError::Io(match key_file {
             Some(path) => format!("{} is not a hex secp256k1 private key", path.display()),
@@ -85,4 +98,30 @@ async fn one_signal() {
     }
     #[cfg(not(unix))]
     let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_or_malformed_key_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("node.key");
+        std::fs::write(&path, "  \n").unwrap();
+        let err = signing_key(Some(&path), "SHARDWORK_NODE_KEY")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("is empty") && err.contains("node.key"),
+            "{err}"
+        );
+        std::fs::write(&path, "not hex").unwrap();
+        let err = signing_key(Some(&path), "SHARDWORK_NODE_KEY")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a hex secp256k1 private key"), "{err}");
+        std::fs::write(&path, format!("{}\n", "11".repeat(32))).unwrap();
+        assert!(signing_key(Some(&path), "SHARDWORK_NODE_KEY").is_ok());
+    }
 }

@@ -376,6 +376,30 @@ pub fn start_node_logging_to(
     )
 }
 
+/// The addresses (`0x…`, lowercase) of the validator and the workers that `shardwork up` or
+/// `demo` ran in process with data folder `data_dir`: their keys are generated into its
+/// `node-keys.toml` (never the public development keys), as an operator would read them.
+pub fn in_process_nodes(data_dir: &Path) -> (String, Vec<String>) {
+    let path = data_dir.join("node-keys.toml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let file: toml::Table = text.parse().expect("node-keys.toml is TOML");
+    let address = |hex: &toml::Value| {
+        let key: alloy::signers::local::PrivateKeySigner = hex
+            .as_str()
+            .expect("a key is a string")
+            .parse()
+            .expect("a hex private key");
+        format!("{:#x}", key.address())
+    };
+    let workers = file
+        .get("workers")
+        .and_then(toml::Value::as_array)
+        .map(|keys| keys.iter().map(address).collect())
+        .unwrap_or_default();
+    (address(&file["validator"]), workers)
+}
+
 /// `shardwork up --workers 0` on RabbitMQ (SQLite, the embedded chain and store; the validator
 /// in-process), data and log under `dir`, once it answers; with its URL.
 pub async fn up_on_rabbitmq(amqp: &str, dir: &Path) -> (Process, String) {

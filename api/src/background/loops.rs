@@ -1,4 +1,5 @@
-//! Starting the background loops: the outbox dispatcher, the chain follower and the reaper,
+//! Starting the background loops: the outbox dispatcher, the chain follower, the reaper and
+//! the expiry of uploads no job names,
 //! each a loop that polls, acts, and sleeps. They run only while this process holds the
 //! background lease (`crate::background::leadership`: one replica at a time), and stop when the
 //! returned handle is dropped or stopped.
@@ -20,7 +21,12 @@ use crate::background::follower::follow_once;
 use crate::background::leadership;
 use crate::background::outbox::Dispatcher;
 use crate::background::reaper::reap_once;
+use crate::domain::content::{EXPIRE_BATCH, expire_uploads};
 use crate::state::AppState;
+
+/// How often unreferenced uploads past `upload_ttl_secs` are looked for: the TTL is hours, so
+/// a minute late is nothing, and the pass is one indexed read.
+const UPLOAD_EXPIRY_POLL: Duration = Duration::from_secs(60);
 
 /// Sleeps for `poll`, or until `signal` (when wakeups are on).
 async fn nap(poll: Duration, signal: Option<&Notify>) {
@@ -120,6 +126,22 @@ fn spawn_loops(state: Arc<AppState>) -> Background {
             }
         }));
     }
+
+    let s = state.clone();
+    handles.push(tokio::spawn(async move {
+        let ttl = chrono::Duration::seconds(
+            i64::try_from(s.config.upload_ttl_secs).unwrap_or(i64::MAX / 1000),
+        );
+        loop {
+            match expire_uploads(&s.db, s.store.as_ref(), ttl, chrono::Utc::now()).await {
+                // A full batch: more are waiting.
+                Ok(n) if n as u64 >= EXPIRE_BATCH => continue,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "upload expiry pass failed"),
+            }
+            tokio::time::sleep(UPLOAD_EXPIRY_POLL).await;
+        }
+    }));
 
     let s = state;
     handles.push(tokio::spawn(async move {

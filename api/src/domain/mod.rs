@@ -6,6 +6,7 @@
 //! loops (`crate::background`) call in, never the other way round.
 
 pub mod capacity;
+pub mod content;
 pub mod error;
 pub mod flow;
 pub mod jobs;

@@ -2,6 +2,7 @@
 
 pub mod chain_cursor;
 pub mod chain_transaction;
+pub mod content_claim;
 pub mod job;
 pub mod job_event;
 pub mod reputation_event;

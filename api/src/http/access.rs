@@ -1,5 +1,5 @@
-//! Who may read what of a job: its requester's share (result, curves), and its feed, where
-//! each reader sees only some events.
+//! Who may read what of a job: its requester's share (result, curves), its content (dataset,
+//! held-out set), and its feed, where each reader sees only some events.
 //!
 //! A job's requester, validators and admins see every event. A worker that has leased one of the
 //! job's tasks sees the job's own events (funding, rounds, merges, payout: what the chain shows
@@ -12,8 +12,10 @@ use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
 use shardwork_core::protocol::JobEvent;
 use uuid::Uuid;
 
+use crate::domain::content::{Readers, readers};
 use crate::entities::{job, job_event};
 use crate::http::auth::Claims;
+use crate::http::auth::tokens::Role;
 use crate::http::problem::ApiError;
 
 /// 403 unless `caller` oversees `job` (its requester, a validator or an admin): what a job
@@ -26,6 +28,32 @@ pub fn require_overseer(caller: &Claims, job: &job::Model, what: &str) -> Result
         "{what} of job {} is for its requester, validators and admins",
         job.id
     )))
+}
+
+/// 403 unless `caller` may read the content `cid` names, under whichever spelling it came:
+/// a job's dataset as posted (its held-out records in the clear) is its requester's,
+/// validators' and admins'; a job's sealed held-out set validators' and admins' only. The
+/// rule is looked up by the content's multihash, so a CIDv0 and every CIDv1 of the same
+/// bytes meet the same answer.
+pub async fn require_content_reader(
+    db: &DatabaseConnection,
+    caller: &Claims,
+    cid: &cid::Cid,
+) -> Result<(), ApiError> {
+    if caller.has(Role::Validator) || caller.has(Role::Admin) {
+        return Ok(());
+    }
+    let address = caller.sub.to_string();
+    match readers(db, cid).await? {
+        Readers::Anyone => Ok(()),
+        Readers::Requesters(owners) if owners.contains(&address) => Ok(()),
+        Readers::Requesters(_) => Err(ApiError::forbidden(format!(
+            "{cid} is a job's dataset; only its requester, validators and admins may read it"
+        ))),
+        Readers::Validators => Err(ApiError::forbidden(format!(
+            "{cid} is a job's sealed held-out set; only validators and admins may read it"
+        ))),
+    }
 }
 
 /// What one reader sees of a job's feed.

@@ -3,6 +3,7 @@
 mod helpers;
 
 mod auth;
+mod content;
 mod flow;
 mod health;
 mod jobs;

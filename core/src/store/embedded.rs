@@ -301,6 +301,14 @@ impl ContentStore for EmbeddedStore {
         self.write_pin(cid).await
     }
 
+    async fn unpin(&self, cid: &Cid) -> Result<(), StoreError> {
+        match tokio::fs::remove_file(self.inner.pins.join(key(cid))).await {
+            Ok(()) => Ok(()),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+
     async fn stat(&self, cid: &Cid) -> Result<ContentStat, StoreError> {
         let (size, blocks) = verify::stat_file(self, cid).await?;
         let pinned = tokio::fs::try_exists(self.inner.pins.join(key(cid))).await?;

@@ -292,6 +292,15 @@ impl ContentStore for KuboStore {
         }
     }
 
+    async fn unpin(&self, cid: &Cid) -> Result<(), StoreError> {
+        match self.inner.fetch.pin_rm(&cid.to_string(), true).await {
+            Ok(_) => Ok(()),
+            // Kubo's own RPC client (client/rpc/pin.go) recognises this case by the same text.
+            Err(KuboError::Api(api)) if api.message.contains("not pinned") => Ok(()),
+            Err(err) => Err(self.backend("pin/rm", err)),
+        }
+    }
+
     async fn stat(&self, cid: &Cid) -> Result<ContentStat, StoreError> {
         let (size, blocks) = verify::stat_file(self, cid).await?;
         let pinned = match self

@@ -97,6 +97,21 @@ pub fn parse_cid(input: &str) -> Result<Cid, StoreError> {
         })
 }
 
+/// What a CID names, whatever its spelling: the lowercase hex of its multihash's bytes.
+///
+/// One content has many CIDs: CIDv0 (`Qm…`) and CIDv1 of the same block, CIDv1 in any multibase,
+/// and the same hash under another codec (`raw` instead of `dag-pb`), which a store keyed by
+/// multihash (Kubo's blockstore) serves as the same block. Any rule over content (who may read
+/// it, who owns it) must compare this key, never the CID text, or a second spelling walks past it.
+pub fn content_key(cid: &Cid) -> String {
+    hex::encode(cid.hash().to_bytes())
+}
+
+/// [`content_key`] of a CID given as text, naming the input when it is malformed.
+pub fn content_key_of(input: &str) -> Result<String, StoreError> {
+    parse_cid(input).map(|cid| content_key(&cid))
+}
+
 /// Content-addressed storage. Implementations must return the same CID for the same bytes.
 #[async_trait]
 pub trait ContentStore: Send + Sync {
@@ -113,6 +128,11 @@ pub trait ContentStore: Send + Sync {
 
     /// Pins `cid` so garbage collection keeps it.
     async fn pin(&self, cid: &Cid) -> Result<(), StoreError>;
+
+    /// Unpins `cid`, so garbage collection may drop it; unpinning what is not pinned is no
+    /// error. A store without garbage collection (the embedded one) keeps the blocks on disk,
+    /// and other content sharing them is unaffected either way.
+    async fn unpin(&self, cid: &Cid) -> Result<(), StoreError>;
 
     /// Size, block count and pin state of `cid`.
     async fn stat(&self, cid: &Cid) -> Result<ContentStat, StoreError>;
@@ -133,5 +153,34 @@ pub trait ContentStore: Send + Sync {
             out.extend_from_slice(&chunk);
         }
         Ok(out.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_of_one_content_has_one_key_and_other_content_another() {
+        let v0 = parse_cid("QmYwAPJzv5CZsnA625s3Xf2nemtYgPpHdWEz79ojWnPbdG").unwrap();
+        let v1 = Cid::new_v1(0x70, *v0.hash());
+        let raw = Cid::new_v1(0x55, *v0.hash());
+        let base58 = v1
+            .to_string_of_base(cid::multibase::Base::Base58Btc)
+            .unwrap();
+        assert_ne!(v0.to_string(), v1.to_string());
+        let key = content_key(&v0);
+        for spelling in [v1.to_string(), raw.to_string(), base58, format!("  {v0} ")] {
+            assert_eq!(content_key_of(&spelling).unwrap(), key, "{spelling}");
+        }
+        // The key is the multihash itself: sha2-256 (0x12), 32 bytes (0x20), then the digest.
+        assert!(key.starts_with("1220") && key.len() == 68, "{key}");
+        let other =
+            content_key_of("bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku").unwrap();
+        assert_ne!(other, key);
+        assert!(matches!(
+            content_key_of("not-a-cid"),
+            Err(StoreError::MalformedCid { .. })
+        ));
     }
 }

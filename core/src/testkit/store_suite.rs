@@ -193,6 +193,14 @@ pub async fn put_content_is_present_pinned_and_sized(h: &StoreHarness) {
     assert_eq!(stat.blocks, 4, "three leaves and a root");
     assert!(stat.pinned);
     h.store.pin(&cid).await.expect("pinning again is fine");
+    h.store.unpin(&cid).await.expect("unpin");
+    assert!(!h.store.stat(&cid).await.expect("stat").pinned, "unpinned");
+    h.store
+        .unpin(&cid)
+        .await
+        .expect("unpinning what is not pinned is fine");
+    h.store.pin(&cid).await.expect("pinned again");
+    assert!(h.store.stat(&cid).await.expect("stat").pinned);
 
     let small = h
         .store

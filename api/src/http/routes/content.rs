@@ -12,13 +12,11 @@ use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 use futures::StreamExt;
-use sea_orm::{ColumnTrait, Condition, EntityTrait, QueryFilter};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::bundle::is_plain_file_name;
 use shardwork_core::store::{StoreError, parse_cid};
 
-use crate::entities::job;
-use crate::http::auth::tokens::Role;
+use crate::domain::content;
 use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, ProblemKind};
 use crate::state::AppState;
@@ -32,7 +30,11 @@ pub struct Uploaded {
     pub size: u64,
 }
 
-/// Stores the request body as one object.
+/// Stores the request body as one object, on the caller's storage quota.
+///
+/// What the caller uploads counts against its quota (`storage_quota_bytes`) until a job
+/// names it (as its dataset, its model bundle or one of the bundle's files); what no job
+/// names within `upload_ttl_secs` is unpinned and stops counting.
 #[utoipa::path(
     post,
     path = "/v1/content",
@@ -44,7 +46,7 @@ pub struct Uploaded {
         (status = 201, description = "Stored under its Kubo-compatible CID", body = Uploaded),
         (status = 400, description = "The body could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The body is empty", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the upload limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the upload limit, or the caller's storage quota (`storage_quota_bytes`: bytes of its uploads no job names yet)", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The content store failed", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]
@@ -53,7 +55,22 @@ pub async fn upload(
     caller: Authenticated<AnyRole>,
     mut payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    let owner = caller.claims.sub.to_string();
+    let quota = state.config.storage_quota_bytes;
+    let held = content::unreferenced_bytes(&state.db, &owner).await?;
+    let over_quota = |size: u64| {
+        ApiError::field(
+            ProblemKind::PayloadTooLarge,
+            "",
+            format!(
+                "{owner} holds {held} bytes of uploads no job names yet; {size} more would \
+                 exceed its storage quota of {quota} bytes (storage_quota_bytes). Name them in \
+                 a job or wait for them to expire"
+            ),
+        )
+    };
     let limit = state.config.upload_limit_bytes;
+    let room = quota.saturating_sub(held);
     let mut body = bytes::BytesMut::new();
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| ApiError::malformed("", format!("body: {e}")))?;
@@ -63,6 +80,10 @@ pub async fn upload(
                 "",
                 format!("exceeds the limit of {limit} bytes"),
             ));
+        }
+        // Refused as soon as the body outgrows the quota's room, not once it is all read.
+        if (body.len() + chunk.len()) as u64 > room {
+            return Err(over_quota((body.len() + chunk.len()) as u64));
         }
         body.extend_from_slice(&chunk);
     }
@@ -78,6 +99,17 @@ pub async fn upload(
         .put(body.freeze())
         .await
         .map_err(|e| ApiError::internal("content store", e))?;
+    let now = chrono::Utc::now();
+    let fresh = content::record_upload(&state.db, &owner, &cid, size, now).await?;
+    // Concurrent uploads each passed the check above against the same `held`: the sum is
+    // read again with this one counted, and the one that tips it over is withdrawn.
+    if fresh {
+        let total = content::unreferenced_bytes(&state.db, &owner).await?;
+        if total > quota {
+            content::withdraw_upload(&state.db, state.store.as_ref(), &owner, &cid).await?;
+            return Err(over_quota(size));
+        }
+    }
     tracing::info!(%cid, size, uploader = %caller.claims.sub, "content uploaded");
     Ok(HttpResponse::Created().json(Uploaded {
         cid: cid.to_string(),
@@ -123,27 +155,7 @@ pub async fn download(
     let text = cid.into_inner();
     let cid = parse_cid(&text).map_err(|e| ApiError::invalid("cid", e.to_string()))?;
     let canonical = cid.to_string();
-    let privileged = caller.claims.has(Role::Validator) || caller.claims.has(Role::Admin);
-    if !privileged {
-        let guarded = job::Entity::find()
-            .filter(
-                Condition::any()
-                    .add(job::Column::DatasetCid.eq(canonical.clone()))
-                    .add(job::Column::HeldoutCid.eq(canonical.clone())),
-            )
-            .all(&state.db)
-            .await?;
-        let caller_address = caller.claims.sub.to_string();
-        for j in guarded {
-            let owner = j.requester.to_ascii_lowercase() == caller_address;
-            if j.heldout_cid.as_deref() == Some(canonical.as_str()) || !owner {
-                return Err(ApiError::forbidden(format!(
-                    "{canonical} is a job's dataset or held-out set; only its requester and \
-                     validators may read it"
-                )));
-            }
-        }
-    }
+    crate::http::access::require_content_reader(&state.db, &caller.claims, &cid).await?;
     if let Some(name) = &query.filename
         && !is_plain_file_name(name)
     {

@@ -14,15 +14,18 @@ use chrono::Utc;
 use futures::StreamExt;
 use sea_orm::{ActiveValue::Set, EntityTrait, TransactionTrait};
 use serde::Deserialize;
+use shardwork_core::protocol::bundle::Bundle;
 use shardwork_core::protocol::validation::decode_json;
 use shardwork_core::protocol::{
     ContentId, HeldOutRef, JobEvent, JobSpec, PROTOCOL_VERSION, ShardManifest, ShardRef, events,
 };
-use shardwork_core::store::{StoreError, parse_cid, seal};
+use shardwork_core::store::{ContentStore, StoreError, parse_cid, seal};
 use uuid::Uuid;
 
 use super::view::JobView;
 use crate::domain::capacity;
+use crate::domain::content;
+use crate::domain::error::DomainError;
 use crate::domain::jobs::find_job;
 use crate::domain::lifecycle::{JobStatus, record_event};
 use crate::domain::models;
@@ -136,6 +139,21 @@ async fn from_json(payload: web::Payload, state: &AppState) -> Result<(Bytes, Da
     Ok((Bytes::from(spec), Dataset::Stored(cid)))
 }
 
+/// The content a job names besides its dataset: the model bundle and each of its files. An
+/// upload among them is in use from now on (it no longer expires or counts against its
+/// uploader's quota).
+async fn named_content(store: &dyn ContentStore, spec: &JobSpec) -> Vec<cid::Cid> {
+    let bundle_cid = spec.base_model.cid.0;
+    let mut named = vec![bundle_cid];
+    // The bundle was read and checked by `models::inspect` a moment ago.
+    if let Ok(doc) = store.get_bytes(&bundle_cid, 1 << 20).await
+        && let Ok(bundle) = Bundle::decode(&doc)
+    {
+        named.extend(bundle.files.values().map(|c| c.0));
+    }
+    named
+}
+
 fn store_error(err: StoreError) -> ApiError {
     ApiError::internal("content store", err)
 }
@@ -161,6 +179,7 @@ fn store_error(err: StoreError) -> ApiError {
         (status = 201, description = "Posted; awaiting funding", body = JobView,
             headers(("Location" = String, description = "The job's URL, `/v1/jobs/{id}`"))),
         (status = 400, description = "Neither multipart nor JSON, a part is missing, unknown or repeated, or the spec does not decode", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "`dataset_cid` names another requester's job dataset, a job's held-out set, or an upload of another account that the caller has not uploaded too", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 413, description = "The spec or the dataset exceeds its limit", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The spec, the dataset or its split breaks a rule, or the stake's token is not one the escrow accepts; every field or line at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The content store or the database failed", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -199,6 +218,15 @@ pub async fn create(
     let (data, dataset_cid) = match dataset {
         Dataset::Uploaded(bytes) => (bytes, None),
         Dataset::Stored(cid) => {
+            // Someone else's private dataset is refused before a byte of it is read.
+            content::check_dataset_claim(&state.db, &caller.claims.sub.to_string(), &cid)
+                .await
+                .map_err(|e| match e {
+                    DomainError::Forbidden(message) => {
+                        ApiError::field(ProblemKind::Forbidden, "dataset_cid", message)
+                    }
+                    other => other.into(),
+                })?;
             let limit = state.config.upload_limit_bytes as u64;
             let bytes = state
                 .store
@@ -301,6 +329,7 @@ pub async fn create(
     // 3. The record: job, shards and its first event, all or nothing.
     let spec_value =
         serde_json::to_value(&spec).map_err(|e| ApiError::internal("encoding the spec", e))?;
+    let named = named_content(state.store.as_ref(), &spec).await;
     let txn = state.db.begin().await?;
     job::Entity::insert(job::ActiveModel {
         id: Set(job_id),
@@ -356,6 +385,16 @@ pub async fn create(
             shard_records: manifest.shards.iter().map(|s| s.records).collect(),
         }),
         false,
+        now,
+    )
+    .await?;
+    content::claim_job_content(
+        &txn,
+        job_id,
+        &caller.claims.sub.to_string(),
+        &dataset_cid,
+        &sealed_cid,
+        &named,
         now,
     )
     .await?;
