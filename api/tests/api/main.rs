@@ -3,10 +3,12 @@
 mod helpers;
 
 mod auth;
+mod chain_follow;
 mod flow;
 mod health;
 mod jobs;
 mod leadership;
+mod limits;
 mod models;
 mod openapi;
 mod progress;
