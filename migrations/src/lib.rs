@@ -14,6 +14,7 @@ mod m20261205_000004_task_progress;
 mod m20261205_000005_job_memory;
 mod m20261206_000006_task_releases;
 mod m20261207_000007_rate_windows;
+mod m20261208_000008_chain_cursor_hash;
 
 /// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000005_job_memory::Migration),
             Box::new(m20261206_000006_task_releases::Migration),
             Box::new(m20261207_000007_rate_windows::Migration),
+            Box::new(m20261208_000008_chain_cursor_hash::Migration),
         ]
     }
 }
