@@ -52,12 +52,33 @@ pub struct ChainConfig {
     /// Let requesters have the server fund their escrow from a development account
     /// (`POST /v1/jobs/{id}/dev-fund`). Refused on any chain but a development one.
     pub dev_funding: bool,
-    /// Blocks an event must be under before it is believed (0 on dev chains, which never reorg).
-    pub confirmations: u64,
+    /// Blocks an event must be under before the API acts on it, so that a reorg shallower than
+    /// this cannot take back a funding the API already opened a job for. Unset: 0 on the
+    /// embedded chain and on a development chain (31337: anvil mines a block per transaction,
+    /// so a depth would wait for transactions nobody sends), [`RPC_CONFIRMATIONS`] on any other.
+    pub confirmations: Option<u64>,
     pub poll_interval_ms: u64,
     /// The chain's gas cap per transaction (EIP-7825 under Osaka: 2^24). Payouts are split
     /// into batches that fit it, and no transaction is sent with a higher gas limit.
     pub tx_gas_cap: u64,
+}
+
+/// The confirmation depth on a chain other than a development one when `chain.confirmations`
+/// is unset: about 2.5 minutes of Ethereum mainnet's 12 s blocks, past the one- and two-block
+/// reorgs the beacon chain still sees, and well short of a job's deadline.
+pub const RPC_CONFIRMATIONS: u64 = 12;
+
+impl ChainConfig {
+    /// The depth the chain follower waits for: the configured one, else the default of a chain
+    /// of this kind and id.
+    pub fn confirmations_for(&self, chain_id: u64) -> u64 {
+        self.confirmations.unwrap_or(match self.kind {
+            ChainKind::Embedded => 0,
+            // The development chain id (`infra`'s DEV_CHAIN_ID): anvil's.
+            ChainKind::Rpc if chain_id == 31337 => 0,
+            ChainKind::Rpc => RPC_CONFIRMATIONS,
+        })
+    }
 }
 
 impl Default for ChainConfig {
@@ -68,7 +89,7 @@ impl Default for ChainConfig {
             escrow_address: String::new(),
             operator_key: Secret::default(),
             dev_funding: true,
-            confirmations: 0,
+            confirmations: None,
             poll_interval_ms: 500,
             tx_gas_cap: PayoutLimits::default().tx_gas_cap,
         }
@@ -235,6 +256,38 @@ mod tests {
             shown.contains("postgres://app:***@db:5432/shardwork"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn rpc_chains_wait_for_confirmations_unless_development_or_configured() {
+        let rpc = ChainConfig {
+            kind: ChainKind::Rpc,
+            ..ChainConfig::default()
+        };
+        assert_eq!(rpc.confirmations_for(1), RPC_CONFIRMATIONS);
+        assert_eq!(rpc.confirmations_for(11_155_111), RPC_CONFIRMATIONS);
+        assert_eq!(rpc.confirmations_for(31337), 0, "anvil mines on demand");
+        assert_eq!(
+            ChainConfig::default().confirmations_for(31337),
+            0,
+            "embedded"
+        );
+        let configured = ChainConfig {
+            confirmations: Some(3),
+            ..rpc
+        };
+        assert_eq!(configured.confirmations_for(1), 3);
+        assert_eq!(configured.confirmations_for(31337), 3);
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("SHARDWORK_CHAIN__CONFIRMATIONS", "0");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(
+                config.chain.confirmations,
+                Some(0),
+                "0 is a choice, not unset"
+            );
+            Ok(())
+        });
     }
 
     #[test]

@@ -200,7 +200,7 @@ pub async fn open_chain(config: &Config) -> anyhow::Result<Chain> {
         operator,
         dev_funder,
         poll_interval: Duration::from_millis(chain_config.poll_interval_ms.max(50)),
-        confirmations: chain_config.confirmations,
+        confirmations: chain_config.confirmations_for(chain_id),
         start_block,
         payout_limits: PayoutLimits {
             tx_gas_cap: chain_config.tx_gas_cap,

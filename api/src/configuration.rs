@@ -83,8 +83,25 @@ pub struct ApiConfig {
     /// stops counting against its owner's quota).
     pub upload_ttl_secs: u64,
     /// Requests per minute per caller (token subject, or client IP when unauthenticated),
-    /// counted across every replica on the database; 0 turns rate limiting off.
+    /// counted across every replica on the database; 0 turns rate limiting off, this limit and
+    /// the two per-address ones below.
     pub rate_limit_per_minute: u32,
+    /// Requests per minute from one client address, whichever identities they are signed in
+    /// as: a new identity costs two sign-in requests, so without this a caller holding many
+    /// would have `rate_limit_per_minute` for each. Counted like the per-caller limit; 0 turns
+    /// only this one off. Behind a proxy, list it in `trusted_proxies` or every client shares
+    /// the proxy's address and so this budget.
+    pub rate_limit_per_ip_per_minute: u32,
+    /// Sign-in requests (`/v1/auth/nonce`, `/v1/auth/verify`) per minute from one client
+    /// address: two make an identity, so this bounds how fast one address mints them. 0 turns
+    /// only this one off.
+    pub sign_in_per_ip_per_minute: u32,
+    /// Open event streams (`/v1/jobs/{id}/events/stream`) one signed-in caller may hold on one
+    /// replica; the next is refused with 429 until one closes. 0: no cap.
+    pub max_event_streams_per_caller: u32,
+    /// Open event streams from one client address, whichever identities hold them, on one
+    /// replica. 0: no cap.
+    pub max_event_streams_per_ip: u32,
     /// Load balancers or reverse proxies in front of the API, as addresses or networks
     /// (`"10.0.0.2"`, `"172.16.0.0/12"`): a request from one of these is keyed by the client
     /// address it wrote into `X-Forwarded-For` (the nearest entry not itself a trusted proxy).
@@ -131,6 +148,13 @@ impl Default for ApiConfig {
             storage_quota_bytes: 1 << 30,
             upload_ttl_secs: 24 * 3600,
             rate_limit_per_minute: 600,
+            // Five callers' worth: room for a household or a small office behind one address
+            // (or `shardwork up`'s validator and workers on loopback), and a hard ceiling for
+            // one client minting identities.
+            rate_limit_per_ip_per_minute: 3_000,
+            sign_in_per_ip_per_minute: 60,
+            max_event_streams_per_caller: 8,
+            max_event_streams_per_ip: 32,
             trusted_proxies: Vec::new(),
             admin_addresses: Vec::new(),
             validator_addresses: Vec::new(),

@@ -15,7 +15,8 @@ use crate::configuration::{ApiConfig, ConfigError};
 use crate::domain::jobs::{JobReads, job_reads};
 use crate::http::auth::tokens::TokenIssuer;
 use crate::http::metrics::Metrics;
-use crate::http::rate_limit::RateLimiter;
+use crate::http::rate_limit::RequestLimits;
+use crate::http::stream_slots::StreamSlots;
 use crate::stake_tokens::StakeTokens;
 
 /// The infrastructure the API runs on, built by the caller (the CLI, or a test).
@@ -47,8 +48,12 @@ pub struct AppState {
     pub tokens: Arc<TokenIssuer>,
     /// The Prometheus counters and histograms served at `/metrics`.
     pub metrics: Metrics,
-    /// Per-caller request budgets (`rate_limit_per_minute`), shared by the replicas on `db`.
-    pub limiter: RateLimiter,
+    /// Request budgets per caller, per client address and per client address's sign-ins,
+    /// shared by the replicas on `db`.
+    pub limits: RequestLimits,
+    /// The event streams open on this replica, per caller and per client address, and their
+    /// caps.
+    pub streams: StreamSlots,
     /// `GET /v1/jobs/{id}`'s reads, coalesced into shared round trips.
     pub job_reads: JobReads,
     /// Signals that wake the background loops when there is work for them.
@@ -69,7 +74,11 @@ impl AppState {
             config.refresh_token_ttl_secs,
         ));
         Ok(Arc::new(AppState {
-            limiter: RateLimiter::new(config.rate_limit_per_minute, ports.db.clone()),
+            limits: RequestLimits::new(&config, ports.db.clone()),
+            streams: StreamSlots::new(
+                config.max_event_streams_per_caller,
+                config.max_event_streams_per_ip,
+            ),
             job_reads: job_reads(ports.db.clone()),
             wakeups: Wakeups::default(),
             background_role: Role::default(),

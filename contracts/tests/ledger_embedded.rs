@@ -48,6 +48,11 @@ async fn large_payout_is_batched_under_the_gas_cap() {
 }
 
 #[tokio::test]
+async fn block_hashes_name_the_mined_blocks() {
+    suite::block_hashes_name_the_mined_blocks(&ledger()).await;
+}
+
+#[tokio::test]
 async fn events_from_a_block_on_are_typed_and_ordered() {
     suite::events_from_a_block_on_are_typed_and_ordered(Arc::new(ledger())).await;
 }

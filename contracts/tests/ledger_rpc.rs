@@ -92,6 +92,44 @@ async fn cancel_and_refund_return_the_stake_to_the_requester() {
 }
 
 #[tokio::test]
+async fn block_hashes_name_the_mined_blocks() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    suite::block_hashes_name_the_mined_blocks(&*ledger).await;
+}
+
+/// After a reorg the height has another block, and `block_hash` says so: what a follower
+/// compares to notice that what it read is gone.
+#[tokio::test]
+async fn block_hash_changes_when_the_block_is_reorganised_away() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    let escrow = deploy(&ledger).await;
+    let snapshot = anvil_rpc(&ledger, "evm_snapshot", Value::Array(vec![])).await;
+    ledger
+        .create_job(escrow, ledger.accounts()[3], &eth_job(&ledger).await)
+        .await
+        .unwrap();
+    let height = ledger.block_number().await.unwrap();
+    let before = ledger.block_hash(height).await.unwrap().expect("mined");
+    anvil_rpc(&ledger, "evm_revert", Value::Array(vec![snapshot])).await;
+    assert_eq!(
+        ledger.block_hash(height).await.unwrap(),
+        None,
+        "not mined yet"
+    );
+    anvil_rpc(&ledger, "evm_mine", Value::Array(vec![])).await;
+    let after = ledger
+        .block_hash(height)
+        .await
+        .unwrap()
+        .expect("mined again");
+    assert_ne!(before, after);
+}
+
+#[tokio::test]
 async fn events_from_a_block_on_are_typed_and_ordered() {
     let Some((_anvil, ledger)) = start(|c| c).await else {
         return;

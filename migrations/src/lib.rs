@@ -16,6 +16,7 @@ mod m20261206_000006_task_releases;
 mod m20261207_000007_rate_windows;
 mod m20261208_000008_content_claims;
 mod m20261208_000009_lease_bounds;
+mod m20261208_000008_chain_cursor_hash;
 
 /// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;
@@ -34,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000007_rate_windows::Migration),
             Box::new(m20261208_000008_content_claims::Migration),
             Box::new(m20261208_000009_lease_bounds::Migration),
+            Box::new(m20261208_000008_chain_cursor_hash::Migration),
         ]
     }
 }

@@ -331,6 +331,24 @@ async fn check_constraints(db: &DatabaseConnection) {
         .expect("count children")
         .expect("a row");
     assert_eq!(left.try_get::<i64>("", "n").expect("n"), 0);
+
+    // A cursor keeps the hash of the last block it read; older cursors have none.
+    let hash = format!("0x{}", "ab".repeat(32));
+    exec(
+        db,
+        &format!(
+            "INSERT INTO chain_cursors (name, next_block, last_block_hash) \
+             VALUES ('escrow:1:0x01', 8, '{hash}')"
+        ),
+    )
+    .await
+    .expect("a cursor with its block hash");
+    exec(
+        db,
+        "INSERT INTO chain_cursors (name, next_block) VALUES ('escrow:1:0x02', 8)",
+    )
+    .await
+    .expect("a cursor without one");
 }
 
 #[tokio::test]

@@ -64,9 +64,11 @@ pub async fn run(mut config: Config, bench: &ApiBenchConfig) -> anyhow::Result<A
     config.data_dir = data.path().to_owned();
     config.database_url = bench.database_url.clone();
     config.api.bind = "127.0.0.1:0".parse()?;
-    // The limiter still runs on every request; the limit is only raised so the benchmark's one
-    // address measures the handler rather than 429s.
+    // The limiter still runs on every request; the limits (the caller's, and its address's
+    // over all callers) are only raised so the benchmark's one address measures the handler
+    // rather than 429s.
     config.api.rate_limit_per_minute = u32::MAX;
+    config.api.rate_limit_per_ip_per_minute = u32::MAX;
     let deployment =
         crate::up::start(config, 0, (0, shardwork_node::worker::Behaviour::Honest)).await?;
     let outcome = measure(&deployment, bench).await;

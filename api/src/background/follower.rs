@@ -5,6 +5,14 @@
 //! Each batch of blocks is applied in one transaction together with the cursor that says where
 //! the next batch starts, so a crash re-reads exactly the blocks whose effects were not committed:
 //! every event takes effect once.
+//!
+//! Only blocks `chain.confirmations` deep are read, and the cursor keeps the hash of the last
+//! block read: a chain that has another block at that height now was reorganised deeper than
+//! the depth, and the follower stops with [`BackgroundError::Reorganised`] rather than rewind.
+//! Re-reading is not safe here: the handlers are not idempotent (a payout read twice is
+//! credited twice; an ending read twice is a conflicting transition), and what the orphaned
+//! events did (a job opened under an escrow id that now names another requester's job) has to
+//! be undone by someone who can see both histories. See docs/decisions/0039-limits-per-address.md.
 
 use alloy::primitives::U256;
 use chrono::{DateTime, TimeZone, Utc};
@@ -34,13 +42,26 @@ pub async fn follow_once(
     max_attempts: i32,
 ) -> Result<usize, BackgroundError> {
     let name = cursor_name(chain);
-    let next = match chain_cursor::Entity::find_by_id(name.clone())
+    let (next, seen) = match chain_cursor::Entity::find_by_id(name.clone())
         .one(db)
         .await?
     {
-        Some(cursor) => cursor.next_block as u64,
-        None => chain.start_block,
+        Some(cursor) => (cursor.next_block as u64, cursor.last_block_hash),
+        None => (chain.start_block, None),
     };
+    // The confirmation depth keeps reorgs shallower than it from ever reaching what was read;
+    // one deeper would have the API keep jobs opened and payouts credited by events that are
+    // gone, and read on from the middle of another history: stop instead.
+    if let (Some(seen), Some(last)) = (seen, next.checked_sub(1)) {
+        let now = block_hash_text(chain, last).await?;
+        if now.as_deref() != Some(seen.as_str()) {
+            return Err(BackgroundError::Reorganised {
+                block: last,
+                seen,
+                now: now.unwrap_or_else(|| "not on the chain".into()),
+            });
+        }
+    }
     let latest = chain
         .ledger
         .block_number()
@@ -50,7 +71,13 @@ pub async fn follow_once(
         return Ok(0);
     }
     let to = latest.min(next + MAX_LOG_RANGE - 1);
+    // The hash of the batch's last block, before and after its logs are read: if it changed in
+    // between, the logs may be of either history, so they are read again on the next pass.
+    let to_hash = block_hash_text(chain, to).await?;
     let events = chain.ledger.events(chain.escrow, next, Some(to)).await?;
+    if to_hash.is_none() || block_hash_text(chain, to).await? != to_hash {
+        return Ok(0);
+    }
     let now = Utc::now();
     let txn = db.begin().await?;
     for event in &events {
@@ -59,12 +86,14 @@ pub async fn follow_once(
     chain_cursor::Entity::insert(chain_cursor::ActiveModel {
         name: Set(name),
         next_block: Set((to + 1) as i64),
+        last_block_hash: Set(to_hash),
         updated_at: Set(now),
     })
     .on_conflict(
         OnConflict::column(chain_cursor::Column::Name)
             .update_columns([
                 chain_cursor::Column::NextBlock,
+                chain_cursor::Column::LastBlockHash,
                 chain_cursor::Column::UpdatedAt,
             ])
             .to_owned(),
@@ -73,6 +102,15 @@ pub async fn follow_once(
     .await?;
     txn.commit().await?;
     Ok(events.len())
+}
+
+/// Block `number`'s hash as the chain has it now, as stored (`0x…`); `None` without the block.
+async fn block_hash_text(chain: &Chain, number: u64) -> Result<Option<String>, BackgroundError> {
+    Ok(chain
+        .ledger
+        .block_hash(number)
+        .await?
+        .map(|hash| format!("{hash:#x}")))
 }
 
 async fn job_by_escrow_id<C: ConnectionTrait>(

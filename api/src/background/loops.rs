@@ -17,6 +17,7 @@ use shardwork_core::queue::{QueueError, QueueOptions};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::background::error::BackgroundError;
 use crate::background::follower::follow_once;
 use crate::background::leadership;
 use crate::background::outbox::Dispatcher;
@@ -119,6 +120,9 @@ fn spawn_loops(state: Arc<AppState>) -> Background {
                     // looking costs one indexed read.
                     Ok(n) if n > 0 => s.wakeups.outbox.notify_one(),
                     Ok(_) => {}
+                    Err(e @ BackgroundError::Reorganised { .. }) => {
+                        tracing::error!(error = %e, "chain follower stopped")
+                    }
                     Err(e) => tracing::warn!(error = %e, "chain follower pass failed"),
                 }
                 let wake = s.config.background_wakeups.then_some(&*s.wakeups.follower);

@@ -11,6 +11,9 @@ pub struct Model {
     pub name: String,
     /// The first block the follower has not read yet.
     pub next_block: i64,
+    /// The hash of block `next_block - 1` when the follower read it (`0x…`): if the chain now
+    /// has another block at that height, what the follower acted on was reorganised away.
+    pub last_block_hash: Option<String>,
     /// When the follower last moved the cursor.
     pub updated_at: DateTimeUtc,
 }

@@ -12,4 +12,5 @@ pub mod openapi;
 pub mod problem;
 pub mod rate_limit;
 pub mod routes;
+pub mod stream_slots;
 pub mod telemetry;

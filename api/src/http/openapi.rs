@@ -294,7 +294,7 @@ fn shared_responses() -> [(&'static str, utoipa::openapi::Response); 3] {
         ),
         (
             "RateLimited",
-            problem("The caller made more requests this minute than the configured limit")
+            problem("The caller, or its client address over every identity signed in from it, made more requests this minute than the configured limit (or, on an event stream, holds as many open streams as it may)")
                 .header(
                     "Retry-After",
                     HeaderBuilder::new()

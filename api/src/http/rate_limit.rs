@@ -11,6 +11,10 @@
 //! requests are spread; the price is that a block one replica holds unspent is not available
 //! to the others, so a caller spread over R replicas may be refused up to (R - 1) x (block - 1)
 //! requests early. Why this shape: docs/decisions/0035-rate-limit-shared-by-replicas.md.
+//!
+//! Beside the caller's budget, [`RequestLimits`] counts each client address's requests over
+//! every identity signed in from it, and its sign-ins: identities are free to mint, addresses
+//! are not (docs/decisions/0039-limits-per-address.md).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -20,6 +24,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, Value};
+
+use crate::configuration::ApiConfig;
 
 /// Fixed one-minute windows per caller, claimed from the database in blocks.
 pub struct RateLimiter {
@@ -224,6 +230,104 @@ fn bind_param(backend: DbBackend, n: usize) -> String {
     }
 }
 
+/// A request refused by one of [`RequestLimits`]: when to retry, and which limit it passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Seconds until the minute whose budget was spent is over.
+    pub retry_after: i64,
+    /// The limit passed, for the problem's detail.
+    pub detail: String,
+}
+
+/// Every request budget a request is counted against, each shared by the replicas on the
+/// database: its caller's (the signed-in address, or the client address when anonymous), its
+/// client address's over every identity signed in from it, and, on the sign-in routes, the
+/// client address's sign-ins. The per-address budgets are what many identities from one
+/// address cannot multiply: minting an identity takes two sign-in requests, so a per-caller
+/// limit alone admits as much as the client cares to sign in for.
+pub struct RequestLimits {
+    per_caller: RateLimiter,
+    per_ip: RateLimiter,
+    sign_in: RateLimiter,
+}
+
+impl RequestLimits {
+    /// The limits of the configuration (`rate_limit_per_minute` 0 turns all three off), counted
+    /// in `db`'s `rate_windows`.
+    pub fn new(config: &ApiConfig, db: DatabaseConnection) -> Self {
+        let on = |limit: u32| {
+            if config.rate_limit_per_minute == 0 {
+                0
+            } else {
+                limit
+            }
+        };
+        RequestLimits {
+            per_caller: RateLimiter::new(config.rate_limit_per_minute, db.clone()),
+            per_ip: RateLimiter::new(on(config.rate_limit_per_ip_per_minute), db.clone()),
+            sign_in: RateLimiter::new(on(config.sign_in_per_ip_per_minute), db),
+        }
+    }
+
+    /// Counts one request at unix time `now_secs` by the signed-in `caller` (`None` when
+    /// anonymous) from `ip` (`None` when unknown), a `sign_in` (see [`sign_in_path`]) or not,
+    /// against each budget in turn: the sign-in one (sign-ins only), the address's, the
+    /// caller's. A refused request is not counted against the budgets after the one that
+    /// refused it.
+    pub async fn admit(
+        &self,
+        caller: Option<&str>,
+        ip: Option<IpAddr>,
+        sign_in: bool,
+        now_secs: i64,
+    ) -> Result<(), Refusal> {
+        let ip = ip.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+        if sign_in {
+            self.sign_in
+                .admit(&format!("sign-in:{ip}"), now_secs)
+                .await
+                .map_err(|retry_after| Refusal {
+                    retry_after,
+                    detail: format!(
+                        "more than {} sign-in requests this minute from this address",
+                        self.sign_in.per_minute
+                    ),
+                })?;
+        }
+        self.per_ip
+            .admit(&format!("from:{ip}"), now_secs)
+            .await
+            .map_err(|retry_after| Refusal {
+                retry_after,
+                detail: format!(
+                    "more than {} requests this minute from this address, over every identity \
+                     signed in from it",
+                    self.per_ip.per_minute
+                ),
+            })?;
+        let key = match caller {
+            Some(address) => format!("addr:{address}"),
+            None => format!("ip:{ip}"),
+        };
+        self.per_caller
+            .admit(&key, now_secs)
+            .await
+            .map_err(|retry_after| Refusal {
+                retry_after,
+                detail: format!(
+                    "more than {} requests this minute",
+                    self.per_caller.per_minute
+                ),
+            })
+    }
+}
+
+/// The routes that mint an identity's tokens from a signature, limited per client address so
+/// that one client cannot sign in as many identities as it likes.
+pub fn sign_in_path(path: &str) -> bool {
+    matches!(path, "/v1/auth/nonce" | "/v1/auth/verify")
+}
+
 /// The address a request comes from: the peer's, unless the peer is one of the operator's
 /// `trusted_proxies` (a load balancer), in which case the nearest address in
 /// `X-Forwarded-For` that is not a trusted proxy. Entries left of that one are the client's
@@ -251,6 +355,23 @@ pub fn client_ip(
         }
     }
     Some(nearest)
+}
+
+/// The client address of `req`, as [`client_ip`] reads it from the peer and its
+/// `X-Forwarded-For`.
+pub fn request_client_ip(
+    req: &actix_web::HttpRequest,
+    trusted_proxies: &[IpNet],
+) -> Option<IpAddr> {
+    let forwarded_for = req
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok());
+    client_ip(
+        req.peer_addr().map(|a| a.ip()),
+        forwarded_for,
+        trusted_proxies,
+    )
 }
 
 /// Probes and scrapes are never rate limited: a limited probe would restart a healthy server.

@@ -1,5 +1,6 @@
 //! Per-request observability and admission: one tracing span per request (with a request id
-//! echoed in `x-request-id`), Prometheus counters, and the per-caller rate limit.
+//! echoed in `x-request-id`), Prometheus counters, and the rate limits (per caller, per client
+//! address, per client address's sign-ins).
 //!
 //! The caller's bearer token is verified here once, both to key the rate limit on the signed-in
 //! address (not on a header an attacker can vary) and so the `Authenticated` extractor reuses
@@ -16,7 +17,7 @@ use tracing::Instrument;
 
 use crate::http::auth::extractor::{BearerCheck, check_bearer};
 use crate::http::problem::{ApiError, ProblemKind};
-use crate::http::rate_limit::{client_ip, exempt};
+use crate::http::rate_limit::{Refusal, exempt, request_client_ip, sign_in_path};
 use crate::state::AppState;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -45,31 +46,23 @@ pub async fn observe(
     let mut response = match &state {
         Some(state) if !exempt(req.path()) => {
             let check = check_bearer(req.request(), &state.tokens);
-            let key = match &check.0 {
+            let caller = match &check.0 {
                 Some(Ok(claims)) => {
                     span.record("caller", tracing::field::display(&claims.sub));
-                    format!("addr:{}", claims.sub)
+                    Some(claims.sub.to_string())
                 }
-                _ => {
-                    let forwarded_for = req
-                        .headers()
-                        .get("x-forwarded-for")
-                        .and_then(|v| v.to_str().ok());
-                    let ip = client_ip(
-                        req.peer_addr().map(|a| a.ip()),
-                        forwarded_for,
-                        &state.config.trusted_proxies,
-                    );
-                    format!(
-                        "ip:{}",
-                        ip.map_or_else(|| "unknown".into(), |ip| ip.to_string())
-                    )
-                }
+                _ => None,
             };
+            let ip = request_client_ip(req.request(), &state.config.trusted_proxies);
             req.extensions_mut().insert::<BearerCheck>(check);
             match state
-                .limiter
-                .admit(&key, chrono::Utc::now().timestamp())
+                .limits
+                .admit(
+                    caller.as_deref(),
+                    ip,
+                    sign_in_path(req.path()),
+                    chrono::Utc::now().timestamp(),
+                )
                 .await
             {
                 Ok(()) => next
@@ -77,13 +70,13 @@ pub async fn observe(
                     .instrument(span.clone())
                     .await?
                     .map_into_left_body(),
-                Err(retry_after) => {
+                Err(Refusal {
+                    retry_after,
+                    detail,
+                }) => {
                     let err = ApiError::new(
                         ProblemKind::RateLimited,
-                        format!(
-                            "more than {} requests this minute; retry in {retry_after} s",
-                            state.config.rate_limit_per_minute
-                        ),
+                        format!("{detail}; retry in {retry_after} s"),
                     );
                     let mut response = err.error_response();
                     response.headers_mut().insert(

@@ -4,10 +4,12 @@ mod helpers;
 
 mod auth;
 mod content;
+mod chain_follow;
 mod flow;
 mod health;
 mod jobs;
 mod leadership;
+mod limits;
 mod models;
 mod openapi;
 mod progress;

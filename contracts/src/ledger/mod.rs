@@ -13,7 +13,7 @@ pub mod rpc;
 pub mod stream;
 mod types;
 
-use alloy::primitives::{Address, Bytes, U256};
+use alloy::primitives::{Address, B256, Bytes, U256};
 use alloy::sol_types::{SolCall, SolConstructor, SolEventInterface};
 use async_trait::async_trait;
 
@@ -38,6 +38,10 @@ pub trait Ledger: Send + Sync {
 
     /// Timestamp of the latest mined block, Unix seconds.
     async fn block_timestamp(&self) -> Result<u64>;
+
+    /// The hash of block `number` on the chain as the node sees it now; `None` when it has no
+    /// such block (yet). A follower compares it with the hash it saw to notice a reorg.
+    async fn block_hash(&self, number: u64) -> Result<Option<B256>>;
 
     /// Signs `tx` as `tx.from`, sends it and waits for it to be mined. A revert is
     /// [`LedgerError::Reverted`] with the decoded reason.

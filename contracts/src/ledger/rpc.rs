@@ -307,6 +307,15 @@ impl Ledger for RpcLedger {
         Ok(block.header.timestamp)
     }
 
+    async fn block_hash(&self, number: u64) -> Result<Option<B256>> {
+        let block = self
+            .provider
+            .get_block_by_number(BlockNumberOrTag::Number(number))
+            .await
+            .map_err(|e| rpc("eth_getBlockByNumber", e))?;
+        Ok(block.map(|b| b.header.hash))
+    }
+
     async fn send_transaction(&self, tx: TxRequest) -> Result<Receipt> {
         if !self.accounts.contains(&tx.from) {
             return Err(LedgerError::UnknownSigner(tx.from));

@@ -698,6 +698,12 @@ impl Ledger for CrashingAfter<'_> {
     async fn block_timestamp(&self) -> crate::ledger::Result<u64> {
         self.inner.block_timestamp().await
     }
+    async fn block_hash(
+        &self,
+        number: u64,
+    ) -> crate::ledger::Result<Option<alloy::primitives::B256>> {
+        self.inner.block_hash(number).await
+    }
     async fn send_transaction(
         &self,
         tx: crate::ledger::TxRequest,
@@ -896,6 +902,23 @@ pub async fn large_payout_is_batched_under_the_gas_cap(ledger: &dyn Ledger, n: u
         limits.tx_gas_cap
     );
     gas
+}
+
+/// `block_hash` names every mined block, the same each time it is asked and differently for
+/// each height, and nothing beyond the latest.
+pub async fn block_hashes_name_the_mined_blocks(ledger: &dyn Ledger) {
+    let p = Parties::of(ledger);
+    deploy(ledger, &p).await;
+    let latest = ledger.block_number().await.unwrap();
+    assert!(latest >= 1);
+    let mut seen = std::collections::HashSet::new();
+    for number in 0..=latest {
+        let hash = ledger.block_hash(number).await.unwrap();
+        let hash = hash.unwrap_or_else(|| panic!("no hash for mined block {number}"));
+        assert_eq!(ledger.block_hash(number).await.unwrap(), Some(hash));
+        assert!(seen.insert(hash), "block {number} shares its hash");
+    }
+    assert_eq!(ledger.block_hash(latest + 1).await.unwrap(), None);
 }
 
 /// `events` lists typed events from a block on, in order; the stream delivers the same,

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-use actix_web::{HttpRequest, HttpResponse, web};
-use futures::stream;
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use futures::{StreamExt, stream};
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::{Deserialize, Serialize};
 pub use shardwork_core::protocol::EventView;
@@ -14,7 +15,8 @@ use crate::domain::jobs::find_job;
 use crate::entities::job_event;
 use crate::http::access::Audience;
 use crate::http::auth::{AnyRole, Authenticated};
-use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
+use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody, ProblemKind};
+use crate::http::rate_limit::request_client_ip;
 use crate::state::AppState;
 
 /// Events per page when `limit` is not given.
@@ -23,6 +25,8 @@ pub const DEFAULT_PAGE: u64 = 50;
 pub const MAX_PAGE: u64 = 500;
 /// How often an open stream looks for new events.
 const POLL: Duration = Duration::from_millis(250);
+/// The `Retry-After` of a stream refused for the caller's open streams.
+const STREAM_RETRY_SECS: u32 = 5;
 
 impl TryFrom<job_event::Model> for EventView {
     type Error = ApiError;
@@ -172,6 +176,10 @@ fn frame(event: &EventView) -> String {
 /// Starts after `after` (or the `Last-Event-ID` header of a reconnecting client). Each frame is
 /// `id: <event id>`, `event: <kind>`, `data: <EventView JSON>`. The stream ends once the job
 /// is in a terminal status and every event has been sent.
+///
+/// A caller may hold `max_event_streams_per_caller` streams open at once, and one client
+/// address `max_event_streams_per_ip` over all its identities; past either the stream is
+/// refused with 429 naming the cap until one of them closes.
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/events/stream",
@@ -211,6 +219,21 @@ pub async fn stream(
         None => None,
     };
     let after = resume.or(query.after).unwrap_or(0);
+    // Taken last, once the caller may read the stream, so that a refused request holds none.
+    let ip = request_client_ip(&req, &state.config.trusted_proxies);
+    let slot = match state.streams.take(&caller.claims.sub.to_string(), ip) {
+        Ok(slot) => slot,
+        Err(detail) => {
+            let mut response = ApiError::new(ProblemKind::RateLimited, detail).error_response();
+            // A slot frees when one of the caller's streams closes, not at a known time: a
+            // client retrying after a few seconds finds one if it closed any.
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(STREAM_RETRY_SECS),
+            );
+            return Ok(response);
+        }
+    };
     let db = state.db.clone();
     let job_id = job.id;
     let events = stream::unfold(
@@ -270,6 +293,12 @@ pub async fn stream(
             }
         },
     );
+    // The slot lives as long as the body: the server drops it when the stream ends or the
+    // client goes away, and the drop gives the slot back.
+    let events = events.map(move |item| {
+        let _held = &slot;
+        item
+    });
     Ok(HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header(("cache-control", "no-cache"))
