@@ -22,8 +22,6 @@ const NODES_GRACE: Duration = Duration::from_secs(8);
 /// A running marketplace: the API, its background work and the in-process nodes.
 pub struct Deployment {
     pub running: shardwork_api::Running,
-    /// The in-process validator's address (its key is in the data folder's `node-keys.toml`).
-    pub validator: shardwork_core::protocol::EthAddress,
     /// The in-process workers told to cheat (`demo --adversaries`), by address.
     pub dishonest: Vec<shardwork_core::protocol::EthAddress>,
     pub nodes: crate::nodes::NodeSet,
@@ -195,7 +193,6 @@ pub async fn start(
     );
     Ok(Deployment {
         running,
-        validator,
         dishonest,
         nodes,
         api_url,

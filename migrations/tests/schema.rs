@@ -2,7 +2,7 @@
 //! PostgreSQL (a database created for the test and dropped after), and the constraints the API
 //! relies on hold on both.
 
-use sea_orm_migration::{MigrationName, MigratorTrait};
+use sea_orm_migration::MigratorTrait;
 use sea_orm_migration::prelude::SchemaManager;
 use sea_orm_migration::sea_orm::{
     ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,

@@ -220,22 +220,25 @@ async fn uploads_are_held_to_a_quota_per_identity_and_expire_unreferenced(backen
     let alice = access_token(&service, &requester_key(), &[]).await;
     let bob = access_token(&service, &stranger_key(), &[]).await;
 
-    let first = send(&service, upload(&alice, blob(6000, 1))).await;
+    let first = send(&service, upload(&alice, blob(3000, 1))).await;
     assert_eq!(first.status, 201, "{}", first.text);
-    let same = send(&service, upload(&alice, blob(6000, 1))).await;
+    let same = send(&service, upload(&alice, blob(3000, 1))).await;
+    assert_eq!(same.status, 201, "{}", same.text);
+    // Had the same bytes counted twice, 6500 more would not fit (3000 + 3000 + 6500 > 10000).
+    let second = send(&service, upload(&alice, blob(6500, 2))).await;
     assert_eq!(
-        same.status, 201,
-        "the same bytes again count once: {}",
-        same.text
+        second.status, 201,
+        "the same bytes count once: {}",
+        second.text
     );
-    let over = send(&service, upload(&alice, blob(6000, 2))).await;
+    let over = send(&service, upload(&alice, blob(1000, 3))).await;
     over.problem(413, "payload-too-large");
     let detail = over.body["detail"].as_str().unwrap();
     assert!(
         detail.contains("storage_quota_bytes") && detail.contains("10000"),
         "{detail}"
     );
-    // Past the limit of one request, the quota does not matter: the request limit says so.
+    // Past the limit of one request, the request limit answers first.
     send(&service, upload(&alice, blob(70 * 1024, 3)))
         .await
         .problem(413, "payload-too-large");
@@ -246,11 +249,9 @@ async fn uploads_are_held_to_a_quota_per_identity_and_expire_unreferenced(backen
     // A job naming a dataset Alice uploaded frees its share of her quota.
     let data = dataset(150);
     assert!((4000..10_000).contains(&data.len()), "{}", data.len());
-    let up = send(&service, upload(&alice, blob(3000, 4))).await;
-    assert_eq!(up.status, 201, "{}", up.text);
+    // Alice holds 9500: the dataset does not fit until her uploads expire or a job names them.
     let dataset_up = send(&service, upload(&alice, data.clone())).await;
     dataset_up.problem(413, "payload-too-large");
-    // Alice holds 9000; the dataset does not fit until the first blob expires or is named.
     let expired = expire_uploads(
         &app.db,
         app.state.store.as_ref(),
@@ -279,8 +280,8 @@ async fn uploads_are_held_to_a_quota_per_identity_and_expire_unreferenced(backen
     let cid = dataset_up.body["cid"].as_str().unwrap();
     let posted = send(&service, post_by_cid(&alice, cid)).await;
     assert_eq!(posted.status, 201, "{}", posted.text);
-    // Named by a job: it no longer counts (a 6000-byte upload fits beside it) and never
-    // expires.
+    // Named by a job: it no longer counts (6000 more fit, which beside it would not) and
+    // never expires.
     let after = send(&service, upload(&alice, blob(6000, 5))).await;
     assert_eq!(after.status, 201, "{}", after.text);
     let expired = expire_uploads(
