@@ -374,6 +374,17 @@ async fn a_task_keeps_at_most_a_thousand_points(backend: Backend) {
     } = running_job(&app, &service, 1, 1).await;
     let task = &tasks[0];
     let lease = claim(&service, &worker, task).await;
+    // A run of 5,000 steps needs a shard of at least that many records (a heartbeat may not
+    // claim a longer run than its shard allows): the shard's count is raised to match.
+    shardwork_api::entities::shard::Entity::update_many()
+        .col_expr(
+            shardwork_api::entities::shard::Column::SampleCount,
+            sea_orm::sea_query::Expr::value(5_000i64),
+        )
+        .filter(shardwork_api::entities::shard::Column::JobId.eq(job_id.parse::<uuid::Uuid>().unwrap()))
+        .exec(&app.db)
+        .await
+        .unwrap();
     // A thousand heartbeats' worth, written directly: the bound is what is under test.
     let now = Utc::now();
     let rows: Vec<task_progress::ActiveModel> = (1..=1000)
