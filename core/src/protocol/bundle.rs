@@ -68,6 +68,17 @@ impl Bundle {
                 )
             },
         );
+        // Two names for one CID would have every node write the same bytes twice: a bundle
+        // listing one 256 MiB file under many names multiplied what each node stores.
+        let mut seen = std::collections::BTreeMap::new();
+        for (name, cid) in &bundle.files {
+            let digest = (cid.cid().hash().code(), cid.cid().hash().digest().to_vec());
+            if let Some(first) = seen.insert(digest, name) {
+                e.check(false, &format!("files.{name}"), || {
+                    format!("names the same content as files.{first}")
+                });
+            }
+        }
         for name in bundle.files.keys() {
             e.check(is_plain_file_name(name), &format!("files.{name}"), || {
                 "a file name is one path segment of letters, digits, `.`, `-` and `_`".into()
