@@ -123,6 +123,23 @@ mod tests {
     }
 
     #[test]
+    fn one_content_under_two_names_is_refused_in_any_spelling() {
+        // Issue 46, attack 8: a bundle listing one 256 MiB file under many names multiplied
+        // what every node writes. The CIDv0 spelling of the same content counts as the same.
+        let v1: super::ContentId = CID.parse().unwrap();
+        let v0 = super::ContentId(cid::Cid::new_v0(*v1.cid().hash()).unwrap());
+        let mut b = Bundle::new("model");
+        b.files.insert("a.gguf".into(), v1);
+        b.files.insert("b.bin".into(), v1);
+        let err = Bundle::decode(&serde_json::to_vec(&b).unwrap()).unwrap_err();
+        assert_eq!(err.errors()[0].path, "files.b.bin");
+        assert!(err.errors()[0].message.contains("files.a.gguf"), "{err:?}");
+        b.files.insert("b.bin".into(), v0);
+        assert_ne!(v0.to_string(), v1.to_string());
+        assert!(Bundle::decode(&serde_json::to_vec(&b).unwrap()).is_err());
+    }
+
+    #[test]
     fn empty_and_unknown_kinds_are_named() {
         let err = Bundle::decode(br#"{"version":1,"kind":"zip","files":{}}"#).unwrap_err();
         let paths: Vec<_> = err.errors().iter().map(|e| e.path.as_str()).collect();
