@@ -130,7 +130,7 @@ const CONFIG_SEED: &str = r#"{"model_type": "llama", "vocab_size": 32, "hidden_s
 
 /// Runs one input through what a node runs on it; the error (if any) is the expected outcome
 /// of a bad file and is dropped.
-fn run_gguf(dir: &std::path::Path, bytes: &[u8]) {
+fn run_gguf(dir: &std::path::Path, bytes: &[u8]) -> bool {
     let _ = GgufHeader::parse(bytes).map(|h| h.check_model(bytes.len() as u64));
     let path = dir.join("model.gguf");
     std::fs::write(&path, bytes).unwrap();
@@ -138,8 +138,9 @@ fn run_gguf(dir: &std::path::Path, bytes: &[u8]) {
         && file.check().is_ok()
     {
         let _ = LmTokenizer::from_gguf(&file);
-        let _ = CausalModel::load_for(&path, &Device::Cpu, BaseWeights::F32, 64);
+        return CausalModel::load_for(&path, &Device::Cpu, BaseWeights::F32, 64).is_ok();
     }
+    false
 }
 
 fn run_safetensors(dir: &std::path::Path, bytes: &[u8]) {
@@ -165,12 +166,21 @@ fn fuzz_model_files() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
     let dir = tempfile::tempdir().unwrap();
+    // An allocation past the bound aborts the process: the input that did it is the file left
+    // in this folder.
+    println!(
+        "fuzz_model_files: inputs are written under {}",
+        dir.path().display()
+    );
     let gguf = TinyGguf::llama(true).bytes();
     let safetensors = safetensors_seed();
     let config = CONFIG_SEED.as_bytes().to_vec();
     let mut rng = Rng(0x5eed_0046);
     let started = Instant::now();
     let (mut execs, mut failures) = (0u64, Vec::new());
+    // How many mutated GGUF files still loaded (the fuzzer reaches the loader, not only the
+    // header checks), and the largest allocation any input caused.
+    let (mut loaded, mut peak) = (0u64, 0usize);
     while started.elapsed() < Duration::from_secs(secs) {
         let which = rng.below(3);
         let seed = [&gguf, &safetensors, &config][which];
@@ -178,10 +188,18 @@ fn fuzz_model_files() {
         LARGEST.store(0, Ordering::Relaxed);
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| match which {
             0 => run_gguf(dir.path(), &input),
-            1 => run_safetensors(dir.path(), &input),
-            _ => run_config(dir.path(), &input),
+            1 => {
+                run_safetensors(dir.path(), &input);
+                false
+            }
+            _ => {
+                run_config(dir.path(), &input);
+                false
+            }
         }));
         let largest = LARGEST.load(Ordering::Relaxed);
+        peak = peak.max(largest);
+        loaded += u64::from(matches!(outcome, Ok(true)));
         if outcome.is_err() || largest > MAX_ALLOCATION {
             let name = dir.path().join(format!("failure-{execs}"));
             std::fs::write(&name, &input).unwrap();
@@ -198,7 +216,8 @@ fn fuzz_model_files() {
         execs += 1;
     }
     println!(
-        "fuzz_model_files: {execs} executions in {:.1} s, {} failures",
+        "fuzz_model_files: {execs} executions in {:.1} s, {} failures; {loaded} mutated GGUF \
+         files loaded whole; largest allocation {peak} bytes (bound {MAX_ALLOCATION})",
         started.elapsed().as_secs_f64(),
         failures.len()
     );
