@@ -14,6 +14,8 @@
 //! the I/O it uses: the trainer links none, a worker no database driver.
 #![warn(missing_docs)]
 
+#[cfg(feature = "chat-template")]
+pub mod chat_template;
 pub mod protocol;
 #[cfg(feature = "queue")]
 pub mod queue;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use shardwork_core::protocol::Bundle;
+use shardwork_core::protocol::model_files::limits::MAX_MODEL_BYTES;
 use shardwork_core::store::keys::BundleSeal;
 use shardwork_core::store::{ContentStore, parse_cid, unixfs};
 
@@ -109,8 +110,21 @@ pub async fn fetch_bundle(
         _ => {}
     }
     std::fs::create_dir_all(dir).map_err(|e| NodeError::Io(format!("{}: {e}", dir.display())))?;
+    // What one bundle may make this node write, all files together (decoding refused a bundle
+    // naming one content under two names).
+    let mut written: u64 = 0;
     for (name, file_cid) in &bundle.files {
-        let mut bytes = blobs.get(&file_cid.to_string(), MAX_FILE_BYTES).await?;
+        let left = MAX_MODEL_BYTES.saturating_sub(written);
+        let mut bytes = blobs
+            .get(&file_cid.to_string(), MAX_FILE_BYTES.min(left))
+            .await
+            .map_err(|e| match e {
+                NodeError::Content(m) if left < MAX_FILE_BYTES => NodeError::Content(format!(
+                    "{cid}: its files are more than {MAX_MODEL_BYTES} bytes together ({name}: {m})"
+                )),
+                other => other,
+            })?;
+        written += bytes.len() as u64;
         if let Some(seal) = seal {
             bytes = Bytes::from(seal.open_file(name, &bytes).map_err(|_| {
                 NodeError::Content(format!(

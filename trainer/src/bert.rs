@@ -96,6 +96,11 @@ impl BertConfig {
             path: path.to_path_buf(),
             detail,
         };
+        // The same bounds on every declared size the API checked at posting: a node checks its
+        // own copy again.
+        let raw: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        shardwork_core::protocol::model_files::check_config_sizes(&raw)
+            .map_err(|p| bad(p.to_string()))?;
         if cfg.num_attention_heads == 0 || !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads)
         {
             return Err(bad(format!(

@@ -19,7 +19,7 @@ use tokenizers::Tokenizer;
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::llama::{Config, Llama};
+use crate::llama::{Config, DEFAULT_MAX_POSITIONS, Llama, QuantizedWeights};
 use crate::tokenizer_gguf::LmTokenizer;
 
 /// Where a causal LM's files are.
@@ -121,9 +121,22 @@ impl CausalModel {
 
     /// [`CausalModel::load`] with the projections held as `base` says.
     pub fn load_with(path: &Path, device: &Device, base: BaseWeights) -> Result<CausalModel> {
+        Self::load_for(path, device, base, DEFAULT_MAX_POSITIONS)
+    }
+
+    /// [`CausalModel::load_with`] for sequences of at most `max_positions` tokens (a job's
+    /// `max_seq_len`): the RoPE tables are sized by it, never by the context length the model
+    /// declares. Every size the files declare is checked against
+    /// `shardwork_core::protocol::model_files::limits` before anything is sized by it.
+    pub fn load_for(
+        path: &Path,
+        device: &Device,
+        base: BaseWeights,
+        max_positions: usize,
+    ) -> Result<CausalModel> {
         let files = CausalModelFiles::locate(path)?;
         let (model, tokenizer) = match &files {
-            CausalModelFiles::Gguf(file) => load_gguf(file, device, base)?,
+            CausalModelFiles::Gguf(file) => load_gguf(file, device, base, max_positions)?,
             CausalModelFiles::Folder(dir) if base == BaseWeights::Quantized => {
                 return Err(Error::Invalid(format!(
                     "{}: a Hugging Face folder holds plain floats, so there is no quantized \
@@ -131,7 +144,7 @@ impl CausalModel {
                     dir.display()
                 )));
             }
-            CausalModelFiles::Folder(dir) => load_folder(dir, device)?,
+            CausalModelFiles::Folder(dir) => load_folder(dir, device, max_positions)?,
         };
         Ok(CausalModel {
             model,
@@ -141,11 +154,18 @@ impl CausalModel {
     }
 }
 
-fn load_gguf(path: &Path, device: &Device, base: BaseWeights) -> Result<(Llama, LmTokenizer)> {
+fn load_gguf(
+    path: &Path,
+    device: &Device,
+    base: BaseWeights,
+    max_positions: usize,
+) -> Result<(Llama, LmTokenizer)> {
     let file = GgufFile::open(path).map_err(|e| Error::Invalid(e.to_string()))?;
+    // Every declared size before the tokenizer or the model is built from them.
+    file.check().map_err(|e| Error::Invalid(e.to_string()))?;
     let tokenizer = LmTokenizer::from_gguf(&file).map_err(|e| Error::Tokenizer(e.to_string()))?;
     let model = file
-        .load_model_with(device, base == BaseWeights::Quantized)
+        .load_model_for(device, base == BaseWeights::Quantized, max_positions)
         .map_err(|e| Error::Invalid(e.to_string()))?;
     Ok((model, tokenizer))
 }
@@ -158,7 +178,7 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
     })
 }
 
-fn load_folder(dir: &Path, device: &Device) -> Result<(Llama, LmTokenizer)> {
+fn load_folder(dir: &Path, device: &Device, max_positions: usize) -> Result<(Llama, LmTokenizer)> {
     let config_path = dir.join(CONFIG_JSON);
     let raw = read_json(&config_path)?;
     model_files::check_model_type(&raw, shardwork_core::protocol::Architecture::Llama).map_err(
@@ -167,6 +187,10 @@ fn load_folder(dir: &Path, device: &Device) -> Result<(Llama, LmTokenizer)> {
             detail,
         },
     )?;
+    model_files::check_config_sizes(&raw).map_err(|p| Error::Config {
+        path: config_path.clone(),
+        detail: p.to_string(),
+    })?;
     let cfg = Config::from_file(&config_path).map_err(|e| Error::Config {
         path: config_path.clone(),
         detail: e.to_string(),
@@ -178,9 +202,11 @@ fn load_folder(dir: &Path, device: &Device) -> Result<(Llama, LmTokenizer)> {
         WEIGHTS
     };
     let vb = VarBuilder::from_tensors(tensors, DType::F32, device);
-    let model = Llama::load(vb, &cfg).map_err(|e| Error::Safetensors {
-        path: dir.join(weights_name),
-        detail: e.to_string(),
+    let model = Llama::load_for(vb, &cfg, QuantizedWeights::new(), max_positions).map_err(|e| {
+        Error::Safetensors {
+            path: dir.join(weights_name),
+            detail: e.to_string(),
+        }
     })?;
     let tokenizer = folder_tokenizer(dir, &raw)?;
     Ok((model, tokenizer))

@@ -16,7 +16,9 @@ use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 
-use crate::llama::{Config, Llama, QuantizedWeights};
+use shardwork_core::protocol::model_files::{GgufHeader, GgufHeaderError, GgufModel, limits};
+
+use crate::llama::{Config, DEFAULT_MAX_POSITIONS, Llama, QuantizedWeights};
 use crate::quantized::QuantizedWeight;
 
 /// Why a GGUF file could not be used; every variant names the file.
@@ -72,6 +74,10 @@ pub enum GgufError {
 pub struct GgufFile {
     path: PathBuf,
     content: Content,
+    /// The same header read by core's bounded reader, which every size is checked with.
+    header: GgufHeader,
+    /// Bytes of the file, which its tensors must fit in.
+    file_size: u64,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -85,11 +91,19 @@ impl std::fmt::Debug for GgufFile {
 
 impl GgufFile {
     /// Opens `path` and reads its header: metadata and tensor directory, not tensor data.
+    ///
+    /// The file is untrusted (it came from whoever posted the job): its header is first read by
+    /// `shardwork_core`'s reader, which bounds every count and length by
+    /// `model_files::limits` before using it, from at most `MAX_GGUF_HEADER_BYTES` of the file;
+    /// only a header that passes is handed to candle's reader, which allocates what it declares.
     pub fn open(path: &Path) -> Result<Self, GgufError> {
-        let file = File::open(path).map_err(|source| GgufError::Open {
+        let open_err = |source| GgufError::Open {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let file_size = std::fs::metadata(path).map_err(open_err)?.len();
+        let header = read_header(path, file_size)?;
+        let file = File::open(path).map_err(open_err)?;
         let content =
             Content::read(&mut BufReader::new(file)).map_err(|source| GgufError::Format {
                 path: path.to_owned(),
@@ -98,6 +112,25 @@ impl GgufFile {
         Ok(Self {
             path: path.to_owned(),
             content,
+            header,
+            file_size,
+        })
+    }
+
+    /// The header as core's bounded reader read it.
+    pub fn header(&self) -> &GgufHeader {
+        &self.header
+    }
+
+    /// The model the header describes, checked as the API checks it at posting: every
+    /// declared size against `model_files::limits`, every tensor's shape against them, and
+    /// every tensor's data against the file's length. Nothing is sized by the file before this.
+    pub fn check(&self) -> Result<GgufModel, GgufError> {
+        self.header.check_model(self.file_size).map_err(|p| {
+            match p.field.strip_prefix("tensors.") {
+                Some(name) => self.tensor_err(name, p.message),
+                None => self.meta_err(&p.field, p.message),
+            }
         })
     }
 
@@ -178,6 +211,7 @@ impl GgufFile {
 
     /// The model configuration from the `<arch>.*` metadata keys.
     pub fn config(&self) -> Result<Config, GgufError> {
+        self.check()?;
         let arch = self.architecture()?;
         let key = |k: &str| format!("{arch}.{k}");
         let hidden_size = self.get_usize(&key("embedding_length"))?;
@@ -348,13 +382,63 @@ impl GgufFile {
         device: &Device,
         keep_quantized: bool,
     ) -> Result<Llama, GgufError> {
+        self.load_model_for(device, keep_quantized, DEFAULT_MAX_POSITIONS)
+    }
+
+    /// [`GgufFile::load_model_with`] with RoPE tables for `max_positions` positions (the job's
+    /// `max_seq_len`), never for the context length the file declares.
+    pub fn load_model_for(
+        &self,
+        device: &Device,
+        keep_quantized: bool,
+        max_positions: usize,
+    ) -> Result<Llama, GgufError> {
         let cfg = self.config()?;
         let (tensors, quantized) = self.read_tensors(&cfg, device, keep_quantized)?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, device);
-        Llama::load_quantized(vb, &cfg, quantized).map_err(|source| GgufError::Model {
+        Llama::load_for(vb, &cfg, quantized, max_positions).map_err(|source| GgufError::Model {
             path: self.path.clone(),
             source,
         })
+    }
+}
+
+/// Reads the header of the GGUF file at `path` with core's bounded reader, from a prefix of
+/// at most `MAX_GGUF_HEADER_BYTES`, grown only while the header continues past it.
+fn read_header(path: &Path, file_size: u64) -> Result<GgufHeader, GgufError> {
+    use std::io::Read;
+    let max = limits::MAX_GGUF_HEADER_BYTES.min(file_size);
+    let mut want = (1u64 << 20).min(max);
+    loop {
+        let mut bytes = Vec::new();
+        File::open(path)
+            .and_then(|f| f.take(want).read_to_end(&mut bytes))
+            .map_err(|source| GgufError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
+        match GgufHeader::parse(&bytes) {
+            Ok(header) => return Ok(header),
+            Err(GgufHeaderError::NeedMore(_)) if want < max => want = (want * 4).min(max),
+            Err(GgufHeaderError::NeedMore(n)) => {
+                return Err(GgufError::Metadata {
+                    path: path.to_owned(),
+                    key: "header".into(),
+                    problem: format!(
+                        "does not end within the first {n} bytes (the file has {file_size}; \
+                         a header may have {})",
+                        limits::MAX_GGUF_HEADER_BYTES
+                    ),
+                });
+            }
+            Err(GgufHeaderError::Invalid(p)) => {
+                return Err(GgufError::Metadata {
+                    path: path.to_owned(),
+                    key: p.field,
+                    problem: p.message,
+                });
+            }
+        }
     }
 }
 

@@ -169,6 +169,32 @@ impl Config {
                 return Err(format!("{name} must be positive"));
             }
         }
+        // The same limits the API checked at posting: a node never trusts that check, and a
+        // size past them would be allocated before any tensor is read.
+        use shardwork_core::protocol::model_files::limits::*;
+        let bounded = [
+            ("vocab_size", self.vocab_size, MAX_VOCAB_SIZE),
+            ("hidden_size", self.hidden_size, MAX_HIDDEN_SIZE),
+            (
+                "intermediate_size",
+                self.intermediate_size,
+                MAX_INTERMEDIATE_SIZE,
+            ),
+            ("num_hidden_layers", self.num_hidden_layers, MAX_LAYERS),
+            ("num_attention_heads", self.num_attention_heads, MAX_HEADS),
+            ("num_key_value_heads", self.num_kv_heads(), MAX_HEADS),
+            ("head_dim", self.head_dim(), MAX_HEAD_DIM),
+            (
+                "max_position_embeddings",
+                self.max_position_embeddings,
+                MAX_CONTEXT_LENGTH,
+            ),
+        ];
+        for (name, value, max) in bounded {
+            if (value as u64) > max {
+                return Err(format!("{name} {value} is more than {max}"));
+            }
+        }
         if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(format!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
@@ -348,28 +374,36 @@ impl RmsNorm {
     }
 }
 
+/// Positions the RoPE tables cover when the loader names no job: the longest `max_seq_len` a
+/// job may ask for. A model's declared context is not trusted to size them (a GGUF declaring
+/// 300,000,000 positions asked for a 38 GB table).
+pub const DEFAULT_MAX_POSITIONS: usize = shardwork_core::protocol::job_spec::MAX_SEQ_LEN as usize;
+
 /// Precomputed RoPE tables, shaped (positions, head_dim / 2): one angle per pair of features
 /// `(i, i + head_dim / 2)`, as HF's `rotate_half` formulation pairs them.
 #[derive(Debug, Clone)]
 struct Rotary {
     cos: Tensor,
     sin: Tensor,
+    positions: usize,
 }
 
 impl Rotary {
-    fn new(cfg: &Config, device: &Device) -> candle_core::Result<Self> {
+    /// Tables for the first `positions` positions (the caller bounds it by the job).
+    fn new(cfg: &Config, positions: usize, device: &Device) -> candle_core::Result<Self> {
         let dim = cfg.head_dim();
         let inv_freq: Vec<f32> = (0..dim / 2)
             .map(|i| (1.0 / cfg.rope_theta.powf(2.0 * i as f64 / dim as f64)) as f32)
             .collect();
         let inv_freq = Tensor::from_vec(inv_freq, (1, dim / 2), device)?;
-        let positions = Tensor::arange(0u32, cfg.max_position_embeddings as u32, device)?
+        let positions_t = Tensor::arange(0u32, positions as u32, device)?
             .to_dtype(DType::F32)?
             .unsqueeze(1)?;
-        let freqs = positions.broadcast_mul(&inv_freq)?;
+        let freqs = positions_t.broadcast_mul(&inv_freq)?;
         Ok(Self {
             cos: freqs.cos()?,
             sin: freqs.sin()?,
+            positions,
         })
     }
 
@@ -628,10 +662,23 @@ impl Llama {
     pub fn load_quantized(
         vb: VarBuilder,
         cfg: &Config,
+        quantized: QuantizedWeights,
+    ) -> Result<Self, LlamaError> {
+        Self::load_for(vb, cfg, quantized, DEFAULT_MAX_POSITIONS)
+    }
+
+    /// [`Llama::load_quantized`] with RoPE tables for `max_positions` positions (a job's
+    /// `max_seq_len`), or the model's declared context when that is shorter.
+    pub fn load_for(
+        vb: VarBuilder,
+        cfg: &Config,
         mut quantized: QuantizedWeights,
+        max_positions: usize,
     ) -> Result<Self, LlamaError> {
         cfg.validate().map_err(LlamaError::InvalidConfig)?;
-        let model = Self::load_inner(vb, cfg, &mut quantized).map_err(LlamaError::Weights)?;
+        let positions = cfg.max_position_embeddings.min(max_positions.max(1));
+        let model =
+            Self::load_inner(vb, cfg, &mut quantized, positions).map_err(LlamaError::Weights)?;
         if let Some(name) = quantized.keys().min() {
             return Err(LlamaError::InvalidConfig(format!(
                 "{name} is not a projection of this model"
@@ -644,6 +691,7 @@ impl Llama {
         vb: VarBuilder,
         cfg: &Config,
         quantized: &mut QuantizedWeights,
+        positions: usize,
     ) -> candle_core::Result<Self> {
         let m = vb.pp("model");
         let embed_tokens =
@@ -666,7 +714,7 @@ impl Llama {
             layers,
             norm,
             lm_head,
-            rotary: Rotary::new(cfg, vb.device())?,
+            rotary: Rotary::new(cfg, positions, vb.device())?,
             cfg: cfg.clone(),
         })
     }
@@ -674,6 +722,11 @@ impl Llama {
     /// The config the model was loaded with.
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// Positions the RoPE tables cover: the longest sequence the model runs.
+    pub fn max_positions(&self) -> usize {
+        self.rotary.positions
     }
 
     /// The device the weights live on.
@@ -816,10 +869,12 @@ impl Llama {
         if t == 0 {
             return Err(LlamaError::InvalidConfig("empty input sequence".to_owned()));
         }
-        if offset + t > self.cfg.max_position_embeddings {
+        if offset + t > self.rotary.positions {
             return Err(LlamaError::InvalidConfig(format!(
-                "sequence of {} positions exceeds max_position_embeddings {}",
+                "sequence of {} positions exceeds the {} the model was loaded for \
+                 (max_position_embeddings {}, or the job's max_seq_len when shorter)",
                 offset + t,
+                self.rotary.positions,
                 self.cfg.max_position_embeddings
             )));
         }

@@ -3,15 +3,20 @@
 //! (`shardwork_core::protocol::model_files`), with a tokenizer the trainer can use and, for
 //! chat data, a chat template; and its dimensions, which size the job's memory.
 //!
-//! Only small files and prefixes are read: config files, the GGUF header, the safetensors
-//! headers (checked against the file size the store records, which catches a truncated file).
-//! What cannot be told without the weights (a tensor of the wrong shape) is found by the worker
-//! that loads them, and fails the task with the file named.
+//! Only small files and prefixes are read: config files, the GGUF header (metadata and tensor
+//! directory), the safetensors headers (checked against the file size the store records, which
+//! catches a truncated file). The model is untrusted: every size it declares (context length,
+//! vocabulary, widths, layer and head counts, tensor shapes, metadata lengths) is checked
+//! against `model_files::limits` and against the tensors the files hold, and its chat template
+//! is test-rendered on the nodes' budget; a refusal names the declaration
+//! (`base_model.llama.context_length`). The nodes check their copy again before loading it.
+//! A bundle naming one content twice, or more bytes than `limits::MAX_MODEL_BYTES`, is refused.
 
 use futures::StreamExt;
+use shardwork_core::chat_template::ChatTemplate;
 use shardwork_core::protocol::model_files::{
-    self, CONFIG_JSON, GgufHeader, GgufHeaderError, ModelLayout, TOKENIZER_CONFIG_JSON,
-    TOKENIZER_JSON, WEIGHTS, WEIGHTS_INDEX,
+    self, CONFIG_JSON, GgufHeader, GgufHeaderError, ModelLayout, ModelProblem,
+    TOKENIZER_CONFIG_JSON, TOKENIZER_JSON, WEIGHTS, WEIGHTS_INDEX, limits,
 };
 use shardwork_core::protocol::{Architecture, Bundle, ContentId, JobSpec};
 use shardwork_core::store::{ContentStore, StoreError};
@@ -27,8 +32,6 @@ const MAX_BUNDLE_BYTES: u64 = 1 << 20;
 const MAX_CONFIG_BYTES: u64 = 4 << 20;
 /// Largest tokenizer.json read (Llama 3's is 9 MB).
 const MAX_TOKENIZER_BYTES: u64 = 64 << 20;
-/// Largest GGUF metadata read (vocabulary and merges of a 256k-token model fit well within).
-const MAX_GGUF_HEADER_BYTES: usize = 96 << 20;
 /// Largest safetensors header accepted (the format's own readers cap it at 100 MB).
 const MAX_SAFETENSORS_HEADER: u64 = 100 << 20;
 
@@ -47,6 +50,27 @@ pub struct ModelFacts {
 
 fn invalid(message: impl Into<String>) -> DomainError {
     DomainError::invalid(FIELD, message)
+}
+
+/// A problem with one declared size or tensor of the model, reported under
+/// `base_model.<where>.<field>` (`base_model.llama.context_length`,
+/// `base_model.config.json.vocab_size`) so the requester sees which declaration is refused.
+fn declared(place: &str, file: &str, problem: ModelProblem) -> DomainError {
+    let path = if place.is_empty() {
+        format!("base_model.{}", problem.field)
+    } else {
+        format!("base_model.{place}.{}", problem.field)
+    };
+    DomainError::invalid(path, format!("{file}: {}", problem.message))
+}
+
+/// Compiles the chat template and test-renders a short conversation on the budget every node
+/// renders with: a template that loops for ever (three nested `range(100000)`) or writes
+/// without end is refused here instead of stalling a validator's scoring.
+fn check_template(field: &str, file: &str, source: &str) -> Result<(), DomainError> {
+    ChatTemplate::new(source, String::new(), String::new())
+        .and_then(|t| t.check())
+        .map_err(|e| DomainError::invalid(field, format!("{file}: {e}")))
 }
 
 fn store_failed(err: StoreError) -> DomainError {
@@ -98,6 +122,17 @@ pub async fn inspect(store: &dyn ContentStore, spec: &JobSpec) -> Result<ModelFa
             model.cid, bundle.kind
         )));
     }
+    // Every node writes every file: their sizes together are bounded before any is read.
+    let mut total: u64 = 0;
+    for (name, cid) in &bundle.files {
+        total = total.saturating_add(store.stat(&cid.0).await.map_err(store_failed)?.size);
+        if total > limits::MAX_MODEL_BYTES {
+            return Err(invalid(format!(
+                "the model bundle's files are more than {} GiB together (at {name})",
+                limits::MAX_MODEL_BYTES >> 30
+            )));
+        }
+    }
     let names: Vec<&str> = bundle.files.keys().map(String::as_str).collect();
     let layout = ModelLayout::of(&names, model.format)
         .map_err(|e| invalid(format!("the model bundle {e}")))?;
@@ -114,6 +149,8 @@ pub async fn inspect(store: &dyn ContentStore, spec: &JobSpec) -> Result<ModelFa
             let config = parse_json(CONFIG_JSON, &config_bytes)?;
             model_files::check_model_type(&config, model.architecture)
                 .map_err(|e| invalid(format!("{CONFIG_JSON}: {e}")))?;
+            model_files::check_config_sizes(&config)
+                .map_err(|p| declared(CONFIG_JSON, CONFIG_JSON, p))?;
             let (shape, vocab_size) = shape_of_config(&config)?;
             let tokenizer = read(store, file(TOKENIZER_JSON)?, MAX_TOKENIZER_BYTES).await?;
             let tokenizer = parse_json(TOKENIZER_JSON, &tokenizer)?;
@@ -126,7 +163,17 @@ pub async fn inspect(store: &dyn ContentStore, spec: &JobSpec) -> Result<ModelFa
                 Some(cid) => {
                     let bytes = read(store, cid, MAX_CONFIG_BYTES).await?;
                     let settings = parse_json(TOKENIZER_CONFIG_JSON, &bytes)?;
-                    model_files::chat_template(&settings).is_some()
+                    match model_files::chat_template(&settings) {
+                        Some(source) => {
+                            check_template(
+                                &format!("base_model.{TOKENIZER_CONFIG_JSON}.chat_template"),
+                                TOKENIZER_CONFIG_JSON,
+                                source,
+                            )?;
+                            true
+                        }
+                        None => false,
+                    }
                 }
                 None => false,
             };
@@ -146,9 +193,11 @@ pub async fn inspect(store: &dyn ContentStore, spec: &JobSpec) -> Result<ModelFa
             } else {
                 vec![WEIGHTS.to_owned()]
             };
+            let mut tensors = serde_json::Map::new();
             for name in &weights {
-                check_safetensors(store, name, file(name)?).await?;
+                tensors.extend(check_safetensors(store, name, file(name)?).await?);
             }
+            check_embedding(model.architecture, &tensors, &shape, vocab_size)?;
             Ok(ModelFacts {
                 parameters: parameters(model.architecture, &shape, vocab_size),
                 shape,
@@ -187,7 +236,7 @@ async fn check_safetensors(
     store: &dyn ContentStore,
     name: &str,
     cid: &ContentId,
-) -> Result<(), DomainError> {
+) -> Result<serde_json::Map<String, serde_json::Value>, DomainError> {
     let size = store.stat(&cid.0).await.map_err(store_failed)?.size;
     let head = prefix(store, cid, 8).await?;
     if head.len() < 8 {
@@ -209,6 +258,23 @@ async fn check_safetensors(
                 "{name}: the safetensors header is not valid JSON: {e}"
             ))
         })?;
+    if header.len() as u64 > limits::MAX_TENSORS {
+        return Err(invalid(format!(
+            "{name}: {} tensors is more than {}",
+            header.len(),
+            limits::MAX_TENSORS
+        )));
+    }
+    // Each tensor's bytes are its shape times its type's width, as the nodes' reader demands:
+    // a shape that declares more than its bytes is refused here, not when a node sizes it.
+    for (tensor, info) in header.iter().filter(|(k, _)| *k != "__metadata__") {
+        safetensors_extent(info).map_err(|message| {
+            DomainError::invalid(
+                format!("base_model.{name}.{tensor}"),
+                format!("{name}: {message}"),
+            )
+        })?;
+    }
     let data_end = header
         .iter()
         .filter(|(k, _)| *k != "__metadata__")
@@ -221,7 +287,89 @@ async fn check_safetensors(
             8 + header_len + data_end
         )));
     }
+    Ok(header)
+}
+
+/// Checks one safetensors header entry: a known dtype, a bounded shape, and data offsets
+/// exactly as long as the shape needs.
+fn safetensors_extent(info: &serde_json::Value) -> Result<(), String> {
+    let width: u64 = match info["dtype"].as_str() {
+        Some("F64" | "I64" | "U64") => 8,
+        Some("F32" | "I32" | "U32") => 4,
+        Some("F16" | "BF16" | "I16" | "U16") => 2,
+        Some("I8" | "U8" | "BOOL" | "F8_E4M3" | "F8_E5M2") => 1,
+        other => return Err(format!("dtype {other:?} is not one the nodes read")),
+    };
+    let dims = info["shape"]
+        .as_array()
+        .ok_or("has no shape")?
+        .iter()
+        .map(|d| d.as_u64().ok_or("a dimension is not a whole number"))
+        .collect::<Result<Vec<u64>, _>>()?;
+    let elements = dims
+        .iter()
+        .try_fold(1u64, |n, d| n.checked_mul(*d))
+        .filter(|n| *n <= limits::MAX_TENSOR_ELEMENTS)
+        .ok_or_else(|| {
+            format!(
+                "shape {dims:?} is more than {} elements",
+                limits::MAX_TENSOR_ELEMENTS
+            )
+        })?;
+    let (begin, end) = match (
+        info["data_offsets"][0].as_u64(),
+        info["data_offsets"][1].as_u64(),
+    ) {
+        (Some(b), Some(e)) if b <= e => (b, e),
+        _ => return Err("its data_offsets are not a range".into()),
+    };
+    if end - begin != elements * width {
+        return Err(format!(
+            "shape {dims:?} of {:?} needs {} bytes; its data_offsets hold {}",
+            info["dtype"],
+            elements * width,
+            end - begin
+        ));
+    }
     Ok(())
+}
+
+/// The input embedding's shape against the config: its rows are the vocabulary and its width
+/// the hidden size (a Llama folder must have one; a BERT folder is checked when it has one).
+fn check_embedding(
+    architecture: Architecture,
+    tensors: &serde_json::Map<String, serde_json::Value>,
+    shape: &ModelShape,
+    vocab: u64,
+) -> Result<(), DomainError> {
+    let (name, required) = match architecture {
+        Architecture::Llama => ("model.embed_tokens.weight".to_owned(), true),
+        Architecture::Bert => match tensors
+            .keys()
+            .find(|k| k.ends_with("embeddings.word_embeddings.weight"))
+        {
+            Some(k) => (k.clone(), true),
+            None => (String::new(), false),
+        },
+    };
+    if !required {
+        return Ok(());
+    }
+    let want = serde_json::json!([vocab, shape.hidden_size]);
+    match tensors.get(&name) {
+        None => Err(DomainError::invalid(
+            format!("base_model.{name}"),
+            format!("the weights have no {name}"),
+        )),
+        Some(info) if info["shape"] == want => Ok(()),
+        Some(info) => Err(DomainError::invalid(
+            format!("base_model.{name}"),
+            format!(
+                "{name} has shape {}; {CONFIG_JSON}'s vocab_size and hidden_size make it {want}",
+                info["shape"]
+            ),
+        )),
+    }
 }
 
 async fn inspect_gguf(
@@ -236,71 +384,60 @@ async fn inspect_gguf(
             spec.base_model.architecture
         )));
     }
-    // Read more of the file only while the metadata continues past what was read.
+    // Read more of the file only while the header continues past what was read.
+    let max_header = limits::MAX_GGUF_HEADER_BYTES as usize;
     let mut want = 1 << 20;
     let header = loop {
         let bytes = prefix(store, cid, want).await?;
         match GgufHeader::parse(&bytes) {
             Ok(header) => break header,
-            Err(GgufHeaderError::NeedMore(_))
-                if bytes.len() >= want && want < MAX_GGUF_HEADER_BYTES =>
-            {
-                want = (want * 4).min(MAX_GGUF_HEADER_BYTES);
+            Err(GgufHeaderError::NeedMore(_)) if bytes.len() >= want && want < max_header => {
+                want = (want * 4).min(max_header);
             }
             Err(GgufHeaderError::NeedMore(n)) => {
                 return Err(invalid(format!(
-                    "{name}: the GGUF metadata does not end within {n} bytes: truncated"
+                    "{name}: the GGUF header does not end within {n} bytes: truncated"
                 )));
             }
-            Err(GgufHeaderError::Invalid(e)) => return Err(invalid(format!("{name}: {e}"))),
+            Err(GgufHeaderError::Invalid(p)) => return Err(declared("", name, p)),
         }
     };
-    let arch = header.str("general.architecture").unwrap_or_default();
-    if !model_files::GGUF_LLAMA_ARCHITECTURES.contains(&arch) {
-        return Err(invalid(format!(
-            "{name}: general.architecture {arch:?} is not one the nodes run ({})",
-            model_files::GGUF_LLAMA_ARCHITECTURES.join(", ")
-        )));
-    }
     match header.str("tokenizer.ggml.model") {
         Some("gpt2") => {}
         other => {
-            return Err(invalid(format!(
-                "{name}: tokenizer.ggml.model {other:?} is not supported (only byte-level BPE, \
-                 \"gpt2\")"
-            )));
+            return Err(DomainError::invalid(
+                "base_model.tokenizer.ggml.model",
+                format!(
+                    "{name}: tokenizer.ggml.model {other:?} is not supported (only byte-level \
+                     BPE, \"gpt2\")"
+                ),
+            ));
         }
     }
-    let number = |key: String| -> Result<u64, DomainError> {
-        match header.metadata.get(&key) {
-            Some(model_files::GgufValue::Number(n)) if *n >= 0.0 => Ok(*n as u64),
-            _ => Err(invalid(format!("{name}: metadata {key} is missing"))),
-        }
-    };
-    let heads = number(format!("{arch}.attention.head_count"))?;
+    // Every declared size against the limits and against the tensors the file holds.
+    let size = store.stat(&cid.0).await.map_err(store_failed)?.size;
+    let checked = header
+        .check_model(size)
+        .map_err(|p| declared("", name, p))?;
     let shape = ModelShape {
-        hidden_size: number(format!("{arch}.embedding_length"))?,
-        intermediate_size: number(format!("{arch}.feed_forward_length"))?,
-        num_hidden_layers: number(format!("{arch}.block_count"))?,
-        num_attention_heads: heads,
-        num_key_value_heads: number(format!("{arch}.attention.head_count_kv")).ok(),
+        hidden_size: checked.hidden_size,
+        intermediate_size: checked.intermediate_size,
+        num_hidden_layers: checked.num_hidden_layers,
+        num_attention_heads: checked.num_attention_heads,
+        num_key_value_heads: Some(checked.num_key_value_heads),
     };
     shape
         .validate()
         .map_err(|(field, message)| invalid(format!("{name}: {field}: {message}")))?;
-    let vocab_size = match header.metadata.get("tokenizer.ggml.tokens") {
-        Some(model_files::GgufValue::Array(n)) => *n,
-        _ => {
-            return Err(invalid(format!(
-                "{name}: metadata tokenizer.ggml.tokens is missing"
-            )));
-        }
-    };
+    let template = header.str("tokenizer.chat_template");
+    if let Some(source) = template {
+        check_template("base_model.tokenizer.chat_template", name, source)?;
+    }
     Ok(ModelFacts {
-        parameters: parameters(Architecture::Llama, &shape, vocab_size),
+        parameters: parameters(Architecture::Llama, &shape, checked.vocab_size),
         shape,
-        vocab_size,
-        has_chat_template: header.str("tokenizer.chat_template").is_some(),
+        vocab_size: checked.vocab_size,
+        has_chat_template: template.is_some(),
     })
 }
 

@@ -431,50 +431,8 @@ pub fn bundle_of(files: Vec<(&str, Vec<u8>)>) -> (String, Vec<Vec<u8>>) {
     (cid, blobs)
 }
 
-/// The header of a SmolLM-shaped GGUF file (no tensors): what the API reads of a GGUF model.
+/// A tiny Llama-family GGUF file with every tensor its header declares (hidden 16, 2 layers,
+/// 32 tokens): the API checks the declared sizes against the tensors present.
 pub fn gguf_header(chat_template: bool) -> Vec<u8> {
-    fn string(out: &mut Vec<u8>, s: &str) {
-        out.extend((s.len() as u64).to_le_bytes());
-        out.extend(s.as_bytes());
-    }
-    let mut entries: Vec<(&str, u32, Vec<u8>)> = Vec::new();
-    let text = |s: &str| {
-        let mut v = Vec::new();
-        string(&mut v, s);
-        v
-    };
-    entries.push(("general.architecture", 8, text("llama")));
-    entries.push(("tokenizer.ggml.model", 8, text("gpt2")));
-    if chat_template {
-        entries.push((
-            "tokenizer.chat_template",
-            8,
-            text("{% for m in messages %}{{ m['content'] }}{% endfor %}"),
-        ));
-    }
-    for (key, value) in [
-        ("llama.embedding_length", 576u32),
-        ("llama.feed_forward_length", 1536),
-        ("llama.block_count", 30),
-        ("llama.attention.head_count", 9),
-        ("llama.attention.head_count_kv", 3),
-    ] {
-        entries.push((key, 4, value.to_le_bytes().to_vec()));
-    }
-    let mut tokens = 8u32.to_le_bytes().to_vec();
-    tokens.extend(3u64.to_le_bytes());
-    for t in ["a", "b", "c"] {
-        string(&mut tokens, t);
-    }
-    entries.push(("tokenizer.ggml.tokens", 9, tokens));
-    let mut out = b"GGUF".to_vec();
-    out.extend(3u32.to_le_bytes());
-    out.extend(0u64.to_le_bytes());
-    out.extend((entries.len() as u64).to_le_bytes());
-    for (key, ty, value) in entries {
-        string(&mut out, key);
-        out.extend(ty.to_le_bytes());
-        out.extend(value);
-    }
-    out
+    shardwork_core::testkit::gguf::TinyGguf::llama(chat_template).bytes()
 }

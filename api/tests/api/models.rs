@@ -121,7 +121,18 @@ async fn llm_jobs_are_checked_against_their_model(backend: Backend) {
     .await;
     assert_eq!(ok.status, 201, "{}", ok.text);
 
-    // A job no node can hold: refused naming the model, and no job is written.
+    // A job no node can hold: refused naming the model, and no job is written. The largest
+    // registered worker has 700 MiB; this tiny model at 32,768-token passes needs about 780.
+    let worker = access_token(&service, &worker_key(), &["worker"]).await;
+    let registered = send(
+        &service,
+        actix_web::test::TestRequest::post()
+            .uri("/v1/workers/register")
+            .insert_header(bearer(&worker))
+            .set_json(json!({ "capabilities": { "device": "cpu", "memory_mb": 700 } })),
+    )
+    .await;
+    assert!(registered.status < 300, "{}", registered.text);
     let before = jobs_of(&service, &token).await;
     let mut huge = llm_spec(&with_template);
     huge["training"]["batch_size"] = json!(4096);
@@ -204,7 +215,77 @@ async fn broken_model_files_are_refused_naming_the_file(backend: Backend) {
     assert_eq!(jobs_of(&service, &token).await, before);
 }
 
+/// Issue 46, attack 2: a GGUF declaring a context of 300,000,000 positions made every node that
+/// loaded it abort (a 38 GB RoPE table), and a chat template of three nested `range(100000)`
+/// loops made scoring never return. Both, and the other declarations a file can poison, are
+/// refused at posting with the declaration named, and no job is written.
+async fn poisoned_models_are_refused_at_posting_naming_the_field(backend: Backend) {
+    use shardwork_core::testkit::gguf::{MetaValue, TinyGguf};
+    let Some(app) = TestApp::start(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let token = access_token(&service, &requester_key(), &[]).await;
+    let nested = "{% for a in range(100000) %}{% for b in range(100000) %}\
+                  {% for c in range(100000) %}{{ a }}{% endfor %}{% endfor %}{% endfor %}";
+    let mut short_embedding = TinyGguf::llama(true);
+    short_embedding.tensors[0].shape = vec![31, 16];
+    short_embedding.tensors[0].data.truncate(31 * 16);
+    let mut cut = TinyGguf::llama(true);
+    let last = cut.tensors.len() - 1;
+    cut.tensors[last].data.truncate(3);
+    let cases: Vec<(TinyGguf, &str, &str)> = vec![
+        (
+            TinyGguf::llama(true).set("llama.context_length", MetaValue::U32(300_000_000)),
+            "base_model.llama.context_length",
+            "300000000",
+        ),
+        (
+            TinyGguf::llama(true).set("tokenizer.chat_template", MetaValue::Str(nested.into())),
+            "base_model.tokenizer.chat_template",
+            "budget",
+        ),
+        (
+            TinyGguf::llama(true).set("llama.attention.head_count", MetaValue::U64(1 << 40)),
+            "base_model.llama.attention.head_count",
+            "outside",
+        ),
+        (
+            short_embedding,
+            "base_model.tensors.token_embd.weight",
+            "shape",
+        ),
+        (cut, "base_model.tensors.output_norm.weight", "truncated"),
+    ];
+    let before = jobs_of(&service, &token).await;
+    for (file, field, says) in cases {
+        let cid = put_bundle(&app, vec![("model.gguf", file.bytes())]).await;
+        let started = std::time::Instant::now();
+        let reply = send(&service, post_job(&token, &llm_spec(&cid), &chats(30))).await;
+        assert_eq!(reply.status, 422, "{field}: {}", reply.text);
+        assert_eq!(reply.body["errors"][0]["path"], field, "{}", reply.text);
+        assert!(reply.text.contains(says), "{field}: {}", reply.text);
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "{field} took {:?}",
+            started.elapsed()
+        );
+    }
+    // Attack 8: one file listed under many names multiplies what every node writes.
+    let bytes = TinyGguf::llama(true).bytes();
+    let cid = put_bundle(
+        &app,
+        vec![("model.gguf", bytes.clone()), ("copy.bin", bytes)],
+    )
+    .await;
+    let reply = send(&service, post_job(&token, &llm_spec(&cid), &chats(30))).await;
+    assert_eq!(reply.status, 422, "{}", reply.text);
+    assert!(reply.text.contains("same content"), "{}", reply.text);
+    assert_eq!(jobs_of(&service, &token).await, before);
+}
+
 on_both_databases!(
     llm_jobs_are_checked_against_their_model,
     broken_model_files_are_refused_naming_the_file,
+    poisoned_models_are_refused_at_posting_naming_the_field,
 );

@@ -68,6 +68,17 @@ impl Bundle {
                 )
             },
         );
+        // Two names for one CID would have every node write the same bytes twice: a bundle
+        // listing one 256 MiB file under many names multiplied what each node stores.
+        let mut seen = std::collections::BTreeMap::new();
+        for (name, cid) in &bundle.files {
+            let digest = (cid.cid().hash().code(), cid.cid().hash().digest().to_vec());
+            if let Some(first) = seen.insert(digest, name) {
+                e.check(false, &format!("files.{name}"), || {
+                    format!("names the same content as files.{first}")
+                });
+            }
+        }
         for name in bundle.files.keys() {
             e.check(is_plain_file_name(name), &format!("files.{name}"), || {
                 "a file name is one path segment of letters, digits, `.`, `-` and `_`".into()
@@ -109,6 +120,23 @@ mod tests {
         let evil = format!(r#"{{"version":1,"kind":"adapter","files":{{"../x":"{CID}"}}}}"#);
         let err = Bundle::decode(evil.as_bytes()).unwrap_err();
         assert_eq!(err.errors()[0].path, "files.../x");
+    }
+
+    #[test]
+    fn one_content_under_two_names_is_refused_in_any_spelling() {
+        // Issue 46, attack 8: a bundle listing one 256 MiB file under many names multiplied
+        // what every node writes. The CIDv0 spelling of the same content counts as the same.
+        let v1: super::ContentId = CID.parse().unwrap();
+        let v0 = super::ContentId(cid::Cid::new_v0(*v1.cid().hash()).unwrap());
+        let mut b = Bundle::new("model");
+        b.files.insert("a.gguf".into(), v1);
+        b.files.insert("b.bin".into(), v1);
+        let err = Bundle::decode(&serde_json::to_vec(&b).unwrap()).unwrap_err();
+        assert_eq!(err.errors()[0].path, "files.b.bin");
+        assert!(err.errors()[0].message.contains("files.a.gguf"), "{err:?}");
+        b.files.insert("b.bin".into(), v0);
+        assert_ne!(v0.to_string(), v1.to_string());
+        assert!(Bundle::decode(&serde_json::to_vec(&b).unwrap()).is_err());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Compiled only for tests (`cfg(test)`) or with the `testkit` feature, so it never ships in a
 //! release binary.
 
+pub mod gguf;
 #[cfg(feature = "queue")]
 pub mod queue_suite;
 pub mod services;

@@ -16,7 +16,7 @@ use candle_core::{Device, Tensor};
 use shardwork_core::protocol::ChatMessage;
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
 use shardwork_core::protocol::{JobSpec, TrainingTask};
-use shardwork_trainer::causal_model::CausalModel;
+use shardwork_trainer::causal_model::{BaseWeights, CausalModel};
 use shardwork_trainer::generate::{GenerateOptions, Sampling, generate};
 use shardwork_trainer::llama::Llama;
 use shardwork_trainer::lora::{LoraConfig, Trainables};
@@ -101,7 +101,13 @@ impl CausalLmJob {
             mut model,
             tokenizer,
             files,
-        } = CausalModel::load(model_path, device)?;
+        } = CausalModel::load_for(
+            model_path,
+            device,
+            BaseWeights::F32,
+            // The RoPE tables cover the job's sequences, not the context the model declares.
+            training.max_seq_len as usize,
+        )?;
         // Every node seeds the LoRA initialisation from the job, so round 1 starts identically.
         let trainables = sft::attach_lora(&mut model, &lora, training.seed)?;
         let fresh = trainables.snapshot()?;
@@ -254,11 +260,21 @@ impl CausalLmJob {
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         let attached = self.lock()?;
         load_values(&attached, adapter)?;
+        // The model runs the job's sequences (its RoPE tables cover max_seq_len): the answer
+        // stops there.
+        let room = attached.model.max_positions().saturating_sub(ids.len());
+        if room == 0 {
+            return Err(Error::Invalid(format!(
+                "the question takes {} tokens; the job's max_seq_len is {}",
+                ids.len(),
+                attached.model.max_positions()
+            )));
+        }
         let new = generate(
             &attached.model,
             &ids,
             &GenerateOptions {
-                max_new_tokens: max_tokens,
+                max_new_tokens: max_tokens.min(room),
                 sampling: Sampling::Greedy,
                 stop_tokens: vec![self.tokenizer.eos_token_id],
             },
