@@ -201,8 +201,12 @@ export type paths = {
         get?: never;
         put?: never;
         /**
-         * Stores the request body as one object.
+         * Stores the request body as one object, on the caller's storage quota.
          * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
+         *
+         *     What the caller uploads counts against its quota (`storage_quota_bytes`) until a job
+         *     names it (as its dataset, its model bundle or one of the bundle's files); what no job
+         *     names within `upload_ttl_secs` is unpinned and stops counting.
          */
         post: operations["upload_content"];
         delete?: never;
@@ -368,6 +372,10 @@ export type paths = {
          *     Starts after `after` (or the `Last-Event-ID` header of a reconnecting client). Each frame is
          *     `id: <event id>`, `event: <kind>`, `data: <EventView JSON>`. The stream ends once the job
          *     is in a terminal status and every event has been sent.
+         *
+         *     A caller may hold `max_event_streams_per_caller` streams open at once, and one client
+         *     address `max_event_streams_per_ip` over all its identities; past either the stream is
+         *     refused with 429 naming the cap until one of them closes.
          */
         get: operations["stream_job_events"];
         put?: never;
@@ -2456,7 +2464,7 @@ export type components = {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The caller made more requests this minute than the configured limit */
+        /** @description The caller, or its client address over every identity signed in from it, made more requests this minute than the configured limit (or, on an event stream, holds as many open streams as it may) */
         RateLimited: {
             headers: {
                 /** @description Seconds until the next window */
@@ -2830,7 +2838,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
-            /** @description The body exceeds the upload limit */
+            /** @description The body exceeds the upload limit, or the caller's storage quota (`storage_quota_bytes`: bytes of its uploads no job names yet) */
             413: {
                 headers: {
                     [name: string]: unknown;
@@ -3027,6 +3035,15 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
+            /** @description `dataset_cid` names another requester's job dataset, a job's held-out set, or an upload of another account that the caller has not uploaded too */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description The spec or the dataset exceeds its limit */
             413: {
                 headers: {
