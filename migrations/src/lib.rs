@@ -14,9 +14,9 @@ mod m20261205_000004_task_progress;
 mod m20261205_000005_job_memory;
 mod m20261206_000006_task_releases;
 mod m20261207_000007_rate_windows;
+mod m20261208_000008_chain_cursor_hash;
 mod m20261208_000008_content_claims;
 mod m20261208_000009_lease_bounds;
-mod m20261208_000008_chain_cursor_hash;
 
 /// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;

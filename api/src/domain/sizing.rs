@@ -238,7 +238,8 @@ pub fn task_time_limit_secs(spec: &JobSpec, parameters: u128, largest_shard_reco
     let tokens = u128::from(largest_shard_records)
         .saturating_mul(u128::from(spec.training.max_seq_len))
         .saturating_mul(u128::from(spec.training.epochs));
-    let training_secs = parameters.saturating_mul(6).saturating_mul(tokens) / SLOWEST_TRAINING_FLOPS;
+    let training_secs =
+        parameters.saturating_mul(6).saturating_mul(tokens) / SLOWEST_TRAINING_FLOPS;
     u64::try_from(training_secs)
         .unwrap_or(u64::MAX)
         .saturating_add(TASK_SETUP_SECS)
@@ -299,7 +300,10 @@ mod tests {
         let spec = spec_with(Architecture::Llama, &["q_proj", "v_proj"], 8);
         // SmolLM2-135M, 80 records of 64 tokens, one epoch: 6 × 135e6 × 5,120 FLOPs at 5 GFLOP/s.
         let secs = task_time_limit_secs(&spec, 135_000_000, 80);
-        assert_eq!(secs, TASK_SETUP_SECS + 6 * 135_000_000 * 80 * 64 / 5_000_000_000);
+        assert_eq!(
+            secs,
+            TASK_SETUP_SECS + 6 * 135_000_000 * 80 * 64 / 5_000_000_000
+        );
         // Twice the records, twice the training time; absurd sizes saturate, never wrap.
         let twice = task_time_limit_secs(&spec, 135_000_000, 160);
         assert_eq!(twice - TASK_SETUP_SECS, 2 * (secs - TASK_SETUP_SECS));

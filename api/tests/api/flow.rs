@@ -789,7 +789,11 @@ async fn a_worker_that_gives_a_task_up_cannot_take_it_again(backend: Backend) {
     assert_eq!(abandoned.body["status"], "queued", "{}", abandoned.text);
     let again = send(&service, post_json(&griefer, &claim_path, json!({}))).await;
     again.problem(403, "forbidden");
-    assert!(again.text.contains("already spent an attempt"), "{}", again.text);
+    assert!(
+        again.text.contains("already spent an attempt"),
+        "{}",
+        again.text
+    );
     // The task is still there for an honest worker, at its second attempt; the job is open.
     let honest_key =
         alloy::signers::local::PrivateKeySigner::from_bytes(&[0x59; 32].into()).unwrap();
@@ -825,7 +829,11 @@ async fn a_lease_lives_no_longer_than_the_jobs_task_time_limit(backend: Backend)
     let task = take_tasks(&app, 3).await.remove(0);
     let lease = send(
         &service,
-        post_json(&worker, &format!("/v1/tasks/{}/claim", task.task_id), json!({})),
+        post_json(
+            &worker,
+            &format!("/v1/tasks/{}/claim", task.task_id),
+            json!({}),
+        ),
     )
     .await;
     let token = lease.body["lease_token"].as_str().unwrap().to_owned();
@@ -869,7 +877,11 @@ async fn a_lease_lives_no_longer_than_the_jobs_task_time_limit(backend: Backend)
     );
     send(
         &service,
-        post_json(&worker, &format!("/v1/tasks/{}/claim", task.task_id), json!({})),
+        post_json(
+            &worker,
+            &format!("/v1/tasks/{}/claim", task.task_id),
+            json!({}),
+        ),
     )
     .await
     .problem(403, "forbidden");

@@ -3,8 +3,8 @@
 mod helpers;
 
 mod auth;
-mod content;
 mod chain_follow;
+mod content;
 mod flow;
 mod health;
 mod jobs;

@@ -381,7 +381,9 @@ async fn a_task_keeps_at_most_a_thousand_points(backend: Backend) {
             shardwork_api::entities::shard::Column::SampleCount,
             sea_orm::sea_query::Expr::value(5_000i64),
         )
-        .filter(shardwork_api::entities::shard::Column::JobId.eq(job_id.parse::<uuid::Uuid>().unwrap()))
+        .filter(
+            shardwork_api::entities::shard::Column::JobId.eq(job_id.parse::<uuid::Uuid>().unwrap()),
+        )
         .exec(&app.db)
         .await
         .unwrap();

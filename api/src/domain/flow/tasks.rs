@@ -707,7 +707,10 @@ async fn unlease<C: ConnectionTrait>(
             task::Column::LeaseExpiresAt,
             Expr::value(Option::<DateTime<Utc>>::None),
         )
-        .col_expr(task::Column::LeasedAt, Expr::value(Option::<DateTime<Utc>>::None))
+        .col_expr(
+            task::Column::LeasedAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
         .col_expr(task::Column::Attempts, Expr::value(attempts))
         .col_expr(task::Column::Releases, Expr::value(releases))
         .col_expr(task::Column::UpdatedAt, Expr::value(now))

@@ -323,8 +323,7 @@ pub async fn create(
         .map_err(store_error)?;
 
     let largest_shard = manifest.shards.iter().map(|s| s.records).max().unwrap_or(0);
-    let task_time_limit_secs =
-        sizing::task_time_limit_secs(&spec, model.parameters, largest_shard);
+    let task_time_limit_secs = sizing::task_time_limit_secs(&spec, model.parameters, largest_shard);
 
     // 3. The record: job, shards and its first event, all or nothing.
     let spec_value =
