@@ -25,7 +25,8 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
 
     // ----------------------------------------------------------------- roles and constants
 
-    /// @notice May mark jobs started, complete them (paying contributors) and abort them.
+    /// @notice May mark jobs started, record their progress, complete them (paying
+    /// contributors) and abort them (paying the work done, refunding the rest).
     bytes32 public constant VALIDATOR_ROLE = keccak256("VALIDATOR_ROLE");
     /// @notice May change the platform fee (within MAX_FEE_BPS).
     bytes32 public constant FEE_MANAGER_ROLE = keccak256("FEE_MANAGER_ROLE");
@@ -48,8 +49,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// @notice What a contributor's share of a job must be worth, in ETH, for the full step;
     /// the admin sets it per token (`setReputationUnit`), ERC-20s start at 0 (no reputation).
     uint256 public constant DEFAULT_ETH_REPUTATION_UNIT = 0.01 ether;
-    /// @notice A payout sent in batches may go on this long past the deadline; after it, anyone
-    /// may refund what was not paid yet, so a validator that stops halfway locks nothing.
+    /// @notice A payout sent in batches may go on this long past the deadline, and so may the
+    /// payout of a Started job's recorded progress (`recordProgress`, `abortFederatedJob`);
+    /// after it, anyone may refund what was not paid yet, so a validator that stops halfway or
+    /// vanishes locks nothing.
     uint256 public constant PAYOUT_GRACE = 7 days;
     /// @notice Stakes are capped so `pool * weight` can never overflow (2^128 x 2^28 < 2^256) and
     /// credits always fit their 232-bit field. No real token amount comes near 2^128.
@@ -74,7 +77,8 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// said work began (tasks were handed out), so the requester can no longer cancel, and only
     /// now can the job be completed. Paying: a batched payout is under way (`payFederatedBatch`).
     /// Completed, Cancelled, Refunded, Aborted: final; the stake has been credited to its
-    /// recipients. Aborted: the validator ended a job that could not finish, refunding all.
+    /// recipients. Aborted: the validator ended a job that could not finish, paying the work
+    /// its completed rounds earned (`abortFederatedJob`) or, with none, refunding all.
     enum JobStatus {
         None,
         Open,
@@ -95,6 +99,11 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         uint16 feeBps;
         address token;
         uint8 tokenIndex;
+        /// Progress the validator recorded for a Started federated job (`recordProgress`): the
+        /// share of the stake its completed rounds earned, in basis points; 0 = none. Packed
+        /// beside `token` and `tokenIndex`, so it costs no slot of its own. While it is not 0, a
+        /// deadline refund waits PAYOUT_GRACE, so the requester cannot race the work's payout.
+        uint16 earnedBps;
         /// Who receives the fee, fixed at creation like the fee itself.
         address treasury;
         uint256 stake;
@@ -112,6 +121,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         uint16 reputationStepBps;
         uint128 paid;
         uint64 totalWeight;
+        /// The share of the stake this payout pays out (fee included): BPS for a completion,
+        /// less for an abort that pays the completed rounds (`beginFederatedAbort`). Packed
+        /// beside `paid` and `totalWeight`, so announcing it costs no extra storage write.
+        uint16 earnedBps;
     }
 
     /// What every contributor's payout in one batch shares; a struct only because the stack
@@ -133,6 +146,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
 
     mapping(uint256 jobId => Job) private _jobs;
     mapping(uint256 jobId => Payout) private _payouts;
+    /// Why a batched abort (`beginFederatedAbort`) ends the job, kept until its last batch logs
+    /// it in `JobAborted`: a batched payout pays hundreds of contributors per transaction, so
+    /// the few slots of a reason are noise, and every abort then reads the same way in the logs.
+    mapping(uint256 jobId => string) private _abortReasons;
     /// Per token index: the share worth a full reputation step (see MAX_REPUTATION_STEP_BPS).
     mapping(uint8 tokenIndex => uint256) private _reputationUnit;
     mapping(address account => uint256 packed) private _accounts;
@@ -173,7 +190,12 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     event JobCancelled(uint256 indexed jobId, uint256 stake);
     /// `stake` is what went back: the whole stake, or what a stalled batched payout had not paid.
     event JobRefunded(uint256 indexed jobId, address indexed triggeredBy, uint256 stake);
+    /// The job ended early. `stake` is what went back to the requester: the whole stake for a
+    /// plain `abortJob`, the unearned part plus rounding dust when the completed rounds were
+    /// paid (`abortFederatedJob`, or the last batch of `beginFederatedAbort`).
     event JobAborted(uint256 indexed jobId, uint256 stake, string reason);
+    /// The validator recorded that a Started job's completed rounds earned `earnedBps` of it.
+    event ProgressRecorded(uint256 indexed jobId, uint16 earnedBps);
     event ReputationUnitChanged(address indexed token, uint256 unit);
     event Withdrawn(address indexed account, address indexed token, address to, uint256 amount);
     event FeeChanged(uint16 oldFeeBps, uint16 newFeeBps);
@@ -210,6 +232,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     error RequesterIsContributor(uint256 index);
     error TooManyContributors(uint256 announced, uint256 paidWithThisBatch);
     error PayoutGraceNotPassed(uint256 jobId, uint256 until);
+    /// An earned share must be 1 ..= BPS basis points of the stake.
+    error EarnedOutOfRange(uint256 earnedBps);
+    /// Recorded progress only grows: a round once paid for stays earned.
+    error ProgressDecreased(uint256 jobId, uint256 recorded, uint256 earnedBps);
     error QualityOutOfRange(uint256 index, uint256 quality);
     error NothingToWithdraw(address account, address token);
     error EthTransferFailed(address to, uint256 amount);
@@ -306,6 +332,7 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
             feeBps: feeBps,
             token: token,
             tokenIndex: tokenIndex,
+            earnedBps: 0,
             treasury: treasury,
             stake: stake,
             specHash: keccak256(bytes(specCid))
@@ -351,16 +378,23 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
 
     /// @notice After the deadline of an unfinished job, anyone may return its stake to the
     /// requester (as a credit; the requester withdraws it). A batched payout that stalled is
-    /// refunded what it had not paid, once PAYOUT_GRACE past the deadline has passed too.
+    /// refunded what it had not paid, and a Started job with recorded progress its whole stake,
+    /// once PAYOUT_GRACE past the deadline has passed too: until then the validator may still
+    /// pay the work done (`abortFederatedJob`), which a requester racing to refund at the
+    /// deadline would otherwise keep for nothing.
     function refund(uint256 jobId) external nonReentrant {
         Job storage job = _existing(jobId);
         uint256 amount = job.stake;
-        if (job.status == JobStatus.Paying) {
+        JobStatus status = job.status;
+        if (status == JobStatus.Paying || (status == JobStatus.Started && job.earnedBps != 0)) {
             uint256 until = uint256(job.deadline) + PAYOUT_GRACE;
             if (block.timestamp <= until) revert PayoutGraceNotPassed(jobId, until);
-            amount -= _payouts[jobId].paid;
-        } else if (job.status != JobStatus.Open && job.status != JobStatus.Started) {
-            revert WrongJobStatus(jobId, job.status);
+            if (status == JobStatus.Paying) {
+                amount -= _payouts[jobId].paid;
+                delete _abortReasons[jobId];
+            }
+        } else if (status != JobStatus.Open && status != JobStatus.Started) {
+            revert WrongJobStatus(jobId, status);
         }
         if (block.timestamp <= job.deadline) revert DeadlineNotPassed(jobId, job.deadline);
         job.status = JobStatus.Refunded;
@@ -382,9 +416,25 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         emit JobStarted(jobId);
     }
 
+    /// @notice Record that a Started federated job's completed rounds earned `earnedBps` of its
+    /// stake (the API sends it when a round's merge is accepted). Monotonic: a repeat of the
+    /// recorded value changes nothing, a lower one reverts. Once recorded, the deadline refund
+    /// waits PAYOUT_GRACE, the window in which `abortFederatedJob` pays that work. Only up to
+    /// the deadline, like a completion, so it never races a refund.
+    function recordProgress(uint256 jobId, uint16 earnedBps) external onlyRole(VALIDATOR_ROLE) {
+        if (earnedBps == 0 || earnedBps > BPS) revert EarnedOutOfRange(earnedBps);
+        Job storage job = _completable(jobId, JobKind.Federated);
+        uint16 recorded = job.earnedBps;
+        if (earnedBps < recorded) revert ProgressDecreased(jobId, recorded, earnedBps);
+        if (earnedBps == recorded) return;
+        job.earnedBps = earnedBps;
+        emit ProgressRecorded(jobId, earnedBps);
+    }
+
     /// @notice End a job that cannot finish (a task used up its attempts, its model cannot be
     /// loaded) and give the requester the whole stake back now, not at the deadline. Only before
-    /// a payout begins; no fee is taken, since nothing was delivered.
+    /// a payout begins; no fee is taken, since nothing was delivered. A job whose completed
+    /// rounds hold accepted work is ended with `abortFederatedJob` instead, which pays it.
     function abortJob(uint256 jobId, string calldata reason) external onlyRole(VALIDATOR_ROLE) nonReentrant {
         Job storage job = _existing(jobId);
         if (job.status != JobStatus.Open && job.status != JobStatus.Started) {
@@ -408,7 +458,7 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         Job storage job = _completable(jobId, JobKind.LoRA);
         if (contributor == job.requester) revert RequesterIsContributor(0);
         job.status = JobStatus.Completed;
-        (uint256 fee, uint256 pool) = _split(job);
+        (, uint256 pool,) = _split(job, BPS);
         uint256 share = qualityScore == 0 ? 0 : pool;
         uint256 packed = _accounts[contributor];
         uint256 step = _reputationStep(job.tokenIndex, pool, 1);
@@ -420,7 +470,20 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         payouts[0] = uint256(uint160(contributor)) | (reputation << 160);
         payouts[1] = share;
         emit ContributorsPaid(jobId, payouts);
-        _finish(jobId, job, 1, share, fee, pool - share);
+        _finishLora(jobId, job, pool, share);
+    }
+
+    /// The end of `completeJob`, apart only because the stack cannot hold it there.
+    function _finishLora(uint256 jobId, Job storage job, uint256 pool, uint256 share) private {
+        Round memory round = Round({
+            jobId: jobId,
+            tokenIndex: job.tokenIndex,
+            pool: pool,
+            divisor: 1,
+            reputationStepBps: 0,
+            remaining: pool - share
+        });
+        _finish(job, round, BPS, 1, "");
     }
 
     /// @notice Complete a federated job in one transaction: weight_i = quality_i x (REP_FLOOR +
@@ -443,19 +506,48 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         job.status = JobStatus.Completed;
         (uint256[] memory slots, uint256 totalWeight) = _weigh(contributors, qualityScores, address(0), job.requester);
         emit PayoutStarted(jobId, adapterCid, manifestCid, contributors.length, totalWeight);
-        _settleAtOnce(jobId, job, contributors, qualityScores, slots, totalWeight);
+        _settleAtOnce(jobId, job, BPS, "", contributors, qualityScores, slots, totalWeight);
     }
 
-    /// The rest of `completeFederatedJob`, apart only because the stack cannot hold it there.
+    /// @notice End a federated job that cannot finish, paying the work its completed rounds
+    /// earned: `earnedBps` of the stake (completed rounds / rounds, in basis points) is paid
+    /// exactly as a completion pays the whole stake (the fee on that part only, then shares by
+    /// quality x (REP_FLOOR + reputation) among the contributors of those rounds), and the
+    /// unearned rest plus the rounding dust goes back to the requester in this transaction.
+    /// The job ends Aborted (`JobAborted` with what went back and `reason`); at `earnedBps` =
+    /// BPS it is a completion. Allowed while Started up to the deadline, and PAYOUT_GRACE past
+    /// it when progress was recorded (`recordProgress`). For more contributors than fit one
+    /// transaction, see `beginFederatedAbort`.
+    /// @param adapterCid the last completed round's merge: what the requester keeps.
+    function abortFederatedJob(
+        uint256 jobId,
+        uint16 earnedBps,
+        string calldata adapterCid,
+        string calldata reason,
+        address[] calldata contributors,
+        uint16[] calldata qualityScores
+    ) external onlyRole(VALIDATOR_ROLE) nonReentrant {
+        _checkLengths(contributors.length, qualityScores.length);
+        Job storage job = _abortable(jobId, earnedBps);
+        job.status = earnedBps < BPS ? JobStatus.Aborted : JobStatus.Completed;
+        (uint256[] memory slots, uint256 totalWeight) = _weigh(contributors, qualityScores, address(0), job.requester);
+        emit PayoutStarted(jobId, adapterCid, "", contributors.length, totalWeight);
+        _settleAtOnce(jobId, job, earnedBps, reason, contributors, qualityScores, slots, totalWeight);
+    }
+
+    /// The rest of `completeFederatedJob` and `abortFederatedJob`, apart only because the
+    /// stack cannot hold it there.
     function _settleAtOnce(
         uint256 jobId,
         Job storage job,
+        uint256 earnedBps,
+        string memory reason,
         address[] calldata contributors,
         uint16[] calldata qualityScores,
         uint256[] memory slots,
         uint256 totalWeight
     ) private {
-        (uint256 fee, uint256 pool) = _split(job);
+        (, uint256 pool,) = _split(job, earnedBps);
         // With every quality 0 all weights are 0: dividing by 1 then pays 0 to everyone.
         Round memory round = Round({
             jobId: jobId,
@@ -465,8 +557,8 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
             reputationStepBps: _reputationStep(job.tokenIndex, pool, contributors.length),
             remaining: pool
         });
-        uint256 paid = _distribute(round, contributors, qualityScores, slots);
-        _finish(jobId, job, contributors.length, paid, fee, pool - paid);
+        _distribute(round, contributors, qualityScores, slots);
+        _finish(job, round, earnedBps, contributors.length, reason);
     }
 
     /// @notice Begin a federated payout too large for one transaction; `payFederatedBatch`
@@ -484,8 +576,35 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     ) external onlyRole(VALIDATOR_ROLE) nonReentrant {
         if (contributorCount == 0) revert NoContributors();
         Job storage job = _completable(jobId, JobKind.Federated);
+        // forge-lint: disable-next-line(unsafe-typecast) BPS = 10_000 fits 16 bits
+        _beginPayout(jobId, job, uint16(BPS), contributorCount, totalWeight);
+        emit PayoutStarted(jobId, adapterCid, manifestCid, contributorCount, totalWeight);
+    }
+
+    /// @notice Begin an abort that pays the completed rounds' work (see `abortFederatedJob`)
+    /// in batches: `payFederatedBatch` then pays `contributorCount` contributors in order, and
+    /// the last batch credits the fee on the earned part and sends the unearned rest plus the
+    /// dust back to the requester, ending the job Aborted with `reason`.
+    function beginFederatedAbort(
+        uint256 jobId,
+        uint16 earnedBps,
+        string calldata adapterCid,
+        string calldata reason,
+        uint32 contributorCount,
+        uint64 totalWeight
+    ) external onlyRole(VALIDATOR_ROLE) nonReentrant {
+        if (contributorCount == 0) revert NoContributors();
+        Job storage job = _abortable(jobId, earnedBps);
+        _beginPayout(jobId, job, earnedBps, contributorCount, totalWeight);
+        if (earnedBps < BPS) _abortReasons[jobId] = reason;
+        emit PayoutStarted(jobId, adapterCid, "", contributorCount, totalWeight);
+    }
+
+    function _beginPayout(uint256 jobId, Job storage job, uint16 earnedBps, uint32 contributorCount, uint64 totalWeight)
+        private
+    {
         job.status = JobStatus.Paying;
-        (, uint256 pool) = _split(job);
+        (, uint256 pool,) = _split(job, earnedBps);
         _payouts[jobId] = Payout({
             lastContributor: address(0),
             expected: contributorCount,
@@ -493,9 +612,9 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
             // forge-lint: disable-next-line(unsafe-typecast) at most MAX_REPUTATION_STEP_BPS
             reputationStepBps: uint16(_reputationStep(job.tokenIndex, pool, contributorCount)),
             paid: 0,
-            totalWeight: totalWeight
+            totalWeight: totalWeight,
+            earnedBps: earnedBps
         });
-        emit PayoutStarted(jobId, adapterCid, manifestCid, contributorCount, totalWeight);
     }
 
     /// @notice Pay the next batch of a payout begun with `beginFederatedPayout`. Contributors
@@ -528,7 +647,8 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         uint16[] calldata qualityScores,
         uint256[] memory slots
     ) private {
-        (uint256 fee, uint256 pool) = _split(job);
+        uint256 earnedBps = payout.earnedBps;
+        (, uint256 pool, uint256 unearned) = _split(job, earnedBps);
         Round memory round = Round({
             jobId: jobId,
             tokenIndex: job.tokenIndex,
@@ -541,8 +661,15 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         // forge-lint: disable-next-line(unsafe-typecast) paid <= pool < 2^128
         payout.paid = uint128(paid);
         if (payout.paidCount == payout.expected) {
-            job.status = JobStatus.Completed;
-            _finish(jobId, job, payout.expected, paid, fee, pool - paid);
+            if (unearned == 0) {
+                job.status = JobStatus.Completed;
+                _finish(job, round, BPS, payout.expected, "");
+            } else {
+                job.status = JobStatus.Aborted;
+                string memory reason = _abortReasons[jobId];
+                delete _abortReasons[jobId];
+                _finish(job, round, earnedBps, payout.expected, reason);
+            }
         }
     }
 
@@ -766,6 +893,18 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         if (block.timestamp > job.deadline) revert DeadlinePassed(jobId, job.deadline);
     }
 
+    /// An abort that pays work: Started and federated, up to the deadline, or PAYOUT_GRACE past
+    /// it once progress was recorded (the same moment from which a refund is allowed, so the
+    /// two never race). The caller sets the new status.
+    function _abortable(uint256 jobId, uint16 earnedBps) private view returns (Job storage job) {
+        if (earnedBps == 0 || earnedBps > BPS) revert EarnedOutOfRange(earnedBps);
+        job = _existing(jobId);
+        if (job.status != JobStatus.Started) revert WrongJobStatus(jobId, job.status);
+        if (job.kind != JobKind.Federated) revert WrongJobKind(jobId, job.kind);
+        uint256 until = job.earnedBps == 0 ? job.deadline : uint256(job.deadline) + PAYOUT_GRACE;
+        if (block.timestamp > until) revert DeadlinePassed(jobId, until);
+    }
+
     /// See `reputationStepOf`.
     function _reputationStep(uint8 tokenIndex, uint256 pool, uint256 contributors) private view returns (uint256) {
         uint256 unit = _reputationUnit[tokenIndex];
@@ -780,20 +919,39 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         return (reputation * (BPS - step) + quality * step) / BPS;
     }
 
-    function _split(Job storage job) private view returns (uint256 fee, uint256 pool) {
+    /// The earned part of the stake (all of it at `earnedBps` = BPS) splits into the fee and
+    /// the contributors' pool; the fee is taken on the earned part only, since the rest was
+    /// never delivered. `unearned` goes back to the requester; it is 0 exactly when
+    /// `earnedBps` = BPS (below it, floor(stake x earnedBps / BPS) < stake for any stake >= 1).
+    function _split(Job storage job, uint256 earnedBps)
+        private
+        view
+        returns (uint256 fee, uint256 pool, uint256 unearned)
+    {
         uint256 stake = job.stake;
-        fee = stake * job.feeBps / BPS;
-        pool = stake - fee;
+        // stake < 2^128: no overflow.
+        uint256 earned = stake * earnedBps / BPS;
+        fee = earned * job.feeBps / BPS;
+        pool = earned - fee;
+        unearned = stake - earned;
     }
 
-    /// The fee goes to the treasury fixed at the job's creation, not today's.
-    function _finish(uint256 jobId, Job storage job, uint256 contributors, uint256 paid, uint256 fee, uint256 dust)
+    /// The fee goes to the treasury fixed at the job's creation, not today's. The requester
+    /// gets the dust and the unearned part; a payout with an unearned part ends the job
+    /// Aborted (`JobAborted`, what went back), any other Completed (`JobCompleted`).
+    /// `round.remaining` is what the pool kept: the rounding dust (and the whole pool when
+    /// every quality was 0).
+    function _finish(Job storage job, Round memory round, uint256 earnedBps, uint256 contributors, string memory reason)
         private
     {
+        (uint256 fee,, uint256 unearned) = _split(job, earnedBps);
         uint8 tokenIndex = job.tokenIndex;
         if (fee != 0) _credit(job.treasury, tokenIndex, fee);
-        if (dust != 0) _credit(job.requester, tokenIndex, dust);
-        emit JobCompleted(jobId, contributors, paid, fee, dust);
+        uint256 dust = round.remaining;
+        uint256 back = dust + unearned;
+        if (back != 0) _credit(job.requester, tokenIndex, back);
+        if (unearned == 0) emit JobCompleted(round.jobId, contributors, round.pool - dust, fee, dust);
+        else emit JobAborted(round.jobId, back, reason);
     }
 
     function _credit(address account, uint8 tokenIndex, uint256 amount) private {

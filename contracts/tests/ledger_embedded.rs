@@ -39,6 +39,11 @@ async fn abort_refunds_the_whole_stake_at_once() {
     suite::abort_refunds_the_whole_stake_at_once(&ledger()).await;
 }
 
+#[tokio::test]
+async fn abort_pays_the_completed_rounds_and_refunds_the_rest() {
+    suite::abort_pays_the_completed_rounds_and_refunds_the_rest(&ledger()).await;
+}
+
 /// The embedded chain runs Osaka with EIP-7825's cap, like anvil in the JSON-RPC suite: three
 /// batches here (anvil's suite pays 10,000).
 #[tokio::test]

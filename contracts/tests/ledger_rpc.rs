@@ -59,6 +59,14 @@ async fn abort_refunds_the_whole_stake_at_once() {
     suite::abort_refunds_the_whole_stake_at_once(&*ledger).await;
 }
 
+#[tokio::test]
+async fn abort_pays_the_completed_rounds_and_refunds_the_rest() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    suite::abort_pays_the_completed_rounds_and_refunds_the_rest(&*ledger).await;
+}
+
 /// 100, 1,000 and 10,000 new contributors paid through the Ledger on anvil as an Osaka chain
 /// with EIP-7825's cap (the suite's anvil), each in batches within 2^24 gas, the larger two
 /// with a crash after the first batch and a resume. Prints the gas per contributor from the

@@ -8,8 +8,19 @@
 //! | `finalize`       | the payout: `completeJob`, or `completeFederatedJob` when the          |
 //! |                  | contributors fit one transaction, else `beginFederatedPayout` and   |
 //! |                  | `payFederatedBatch`es (resumed from the escrow's `payoutOf`)        |
-//! | `refund_due`     | `refund` on chain (a stalled payout: once `PAYOUT_GRACE` has passed) |
-//! | `abort_due`      | `abortJob` on chain: the whole stake back to the requester now      |
+//! | `aggregated`     | a round before the last merged: `recordProgress` (completed rounds /|
+//! |                  | rounds), so the deadline refund waits for that work to be paid      |
+//! | `refund_due`     | with recorded progress: the completed rounds' work paid and the rest|
+//! |                  | refunded (`abortFederatedJob`, or begin + batches); otherwise      |
+//! |                  | `refund` (a stalled payout: once `PAYOUT_GRACE` has passed)         |
+//! | `abort_due`      | a federated job with completed rounds: `abortFederatedJob` (or      |
+//! |                  | `beginFederatedAbort` + batches) pays those rounds' accepted work   |
+//! |                  | and refunds the rest; with none, `abortJob` refunds the whole stake |
+//!
+//! Work done is paid, whatever ends the job: a job that cannot finish (or ran out of time)
+//! pays the contributors of its completed rounds `completed / rounds` of the stake, scored as
+//! a completion scores them (`payout::contributions_through_round`), and only the rest goes
+//! back to the requester.
 //!
 //! Every effect is safe to repeat, because a crash after the effect and before the stamp repeats
 //! it: publications carry an idempotency key per attempt (the queue drops a duplicate still in
@@ -30,7 +41,8 @@ use sea_orm::{
     QuerySelect,
 };
 use shardwork_contracts::ledger::{
-    Contribution as ChainContribution, FederatedCompletion, JobStatus as EscrowStatus, TxOutcome,
+    Contribution as ChainContribution, FederatedAbort, FederatedCompletion, JobInfo,
+    JobStatus as EscrowStatus, TxOutcome,
 };
 use shardwork_core::protocol::events::Finalize;
 use shardwork_core::protocol::{JobEvent, JobKind, TASK_QUEUE};
@@ -40,8 +52,10 @@ use uuid::Uuid;
 
 use crate::background::error::BackgroundError;
 use crate::chain::{Chain, address_text, parse_job_id};
+use crate::domain::flow::payout;
+use crate::domain::flow::rounds::RoundStatus;
 use crate::domain::flow::tasks::{TaskStatus, task_message};
-use crate::entities::{chain_transaction, job, job_event, task};
+use crate::entities::{chain_transaction, job, job_event, round, task};
 
 /// Rows handled per pass.
 const BATCH: u64 = 50;
@@ -175,6 +189,11 @@ impl Dispatcher {
                     .await?;
                 publish(db, queue, &tasks).await
             }
+            JobEvent::Aggregated(aggregated) => match chain {
+                Some(chain) => record_progress(db, chain, row.job_id, aggregated.round).await,
+                // No chain, no escrow to hold the work's share.
+                None => Ok(()),
+            },
             JobEvent::Finalize(finalize) => {
                 let chain = chain.ok_or(BackgroundError::NoChain)?;
                 complete(db, chain, row.job_id, &finalize).await
@@ -290,23 +309,7 @@ async fn complete(
         // started, which `round_opened` makes impossible: nothing to pay.
         return Ok(());
     }
-    // The escrow refuses a payout that names the job's requester (the account that funded it
-    // on chain, which dev funding makes another than the poster); such work is not paid.
-    let requester = address_text(info.requester);
-    let contributions: Vec<ChainContribution> = finalize
-        .contributions
-        .iter()
-        .filter(|c| !c.address.eq_ignore_ascii_case(&requester))
-        .map(|c| {
-            c.address
-                .parse::<Address>()
-                .map(|contributor| ChainContribution {
-                    contributor,
-                    quality: c.quality_bps,
-                })
-                .map_err(|e| BackgroundError::Corrupt(format!("contributor {}: {e}", c.address)))
-        })
-        .collect::<Result<_, _>>()?;
+    let contributions = chain_contributions(&finalize.contributions, &info)?;
     let outcomes = if job.kind == JobKind::Lora {
         // One shard, so one accepted contributor; rejected earlier attempts are not listed.
         let best = contributions
@@ -348,16 +351,171 @@ async fn complete(
     Ok(())
 }
 
-/// `abortJob`, unless the escrow already shows the job ended.
+/// The escrow refuses a payout that names the job's requester (the account that funded it on
+/// chain, which dev funding makes another than the poster); such work is not paid.
+fn chain_contributions(
+    contributions: &[payout::Contribution],
+    info: &JobInfo,
+) -> Result<Vec<ChainContribution>, BackgroundError> {
+    let requester = address_text(info.requester);
+    contributions
+        .iter()
+        .filter(|c| !c.address.eq_ignore_ascii_case(&requester))
+        .map(|c| {
+            c.address
+                .parse::<Address>()
+                .map(|contributor| ChainContribution {
+                    contributor,
+                    quality: c.quality_bps,
+                })
+                .map_err(|e| BackgroundError::Corrupt(format!("contributor {}: {e}", c.address)))
+        })
+        .collect()
+}
+
+/// The share of a job's stake `completed` of its `rounds` rounds earned, in basis points
+/// (floored: the requester keeps the rounding); `None` when nothing was completed.
+pub fn earned_bps(completed: u32, rounds: i32) -> Option<u16> {
+    let rounds = u64::try_from(rounds).ok().filter(|r| *r > 0)?;
+    let completed = u64::from(completed).min(rounds);
+    if completed == 0 {
+        return None;
+    }
+    u16::try_from(completed * 10_000 / rounds).ok()
+}
+
+/// `recordProgress` after round `round`'s merge, unless the escrow already holds as much (a
+/// repeat) or the job is no longer running there. Only rounds before the last: the last one's
+/// merge is followed by the payout of the whole stake.
+async fn record_progress(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    job_id: Uuid,
+    round: u32,
+) -> Result<(), BackgroundError> {
+    let (job, id) = escrow_id(db, job_id).await?;
+    if job.kind != JobKind::Federated || i64::from(round) >= i64::from(job.rounds) {
+        return Ok(());
+    }
+    let Some(earned) = earned_bps(round, job.rounds) else {
+        return Ok(());
+    };
+    let info = chain.ledger.job(chain.escrow, id).await?;
+    if info.status != EscrowStatus::Started || info.earned_bps >= earned {
+        return Ok(());
+    }
+    let now = chain.ledger.block_timestamp().await?;
+    if now > info.deadline {
+        // The escrow records progress only up to the deadline (so it never races a refund);
+        // past it, the deadline's refund_due pays what it can.
+        tracing::warn!(%job_id, round, "round merged after the escrow's deadline; progress not recorded");
+        return Ok(());
+    }
+    let outcome = chain
+        .ledger
+        .record_progress(chain.escrow, chain.operator, id, earned)
+        .await?;
+    record_tx(db, chain, job_id, "record_progress", &outcome).await
+}
+
+/// What the completed rounds of a federated job earned, to pay on chain as it ends early:
+/// `completed / rounds` of the stake, to the contributors of those rounds scored as a
+/// completion scores them. `None` for a LoRA job, a job with no completed round, or one whose
+/// completed rounds list no payable contributor (all of them the requester).
+async fn completed_work(
+    db: &DatabaseConnection,
+    job: &job::Model,
+    id: alloy::primitives::U256,
+    info: &JobInfo,
+    reason: &str,
+) -> Result<Option<FederatedAbort>, BackgroundError> {
+    if job.kind != JobKind::Federated {
+        return Ok(None);
+    }
+    // Rounds open one after another, each from the last one's merge, so the completed ones
+    // are 1 ..= the highest completed.
+    let Some(last) = round::Entity::find()
+        .filter(round::Column::JobId.eq(job.id))
+        .filter(round::Column::Status.eq(RoundStatus::Completed.as_str()))
+        .order_by_desc(round::Column::Number)
+        .one(db)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let Some(earned) = earned_bps(last.number.max(0) as u32, job.rounds) else {
+        return Ok(None);
+    };
+    let scored = payout::contributions_through_round(db, job.id, last.number).await?;
+    let contributions = chain_contributions(&scored, info)?;
+    if contributions.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(FederatedAbort {
+        job_id: id,
+        earned_bps: earned,
+        adapter_cid: last.aggregate_adapter_cid.unwrap_or_default(),
+        reason: reason.to_owned(),
+        contributions,
+    }))
+}
+
+/// Pays `work` on chain (one transaction, or begin + batches, resumed after a crash).
+async fn pay_work(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    job_id: Uuid,
+    work: &FederatedAbort,
+) -> Result<(), BackgroundError> {
+    let outcomes = chain
+        .ledger
+        .pay_federated_abort(chain.escrow, chain.operator, work, chain.payout_limits)
+        .await?;
+    for outcome in &outcomes {
+        record_tx(db, chain, job_id, "abort", outcome).await?;
+    }
+    Ok(())
+}
+
+/// The last chain second at which the escrow still lets the validator pay a started job's
+/// completed rounds: its deadline, or `PAYOUT_GRACE` past it once progress was recorded.
+async fn pay_until(chain: &Chain, info: &JobInfo) -> Result<u64, BackgroundError> {
+    if info.earned_bps == 0 {
+        return Ok(info.deadline);
+    }
+    let grace = chain.ledger.payout_grace(chain.escrow).await?;
+    Ok(info.deadline.saturating_add(grace))
+}
+
+/// Ends a job that cannot finish, unless the escrow already shows it ended: a federated job
+/// with completed rounds pays their work and refunds the rest (`abortFederatedJob`, batched
+/// when large); any other, or one whose time to pay has passed, is refunded whole
+/// (`abortJob`).
 async fn abort(
     db: &DatabaseConnection,
     chain: &Chain,
     job_id: Uuid,
     reason: &str,
 ) -> Result<(), BackgroundError> {
-    let (_, id) = escrow_id(db, job_id).await?;
+    let (job, id) = escrow_id(db, job_id).await?;
     let info = chain.ledger.job(chain.escrow, id).await?;
-    if !matches!(info.status, EscrowStatus::Open | EscrowStatus::Started) {
+    if !matches!(
+        info.status,
+        EscrowStatus::Open | EscrowStatus::Started | EscrowStatus::Paying
+    ) {
+        return Ok(());
+    }
+    if info.status != EscrowStatus::Open
+        && let Some(work) = completed_work(db, &job, id, &info, reason).await?
+    {
+        let now = chain.ledger.block_timestamp().await?;
+        if info.status == EscrowStatus::Paying || now <= pay_until(chain, &info).await? {
+            return pay_work(db, chain, job_id, &work).await;
+        }
+        tracing::warn!(%job_id, "the escrow's window to pay the completed rounds has passed");
+    }
+    if info.status == EscrowStatus::Paying {
+        // A payout under way that is not this job's completed work: refund_due handles it.
         return Ok(());
     }
     let outcome = chain
@@ -376,10 +534,30 @@ async fn refund(
     chain: &Chain,
     job_id: Uuid,
 ) -> Result<(), BackgroundError> {
-    let (_, id) = escrow_id(db, job_id).await?;
+    let (job, id) = escrow_id(db, job_id).await?;
     let info = chain.ledger.job(chain.escrow, id).await?;
     match info.status {
-        EscrowStatus::Open | EscrowStatus::Started => {}
+        EscrowStatus::Open => {}
+        EscrowStatus::Started if info.earned_bps == 0 => {}
+        EscrowStatus::Started => {
+            // Progress was recorded: the escrow holds the refund back for PAYOUT_GRACE, in
+            // which the completed rounds' work is paid and only the rest refunded.
+            let reason = "the deadline passed before the job finished";
+            let now = chain.ledger.block_timestamp().await?;
+            let until = pay_until(chain, &info).await?;
+            if now <= until {
+                if let Some(work) = completed_work(db, &job, id, &info, reason).await? {
+                    return pay_work(db, chain, job_id, &work).await;
+                }
+                return Err(BackgroundError::NotYet {
+                    what: format!(
+                        "job {job_id} recorded progress but lists no payable work; the escrow \
+                         refunds it after chain time {until}, now {now}"
+                    ),
+                    wait: Duration::from_secs(until - now + 1),
+                });
+            }
+        }
         EscrowStatus::Paying => {
             let grace = chain.ledger.payout_grace(chain.escrow).await?;
             let until = info.deadline.saturating_add(grace);

@@ -556,7 +556,8 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
         .await
         .unwrap();
     let kinds: Vec<&str> = sent.iter().map(|t| t.kind.as_str()).collect();
-    assert_eq!(kinds, ["mark_started", "complete"]);
+    // Round 1 of 2 merged: its progress recorded once (it holds the deadline refund back).
+    assert_eq!(kinds, ["mark_started", "record_progress", "complete"]);
     let undispatched = shardwork_api::entities::job_event::Entity::find()
         .filter(sea_orm::ColumnTrait::eq(
             &shardwork_api::entities::job_event::Column::NeedsDispatch,
@@ -1277,6 +1278,190 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
     );
 }
 
+/// Issue 46, attack 1: a requester (or any worker) that lets a job's round-2 task use up its
+/// attempts no longer ends the job with the whole stake back. Round 1 of a 1-shard x 2-round
+/// job is accepted and merged (the outbox records that progress on chain: 5,000 bps); round
+/// 2's task expires under two distinct workers and fails; the abort pays round 1's worker half
+/// the stake less the fee on that half, and refunds the funder only the other half. The
+/// follower credits the worker's earnings and ends the job `refunded`.
+async fn an_abort_pays_the_completed_rounds_and_refunds_only_the_rest(backend: Backend) {
+    use alloy::primitives::U256;
+    use shardwork_contracts::ledger::JobStatus as EscrowStatus;
+
+    let mut cfg = config();
+    cfg.task_max_attempts = 2;
+    cfg.lease_secs = 5;
+    let Some(app) = TestApp::with_config_and_chain(backend, cfg, true).await else {
+        return;
+    };
+    let service = app.service().await;
+    app.state
+        .queue
+        .declare(TASK_QUEUE, &QueueOptions::default())
+        .await
+        .unwrap();
+    let mut dispatcher = Dispatcher::default();
+    let requester = access_token(&service, &requester_key(), &[]).await;
+    let honest = access_token(&service, &worker_key(), &["worker"]).await;
+    let validator = access_token(&service, &validator_key(), &["validator"]).await;
+    let mut grievers = Vec::new();
+    for byte in [0x56u8, 0x57] {
+        let key = alloy::signers::local::PrivateKeySigner::from_bytes(&[byte; 32].into()).unwrap();
+        grievers.push(access_token(&service, &key, &["worker"]).await);
+    }
+    for token in std::iter::once(&honest).chain(&grievers) {
+        let r = send(&service, register_cpu_worker(token)).await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let mut s = spec();
+    s["shards"] = json!(1);
+    s["rounds"] = json!(2);
+    let reply = send(&service, post_job(&requester, &s, &dataset(20))).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
+    let job_id = reply.body["id"].as_str().unwrap().to_owned();
+    send(
+        &service,
+        post_json(
+            &requester,
+            &format!("/v1/jobs/{job_id}/dev-fund"),
+            json!({}),
+        ),
+    )
+    .await;
+    step(&app, &mut dispatcher).await;
+    let chain = app.state.chain.clone().unwrap();
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    let escrow_id: U256 = job.body["escrow_job_id"].as_str().unwrap().parse().unwrap();
+
+    // Round 1: the honest worker trains, the validator accepts and merges.
+    let task = take_tasks(&app, 1).await.remove(0);
+    let claim = send(
+        &service,
+        post_json(
+            &honest,
+            &format!("/v1/tasks/{}/claim", task.task_id),
+            json!({}),
+        ),
+    )
+    .await;
+    assert_eq!(claim.status, 200, "{}", claim.text);
+    let lease = claim.body["lease_token"].as_str().unwrap().to_owned();
+    let adapter = put(&app, "round 1 adapter").await;
+    let metrics = put(&app, "{\"round\": 1}").await;
+    let submitted = send(&service, post_json(&honest, &format!("/v1/tasks/{}/submit", task.task_id),
+        json!({"version": 1, "task_id": task.task_id, "lease_token": lease, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
+    assert_eq!(submitted.status, 201, "{}", submitted.text);
+    let id = submitted.body["id"].as_str().unwrap();
+    let v = send(
+        &service,
+        post_json(
+            &validator,
+            &format!("/v1/validator/submissions/{id}/verdict"),
+            json!({"accepted": true, "quality": 0.95, "report": {"metric": 0.95}}),
+        ),
+    )
+    .await;
+    assert_eq!(v.status, 200, "{}", v.text);
+    let merged = put(&app, "merged round 1").await;
+    let agg = send(&service, post_json(&validator, &format!("/v1/jobs/{job_id}/rounds/1/aggregate"),
+        json!({"adapter_cid": merged, "metric": 0.95, "base_metric": 0.5, "metric_name": "accuracy"}))).await;
+    assert_eq!(agg.body["outcome"], "next_round_opened", "{}", agg.text);
+    step(&app, &mut dispatcher).await;
+    let info = chain.ledger.job(chain.escrow, escrow_id).await.unwrap();
+    assert_eq!(info.earned_bps, 5_000, "round 1 of 2 recorded on chain");
+    // Dispatching again records nothing more.
+    step(&app, &mut dispatcher).await;
+
+    // Round 2: two distinct workers claim the task and let their leases expire.
+    let task = take_tasks(&app, 1).await.remove(0);
+    assert_eq!(task.round, 2);
+    for (i, griever) in grievers.iter().enumerate() {
+        let claim = send(
+            &service,
+            post_json(
+                griever,
+                &format!("/v1/tasks/{}/claim", task.task_id),
+                json!({}),
+            ),
+        )
+        .await;
+        assert_eq!(claim.status, 200, "{}", claim.text);
+        let later = chrono::Utc::now() + chrono::Duration::seconds(10);
+        assert_eq!(
+            shardwork_api::background::reaper::reap_once(&app.db, later)
+                .await
+                .unwrap(),
+            1
+        );
+        step(&app, &mut dispatcher).await;
+        if i == 0 {
+            take_tasks(&app, 1).await;
+        }
+    }
+    // The task failed; the abort paid round 1 and refunded the rest.
+    let info = chain.ledger.job(chain.escrow, escrow_id).await.unwrap();
+    assert_eq!(info.status, EscrowStatus::Aborted);
+    let stake = info.stake;
+    let earned = stake / U256::from(2);
+    let fee = earned * U256::from(info.fee_bps) / U256::from(10_000);
+    let worker_credit = chain
+        .ledger
+        .withdrawable(
+            chain.escrow,
+            worker_key().address(),
+            shardwork_contracts::ledger::ETH,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        worker_credit,
+        earned - fee,
+        "the only contributor of round 1 gets its pool"
+    );
+    assert_eq!(
+        funder_credit(&chain).await,
+        stake - earned,
+        "the funder gets back only the unearned half"
+    );
+    assert_eq!(
+        chain
+            .ledger
+            .withdrawable(
+                chain.escrow,
+                info.treasury,
+                shardwork_contracts::ledger::ETH
+            )
+            .await
+            .unwrap(),
+        fee
+    );
+    // The follower recorded it: the job ended refunded, the worker's earnings credited.
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(job.body["status"], "refunded", "{}", job.text);
+    let me = send(&service, get(&honest, "/v1/workers/me")).await;
+    assert_eq!(
+        me.body["earnings_wei"],
+        json!((earned - fee).to_string()),
+        "{}",
+        me.text
+    );
+    let events = send(
+        &service,
+        get(&requester, &format!("/v1/jobs/{job_id}/events")),
+    )
+    .await;
+    let all = events.body["events"].as_array().unwrap();
+    let refunded = all
+        .iter()
+        .find(|e| e["kind"] == "refunded")
+        .expect("refunded");
+    assert_eq!(
+        refunded["payload"]["stake_wei"],
+        json!((stake - earned).to_string())
+    );
+    assert!(all.iter().any(|e| e["kind"] == "paid"), "{all:?}");
+}
+
 on_both_databases!(
     federated_job_runs_from_funding_to_payout,
     expired_leases_go_back_to_the_queue_until_attempts_run_out,
@@ -1287,4 +1472,5 @@ on_both_databases!(
     a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks,
     a_job_past_its_deadline_is_refunded_on_chain,
     a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace,
+    an_abort_pays_the_completed_rounds_and_refunds_only_the_rest,
 );

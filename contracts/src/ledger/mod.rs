@@ -232,6 +232,48 @@ pub trait Ledger: Send + Sync {
         .await
     }
 
+    /// Records that a started federated job's completed rounds earned `earned_bps` of its stake
+    /// (validator only; 1 ..= 10,000, never lower than what is recorded). Sending the recorded
+    /// value again is a no-op on chain, so a repeated send is harmless.
+    async fn record_progress(
+        &self,
+        escrow: Address,
+        validator: Address,
+        job_id: U256,
+        earned_bps: u16,
+    ) -> Result<TxOutcome> {
+        let call = JobEscrow::recordProgressCall {
+            jobId: job_id,
+            earnedBps: earned_bps,
+        };
+        transact(
+            self,
+            escrow,
+            validator,
+            call,
+            U256::ZERO,
+            format!("recordProgress({job_id}, {earned_bps})"),
+        )
+        .await
+    }
+
+    /// Ends a federated job that cannot finish, paying the work its completed rounds earned
+    /// (`abort.earned_bps` of the stake, the fee on that part only) and returning the rest to
+    /// the requester, in as few transactions as the gas cap allows: one `abortFederatedJob`
+    /// when the contributors fit one, else `beginFederatedAbort` and `payFederatedBatch`es,
+    /// resumed from [`Ledger::payout_progress`] after a crash like
+    /// [`Ledger::pay_federated_job`]. A job already ended sends nothing. Returns the
+    /// transactions it sent.
+    async fn pay_federated_abort(
+        &self,
+        escrow: Address,
+        validator: Address,
+        abort: &FederatedAbort,
+        limits: PayoutLimits,
+    ) -> Result<Vec<TxOutcome>> {
+        settle_federated(self, escrow, validator, Settlement::Abort(abort), limits).await
+    }
+
     /// Where a federated payout of `job_id` stands.
     async fn payout_progress(&self, escrow: Address, job_id: U256) -> Result<PayoutProgress> {
         let p = view(
@@ -247,6 +289,7 @@ pub trait Ledger: Send + Sync {
             last_contributor: p.lastContributor,
             paid: U256::from(p.paid),
             total_weight: p.totalWeight,
+            earned_bps: p.earnedBps,
         })
     }
 
@@ -264,75 +307,14 @@ pub trait Ledger: Send + Sync {
         completion: &FederatedCompletion,
         limits: PayoutLimits,
     ) -> Result<Vec<TxOutcome>> {
-        let job_id = completion.job_id;
-        let mut contributions = completion.contributions.clone();
-        contributions.sort_by_key(|c| c.contributor);
-        let per_batch = limits.contributors_per_batch();
-        let mut sent = Vec::new();
-        if self.job(escrow, job_id).await?.status == JobStatus::Completed {
-            // Paid already (by an earlier call that crashed before it was recorded).
-            return Ok(sent);
-        }
-        let mut progress = self.payout_progress(escrow, job_id).await?;
-        if progress.expected == 0 {
-            if contributions.len() <= per_batch {
-                sent.push(
-                    self.complete_federated_job(escrow, validator, completion)
-                        .await?,
-                );
-                return Ok(sent);
-            }
-            let mut total_weight = U256::ZERO;
-            for chunk in contributions.chunks(per_batch) {
-                let call = JobEscrow::weighCall {
-                    jobId: job_id,
-                    contributors: chunk.iter().map(|c| c.contributor).collect(),
-                    qualityScores: chunk.iter().map(|c| c.quality).collect(),
-                };
-                total_weight += view(self, escrow, call, "weigh").await?;
-            }
-            let invalid =
-                |field: &'static str, problem: String| LedgerError::InvalidInput { field, problem };
-            let call = JobEscrow::beginFederatedPayoutCall {
-                jobId: job_id,
-                adapterCid: completion.adapter_cid.clone(),
-                manifestCid: completion.manifest_cid.clone(),
-                contributorCount: u32::try_from(contributions.len()).map_err(|_| {
-                    invalid("contributions", format!("{} entries", contributions.len()))
-                })?,
-                totalWeight: u64::try_from(total_weight)
-                    .map_err(|_| invalid("contributions", format!("weight {total_weight}")))?,
-            };
-            let action = format!("beginFederatedPayout({job_id})");
-            sent.push(transact(self, escrow, validator, call, U256::ZERO, action).await?);
-            progress = self.payout_progress(escrow, job_id).await?;
-        }
-        let done = progress.paid_count as usize;
-        if progress.expected as usize != contributions.len()
-            || (done > 0 && contributions[done - 1].contributor != progress.last_contributor)
-        {
-            return Err(LedgerError::InvalidInput {
-                field: "contributions",
-                problem: format!(
-                    "the payout under way on chain announced {} contributors and paid {} up to \
-                     {}; these {} contributions are another list",
-                    progress.expected,
-                    done,
-                    progress.last_contributor,
-                    contributions.len()
-                ),
-            });
-        }
-        for (index, chunk) in contributions[done..].chunks(per_batch).enumerate() {
-            let call = JobEscrow::payFederatedBatchCall {
-                jobId: job_id,
-                contributors: chunk.iter().map(|c| c.contributor).collect(),
-                qualityScores: chunk.iter().map(|c| c.quality).collect(),
-            };
-            let action = format!("payFederatedBatch({job_id}, batch {})", index + 1);
-            sent.push(transact(self, escrow, validator, call, U256::ZERO, action).await?);
-        }
-        Ok(sent)
+        settle_federated(
+            self,
+            escrow,
+            validator,
+            Settlement::Complete(completion),
+            limits,
+        )
+        .await
     }
 
     /// Completes a federated job in one transaction (validator only), paying contributors by
@@ -525,6 +507,7 @@ pub trait Ledger: Send + Sync {
             fee_bps: job.feeBps,
             token: job.token,
             treasury: job.treasury,
+            earned_bps: job.earnedBps,
             stake: job.stake,
             spec_hash: job.specHash,
         })
@@ -580,6 +563,159 @@ pub trait Ledger: Send + Sync {
         .await?;
         Ok(())
     }
+}
+
+/// What a federated payout settles: a completion (the whole stake) or an abort paying the
+/// completed rounds (part of it).
+enum Settlement<'a> {
+    Complete(&'a FederatedCompletion),
+    Abort(&'a FederatedAbort),
+}
+
+impl Settlement<'_> {
+    fn job_id(&self) -> U256 {
+        match self {
+            Settlement::Complete(c) => c.job_id,
+            Settlement::Abort(a) => a.job_id,
+        }
+    }
+
+    fn contributions(&self) -> &[Contribution] {
+        match self {
+            Settlement::Complete(c) => &c.contributions,
+            Settlement::Abort(a) => &a.contributions,
+        }
+    }
+}
+
+/// [`Ledger::pay_federated_job`] and [`Ledger::pay_federated_abort`]: one transaction when the
+/// contributors fit it, else begin + batches, resumed from `payoutOf` after a crash.
+async fn settle_federated<L: Ledger + ?Sized>(
+    ledger: &L,
+    escrow: Address,
+    validator: Address,
+    settlement: Settlement<'_>,
+    limits: PayoutLimits,
+) -> Result<Vec<TxOutcome>> {
+    let job_id = settlement.job_id();
+    let mut contributions = settlement.contributions().to_vec();
+    contributions.sort_by_key(|c| c.contributor);
+    let per_batch = limits.contributors_per_batch();
+    let mut sent = Vec::new();
+    let status = ledger.job(escrow, job_id).await?.status;
+    // Paid already (by an earlier call that crashed before it was recorded); an abort may
+    // also find the job ended another way (aborted, refunded), with nothing left to pay.
+    let ended = match settlement {
+        Settlement::Complete(_) => status == JobStatus::Completed,
+        Settlement::Abort(_) => !matches!(status, JobStatus::Started | JobStatus::Paying),
+    };
+    if ended {
+        return Ok(sent);
+    }
+    let mut progress = ledger.payout_progress(escrow, job_id).await?;
+    let invalid =
+        |field: &'static str, problem: String| LedgerError::InvalidInput { field, problem };
+    if progress.expected == 0 {
+        let sorted = || {
+            (
+                contributions
+                    .iter()
+                    .map(|c| c.contributor)
+                    .collect::<Vec<_>>(),
+                contributions.iter().map(|c| c.quality).collect::<Vec<_>>(),
+            )
+        };
+        if contributions.len() <= per_batch {
+            let outcome = match settlement {
+                Settlement::Complete(completion) => {
+                    ledger
+                        .complete_federated_job(escrow, validator, completion)
+                        .await?
+                }
+                Settlement::Abort(abort) => {
+                    let (contributors, scores) = sorted();
+                    let call = JobEscrow::abortFederatedJobCall {
+                        jobId: job_id,
+                        earnedBps: abort.earned_bps,
+                        adapterCid: abort.adapter_cid.clone(),
+                        reason: abort.reason.clone(),
+                        contributors,
+                        qualityScores: scores,
+                    };
+                    let action = format!("abortFederatedJob({job_id}, {})", abort.earned_bps);
+                    transact(ledger, escrow, validator, call, U256::ZERO, action).await?
+                }
+            };
+            sent.push(outcome);
+            return Ok(sent);
+        }
+        let mut total_weight = U256::ZERO;
+        for chunk in contributions.chunks(per_batch) {
+            let call = JobEscrow::weighCall {
+                jobId: job_id,
+                contributors: chunk.iter().map(|c| c.contributor).collect(),
+                qualityScores: chunk.iter().map(|c| c.quality).collect(),
+            };
+            total_weight += view(ledger, escrow, call, "weigh").await?;
+        }
+        let count = u32::try_from(contributions.len())
+            .map_err(|_| invalid("contributions", format!("{} entries", contributions.len())))?;
+        let total_weight = u64::try_from(total_weight)
+            .map_err(|_| invalid("contributions", format!("weight {total_weight}")))?;
+        let outcome = match settlement {
+            Settlement::Complete(completion) => {
+                let call = JobEscrow::beginFederatedPayoutCall {
+                    jobId: job_id,
+                    adapterCid: completion.adapter_cid.clone(),
+                    manifestCid: completion.manifest_cid.clone(),
+                    contributorCount: count,
+                    totalWeight: total_weight,
+                };
+                let action = format!("beginFederatedPayout({job_id})");
+                transact(ledger, escrow, validator, call, U256::ZERO, action).await?
+            }
+            Settlement::Abort(abort) => {
+                let call = JobEscrow::beginFederatedAbortCall {
+                    jobId: job_id,
+                    earnedBps: abort.earned_bps,
+                    adapterCid: abort.adapter_cid.clone(),
+                    reason: abort.reason.clone(),
+                    contributorCount: count,
+                    totalWeight: total_weight,
+                };
+                let action = format!("beginFederatedAbort({job_id}, {})", abort.earned_bps);
+                transact(ledger, escrow, validator, call, U256::ZERO, action).await?
+            }
+        };
+        sent.push(outcome);
+        progress = ledger.payout_progress(escrow, job_id).await?;
+    }
+    let done = progress.paid_count as usize;
+    if progress.expected as usize != contributions.len()
+        || (done > 0 && contributions[done - 1].contributor != progress.last_contributor)
+    {
+        return Err(invalid(
+            "contributions",
+            format!(
+                "the payout under way on chain announced {} contributors and paid {} up to \
+                 {}; these {} contributions are another list",
+                progress.expected,
+                done,
+                progress.last_contributor,
+                contributions.len()
+            ),
+        ));
+    }
+    for (index, chunk) in contributions[done..].chunks(per_batch).enumerate() {
+        let call = JobEscrow::payFederatedBatchCall {
+            jobId: job_id,
+            contributors: chunk.iter().map(|c| c.contributor).collect(),
+            qualityScores: chunk.iter().map(|c| c.quality).collect(),
+        };
+        let action = format!("payFederatedBatch({job_id}, batch {})", index + 1);
+        sent.push(transact(ledger, escrow, validator, call, U256::ZERO, action).await?);
+    }
+    Ok(sent)
 }
 
 /// The amount a withdrawal's `Withdrawn` event reports.

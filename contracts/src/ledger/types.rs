@@ -99,6 +99,10 @@ pub struct JobInfo {
     pub token: Address,
     /// Who the fee goes to, fixed when the job was created.
     pub treasury: Address,
+    /// Progress the validator recorded (`recordProgress`): the share of the stake the job's
+    /// completed rounds earned, in basis points; 0 = none. While it is not 0, the deadline
+    /// refund of a started job waits the escrow's `PAYOUT_GRACE`.
+    pub earned_bps: u16,
     /// Amount escrowed, in the token's smallest unit.
     pub stake: U256,
     /// keccak256 of the spec CID.
@@ -128,6 +132,24 @@ pub struct FederatedCompletion {
     pub contributions: Vec<Contribution>,
 }
 
+/// Arguments of `abortFederatedJob` (or `beginFederatedAbort` and its batches): end a federated
+/// job that cannot finish, paying `earned_bps` of its stake (its completed rounds' share) to
+/// the contributors of those rounds as a completion pays the whole stake, and the rest back to
+/// the requester. The ledger sorts the contributions by address, as the contract requires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FederatedAbort {
+    /// The federated job to end.
+    pub job_id: U256,
+    /// The share of the stake earned, in basis points: 1 ..= 10,000 (10,000 is a completion).
+    pub earned_bps: u16,
+    /// CID of the last completed round's merge: what the requester keeps.
+    pub adapter_cid: String,
+    /// Why the job ends; logged in `JobAborted`.
+    pub reason: String,
+    /// The completed rounds' contributors with their quality scores; in any order.
+    pub contributions: Vec<Contribution>,
+}
+
 /// Where a federated payout stands on chain (`payoutOf`); all zero before one began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PayoutProgress {
@@ -141,6 +163,9 @@ pub struct PayoutProgress {
     pub paid: U256,
     /// The divisor of every share.
     pub total_weight: u64,
+    /// The share of the stake the payout pays out, in basis points: 10,000 for a completion,
+    /// less for an abort paying completed rounds; 0 before a payout began.
+    pub earned_bps: u16,
 }
 
 /// How large one payout transaction may be.

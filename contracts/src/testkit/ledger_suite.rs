@@ -12,8 +12,8 @@ use futures::{Stream, StreamExt};
 use crate::bindings::JobEscrow::{JobEscrowErrors, JobEscrowEvents};
 use crate::ledger::stream::{StreamOptions, event_stream};
 use crate::ledger::{
-    Contribution, DeployParams, ETH, EscrowEvent, FederatedCompletion, JobKind, JobStatus, Ledger,
-    LedgerError, NewJob, Revert,
+    Contribution, DeployParams, ETH, EscrowEvent, FederatedAbort, FederatedCompletion, JobKind,
+    JobStatus, Ledger, LedgerError, NewJob, PayoutLimits, Revert,
 };
 
 /// The parties of a test: the ledger's first six accounts.
@@ -673,6 +673,207 @@ pub async fn abort_refunds_the_whole_stake_at_once(ledger: &dyn Ledger) {
         .complete_federated_job(escrow, p.validator, &completion)
         .await;
     assert!(matches!(revert_of(late), JobEscrowErrors::WrongJobStatus(e) if e.status == 7));
+}
+
+/// Work done is paid, whatever ends the job (issue 46, attack 1). A 2-round job whose round 1
+/// was accepted (progress recorded: 5,000 bps) and whose round 2 cannot finish is ended paying
+/// round 1's workers half the stake (less the fee on that half) and the requester the other
+/// half; the same in batches (a gas cap that fits one contributor per batch); sending it again
+/// sends nothing. Recorded progress holds the deadline refund back until the grace has passed.
+pub async fn abort_pays_the_completed_rounds_and_refunds_the_rest(ledger: &dyn Ledger) {
+    let p = Parties::of(ledger);
+    let escrow = deploy(ledger, &p).await;
+    let stake = ether(4);
+    let new_job = job(ledger, ETH, stake, JobKind::Federated).await;
+    let job_id = started(ledger, escrow, &p, &new_job).await;
+
+    let recorded = ledger
+        .record_progress(escrow, p.validator, job_id, 5_000)
+        .await
+        .unwrap();
+    assert!(matches!(
+        &recorded.events[0].event,
+        JobEscrowEvents::ProgressRecorded(e) if e.jobId == job_id && e.earnedBps == 5_000
+    ));
+    assert_eq!(ledger.job(escrow, job_id).await.unwrap().earned_bps, 5_000);
+    let again = ledger
+        .record_progress(escrow, p.validator, job_id, 5_000)
+        .await
+        .unwrap();
+    assert!(again.events.is_empty(), "a repeat records nothing");
+    let lower = ledger
+        .record_progress(escrow, p.validator, job_id, 4_999)
+        .await;
+    assert!(matches!(
+        revert_of(lower),
+        JobEscrowErrors::ProgressDecreased(e) if e.recorded == U256::from(5_000)
+    ));
+    let by_requester = ledger
+        .record_progress(escrow, p.requester, job_id, 6_000)
+        .await;
+    assert!(matches!(
+        revert_of(by_requester),
+        JobEscrowErrors::AccessControlUnauthorizedAccount(_)
+    ));
+
+    let reason = "round 2's task used up its attempts";
+    let abort = FederatedAbort {
+        job_id,
+        earned_bps: 5_000,
+        adapter_cid: "bafyround1".into(),
+        reason: reason.into(),
+        // Out of order on purpose: the ledger sorts.
+        contributions: vec![
+            Contribution {
+                contributor: p.workers[1],
+                quality: 5_000,
+            },
+            Contribution {
+                contributor: p.workers[0],
+                quality: 10_000,
+            },
+        ],
+    };
+    let sent = ledger
+        .pay_federated_abort(escrow, p.validator, &abort, PayoutLimits::default())
+        .await
+        .unwrap();
+    assert_eq!(sent.len(), 1, "two contributors fit one transaction");
+    // Earned: 2 ETH; fee 2.5% of it; pool 1.95 ETH split 2:1 between newcomers.
+    let earned = ether(2);
+    let fee = earned * U256::from(FEE_BPS) / U256::from(10_000);
+    let pool = earned - fee;
+    let events = &sent[0].events;
+    assert!(events.iter().any(|e| matches!(
+        &e.event,
+        JobEscrowEvents::JobAborted(a) if a.stake == stake - earned && a.reason == reason
+    )));
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.event, JobEscrowEvents::JobCompleted(_)))
+    );
+    let paid = paid_entries(events);
+    assert_eq!(paid.len(), 2);
+    let share = |who: Address| paid.iter().find(|(a, _, _)| *a == who).unwrap().2;
+    assert_eq!(share(p.workers[0]), pool * U256::from(2) / U256::from(3));
+    assert_eq!(share(p.workers[1]), pool / U256::from(3));
+    assert_eq!(
+        ledger.job(escrow, job_id).await.unwrap().status,
+        JobStatus::Aborted
+    );
+    assert_eq!(
+        ledger.withdrawable(escrow, p.treasury, ETH).await.unwrap(),
+        fee,
+        "the fee on the earned half only"
+    );
+    assert_eq!(
+        ledger.withdrawable(escrow, p.requester, ETH).await.unwrap(),
+        stake - earned,
+        "the unearned half back (no dust at these numbers)"
+    );
+    let repeat = ledger
+        .pay_federated_abort(escrow, p.validator, &abort, PayoutLimits::default())
+        .await
+        .unwrap();
+    assert!(repeat.is_empty(), "an ended job is not paid twice");
+
+    // Batched: a cap that fits one contributor per transaction (begin + 2 batches), the same
+    // credits as the one-transaction abort; the reason given at begin ends the last batch.
+    let batched_job = started(ledger, escrow, &p, &new_job).await;
+    let one_per_batch = PayoutLimits {
+        tx_gas_cap: PayoutLimits::BATCH_OVERHEAD_GAS + PayoutLimits::WORST_GAS_PER_CONTRIBUTOR,
+    };
+    assert_eq!(one_per_batch.contributors_per_batch(), 1);
+    let w0 = ledger
+        .withdrawable(escrow, p.workers[0], ETH)
+        .await
+        .unwrap();
+    let w1 = ledger
+        .withdrawable(escrow, p.workers[1], ETH)
+        .await
+        .unwrap();
+    let back_before = ledger.withdrawable(escrow, p.requester, ETH).await.unwrap();
+    let batched = FederatedAbort {
+        job_id: batched_job,
+        ..abort.clone()
+    };
+    let sent = ledger
+        .pay_federated_abort(escrow, p.validator, &batched, one_per_batch)
+        .await
+        .unwrap();
+    assert_eq!(sent.len(), 3, "begin and two batches");
+    assert_eq!(
+        ledger
+            .payout_progress(escrow, batched_job)
+            .await
+            .unwrap()
+            .earned_bps,
+        5_000
+    );
+    // The last batch logs what went back: the unearned half plus whatever dust the new
+    // weights leave (reputation moved with the first abort).
+    let logged_back = sent[2]
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            JobEscrowEvents::JobAborted(a) if a.reason == reason => Some(a.stake),
+            _ => None,
+        })
+        .expect("the last batch logs JobAborted with the reason given at begin");
+    assert_eq!(
+        ledger.job(escrow, batched_job).await.unwrap().status,
+        JobStatus::Aborted
+    );
+    // Reputation moved with the first abort, so the second pays by the new weights; what
+    // matters here is that the split is exact again.
+    let paid_again = ledger
+        .withdrawable(escrow, p.workers[0], ETH)
+        .await
+        .unwrap()
+        - w0
+        + ledger
+            .withdrawable(escrow, p.workers[1], ETH)
+            .await
+            .unwrap()
+        - w1;
+    let back = ledger.withdrawable(escrow, p.requester, ETH).await.unwrap() - back_before;
+    assert_eq!(
+        paid_again + fee + back,
+        stake,
+        "stake == paid + fee + refunded"
+    );
+    assert!(back >= stake - earned);
+    assert_eq!(back, logged_back);
+
+    // The requester's race: with progress recorded, a refund at the deadline reverts until
+    // the grace has passed; then (the platform having vanished) the whole stake goes back.
+    let raced = started(
+        ledger,
+        escrow,
+        &p,
+        &job(ledger, ETH, stake, JobKind::Federated).await,
+    )
+    .await;
+    ledger
+        .record_progress(escrow, p.validator, raced, 5_000)
+        .await
+        .unwrap();
+    let deadline = ledger.job(escrow, raced).await.unwrap().deadline;
+    let grace = ledger.payout_grace(escrow).await.unwrap();
+    let now = ledger.block_timestamp().await.unwrap();
+    ledger.advance_time(deadline + 1 - now).await.unwrap();
+    let early = ledger.refund(escrow, p.requester, raced).await;
+    assert!(matches!(
+        revert_of(early),
+        JobEscrowErrors::PayoutGraceNotPassed(e) if e.until == U256::from(deadline + grace)
+    ));
+    ledger.advance_time(grace).await.unwrap();
+    let refund = ledger.refund(escrow, p.requester, raced).await.unwrap();
+    assert!(matches!(
+        &refund.events[0].event,
+        JobEscrowEvents::JobRefunded(r) if r.stake == stake
+    ));
 }
 
 /// A Ledger that fails every transaction after its first `sends` ones, as a validator that

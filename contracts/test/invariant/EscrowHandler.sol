@@ -9,8 +9,9 @@ import {FeeOnTransferToken} from "../mocks/FeeOnTransferToken.sol";
 import {RevertingRecipient} from "../mocks/RevertingRecipient.sol";
 import {ReentrantAttacker} from "../mocks/ReentrantAttacker.sol";
 
-/// Drives random sequences of create / start / complete / batched payout (begin, batches) /
-/// abort / cancel / refund / withdraw / fee and treasury changes by random actors (plain
+/// Drives random sequences of create / start / record progress / complete / batched payout
+/// (begin, batches) / abort (whole refund, or paying the work done in one transaction or in
+/// batches) / cancel / refund / withdraw / fee and treasury changes by random actors (plain
 /// accounts, a contract that refuses ETH, a reentrant attacker) in ETH, a plain ERC-20 and a
 /// fee-on-transfer token. Reverts are expected (wrong caller, wrong state, past the deadline)
 /// and swallowed; what succeeds is recorded in ghost variables the invariants check.
@@ -56,6 +57,28 @@ contract EscrowHandler is Cheats {
     uint256 public ghostPayingRefunds;
     /// createJob refused because the fee was above the requester's maximum.
     uint256 public ghostFeeRefusals;
+    /// recordProgress calls that took, and ones that lowered the recorded value (must be 0).
+    uint256 public ghostProgressRecords;
+    uint256 public ghostProgressDecreases;
+    /// Aborts that paid the work done: in one transaction, begun in batches, and batched ones
+    /// that finished.
+    uint256 public ghostPaidAborts;
+    uint256 public ghostAbortPayoutsBegun;
+    uint256 public ghostBatchedAborts;
+    /// Deadline refunds of a Started job with recorded progress (only past the grace).
+    uint256 public ghostProgressRefunds;
+    /// Refunds that landed before they were allowed (a Started job with progress inside the
+    /// grace): must stay 0.
+    uint256 public ghostEarlyRefunds;
+
+    /// Per job, where its stake went: to contributors, to the treasury as the fee, back to the
+    /// requester. Every action that credits anything books it here by whom it credited.
+    mapping(uint256 jobId => uint256) public ghostPaidOf;
+    mapping(uint256 jobId => uint256) public ghostFeeOf;
+    mapping(uint256 jobId => uint256) public ghostRefundedOf;
+    /// The share of the stake the payout that ended the job paid out (BPS for a completion,
+    /// less for an abort paying completed rounds); 0 when no payout ended it.
+    mapping(uint256 jobId => uint256) public ghostEarnedOf;
 
     constructor(
         JobEscrow escrow_,
@@ -140,13 +163,71 @@ contract EscrowHandler is Cheats {
     function overpaidJobs() external view returns (uint256 count) {
         for (uint256 i; i < jobIds.length; ++i) {
             JobEscrow.Job memory job = escrow.getJob(jobIds[i]);
-            uint256 pool = job.stake - job.stake * job.feeBps / 10_000;
-            if (escrow.payoutOf(jobIds[i]).paid > pool) ++count;
+            JobEscrow.Payout memory payout = escrow.payoutOf(jobIds[i]);
+            uint256 earned = job.stake * (payout.earnedBps == 0 ? 10_000 : payout.earnedBps) / 10_000;
+            uint256 pool = earned - earned * job.feeBps / 10_000;
+            if (payout.paid > pool) ++count;
         }
     }
 
     function _live(JobEscrow.JobStatus status) private pure returns (bool) {
         return status == JobEscrow.JobStatus.Open || status == JobEscrow.JobStatus.Started;
+    }
+
+    /// Credits in the job's token of everyone, of its requester and of its treasury.
+    struct Books {
+        uint256 all;
+        uint256 requester;
+        uint256 treasury;
+    }
+
+    function _books(JobEscrow.Job memory job) private view returns (Books memory b) {
+        b.all = totalCredited(job.token);
+        b.requester = escrow.withdrawable(job.requester, job.token);
+        b.treasury = escrow.withdrawable(job.treasury, job.token);
+    }
+
+    /// Books what happened since `before` to job `jobId`: what the treasury gained is fee, what
+    /// the requester gained went back, the rest went to contributors (neither the requester nor
+    /// a treasury can be one). Returns the total credited.
+    function _book(uint256 jobId, JobEscrow.Job memory job, Books memory before) private returns (uint256 credited) {
+        Books memory after_ = _books(job);
+        credited = after_.all - before.all;
+        uint256 fee = after_.treasury - before.treasury;
+        uint256 back = after_.requester - before.requester;
+        ghostFeeOf[jobId] += fee;
+        ghostRefundedOf[jobId] += back;
+        ghostPaidOf[jobId] += credited - fee - back;
+    }
+
+    /// Ended jobs whose books do not balance: stake != paid + fee + refunded, or, for a job
+    /// ended by a payout of `earned` = stake x earnedBps / BPS, a fee other than the rate on
+    /// `earned`, contributors paid more than `earned` - fee, or a final status other than
+    /// Completed (all earned) or Aborted (part earned).
+    function unbalancedEndedJobs() external view returns (uint256 count) {
+        for (uint256 i; i < jobIds.length; ++i) {
+            uint256 jobId = jobIds[i];
+            JobEscrow.Job memory job = escrow.getJob(jobId);
+            if (_live(job.status) || job.status == JobEscrow.JobStatus.Paying) continue;
+            uint256 paid = ghostPaidOf[jobId];
+            uint256 fee = ghostFeeOf[jobId];
+            if (paid + fee + ghostRefundedOf[jobId] != job.stake) {
+                ++count;
+                continue;
+            }
+            uint256 earnedBps = ghostEarnedOf[jobId];
+            if (earnedBps == 0) {
+                // Cancel, refund, plain abort: no fee; a stalled payout's refund leaves what
+                // its batches paid with the contributors.
+                if (fee != 0 || (paid != 0 && job.status != JobEscrow.JobStatus.Refunded)) ++count;
+                continue;
+            }
+            uint256 earned = job.stake * earnedBps / 10_000;
+            uint256 expectedFee = earned * job.feeBps / 10_000;
+            JobEscrow.JobStatus expected =
+                earnedBps == 10_000 ? JobEscrow.JobStatus.Completed : JobEscrow.JobStatus.Aborted;
+            if (fee != expectedFee || paid > earned - expectedFee || job.status != expected) ++count;
+        }
     }
 
     // ------------------------------------------------------------------ actions
@@ -201,7 +282,7 @@ contract EscrowHandler is Cheats {
         }
         JobEscrow.Job memory job = escrow.getJob(jobId);
         bool wasStarted = job.status == JobEscrow.JobStatus.Started;
-        uint256 creditedBefore = totalCredited(job.token);
+        Books memory before = _books(job);
 
         bool ok;
         if (job.kind == JobEscrow.JobKind.LoRA) {
@@ -223,7 +304,8 @@ contract EscrowHandler is Cheats {
         }
         if (!ok) return;
         ghostCompletions += 1;
-        if (!wasStarted || totalCredited(job.token) - creditedBefore != job.stake) ghostBrokenCompletions += 1;
+        ghostEarnedOf[jobId] = 10_000;
+        if (!wasStarted || _book(jobId, job, before) != job.stake) ghostBrokenCompletions += 1;
     }
 
     /// A subset of the actors (sorted, as the actors are), never `requester`.
@@ -309,7 +391,7 @@ contract EscrowHandler is Cheats {
             contributors[i - from] = _planned[jobId][i];
             scores[i - from] = _plannedScores[jobId][i];
         }
-        uint256 creditedBefore = totalCredited(job.token);
+        Books memory before = _books(job);
         uint256 paidBefore = escrow.payoutOf(jobId).paid;
         vm.prank(validator);
         try escrow.payFederatedBatch(jobId, contributors, scores) {}
@@ -317,12 +399,20 @@ contract EscrowHandler is Cheats {
             return;
         }
         ghostBatches += 1;
-        uint256 credited = totalCredited(job.token) - creditedBefore;
+        uint256 credited = _book(jobId, job, before);
         ghostPayoutCredited[jobId] += credited;
-        if (escrow.getJob(jobId).status == JobEscrow.JobStatus.Completed) {
-            ghostBatchedCompletions += 1;
-            ghostCompletions += 1;
-            // The last batch: the whole payout, fee and dust included, credited the stake.
+        JobEscrow.JobStatus status = escrow.getJob(jobId).status;
+        if (status == JobEscrow.JobStatus.Completed || status == JobEscrow.JobStatus.Aborted) {
+            uint256 earnedBps = escrow.payoutOf(jobId).earnedBps;
+            ghostEarnedOf[jobId] = earnedBps;
+            if (earnedBps == 10_000) {
+                ghostBatchedCompletions += 1;
+                ghostCompletions += 1;
+            } else {
+                ghostBatchedAborts += 1;
+            }
+            // The last batch: the whole payout, fee, dust and unearned part included,
+            // credited the stake.
             if (ghostPayoutCredited[jobId] != job.stake) ghostBrokenCompletions += 1;
         } else if (credited != escrow.payoutOf(jobId).paid - paidBefore) {
             ghostBrokenCompletions += 1;
@@ -342,25 +432,113 @@ contract EscrowHandler is Cheats {
             try escrow.markStarted(jobId) {} catch {}
         }
         JobEscrow.Job memory job = escrow.getJob(jobId);
-        uint256 creditedBefore = totalCredited(job.token);
-        uint256 requesterBefore = escrow.withdrawable(job.requester, job.token);
+        Books memory before = _books(job);
         vm.prank(validator);
         try escrow.abortJob(jobId, "aborted by the handler") {
             ghostAborts += 1;
             if (
-                !_live(job.status) || totalCredited(job.token) - creditedBefore != job.stake
-                    || escrow.withdrawable(job.requester, job.token) - requesterBefore != job.stake
+                !_live(job.status) || _book(jobId, job, before) != job.stake
+                    || escrow.withdrawable(job.requester, job.token) - before.requester != job.stake
             ) ghostBrokenCompletions += 1;
+        } catch {}
+    }
+
+    /// The validator records that a federated job's completed rounds earned a random share (the
+    /// first live federated job at or after the seed's, or with `anyJob` the seed's job whatever
+    /// it is; marking it started first with `startFirst`). A lower value than recorded must
+    /// revert.
+    function recordProgress(uint256 jobSeed, uint256 earnedSeed, bool startFirst, bool anyJob) external {
+        (uint256 jobId, bool found) = _job(jobSeed);
+        if (!found) return;
+        for (uint256 k; k < jobIds.length && !anyJob; ++k) {
+            uint256 candidate = jobIds[(jobSeed % jobIds.length + k) % jobIds.length];
+            JobEscrow.Job memory job = escrow.getJob(candidate);
+            if (job.kind == JobEscrow.JobKind.Federated && _live(job.status) && block.timestamp <= job.deadline) {
+                jobId = candidate;
+                break;
+            }
+        }
+        if (startFirst) {
+            vm.prank(validator);
+            try escrow.markStarted(jobId) {} catch {}
+        }
+        uint256 recorded = escrow.getJob(jobId).earnedBps;
+        uint16 earnedBps = uint16(bound(earnedSeed, 1, 10_000));
+        vm.prank(validator);
+        try escrow.recordProgress(jobId, earnedBps) {
+            ghostProgressRecords += 1;
+            if (earnedBps < recorded) ghostProgressDecreases += 1;
+        } catch {}
+    }
+
+    /// The validator ends a Started federated job (the first at or after the seed's still in its
+    /// window: up to the deadline, or the grace past it with progress recorded; an Open one is
+    /// marked started first) paying a random
+    /// earned share (the recorded progress, or a random one) of it to a random subset: in one
+    /// transaction, or begun as a batched abort with the true divisor or half or twice it.
+    function abortPaying(uint256 jobSeed, uint256 subsetSeed, uint256 qualitySeed, uint256 earnedSeed, bool batched)
+        external
+    {
+        uint256 jobId;
+        JobEscrow.Job memory job;
+        for (uint256 k; k < jobIds.length; ++k) {
+            uint256 candidate = jobIds[(jobSeed % jobIds.length + k) % jobIds.length];
+            job = escrow.getJob(candidate);
+            uint256 until = job.earnedBps == 0 ? job.deadline : uint256(job.deadline) + escrow.PAYOUT_GRACE();
+            if (job.kind == JobEscrow.JobKind.Federated && _live(job.status) && block.timestamp <= until) {
+                jobId = candidate;
+                break;
+            }
+        }
+        if (jobId == 0) return;
+        if (job.status == JobEscrow.JobStatus.Open) {
+            vm.prank(validator);
+            escrow.markStarted(jobId);
+        }
+        (address[] memory contributors, uint16[] memory scores) = _subset(subsetSeed, qualitySeed, job.requester);
+        if (contributors.length == 0) return;
+        // One in eight pays the whole stake (a completion by this door).
+        uint16 earnedBps = earnedSeed % 8 == 0
+            ? 10_000
+            : job.earnedBps != 0 && earnedSeed % 2 == 0 ? job.earnedBps : uint16(bound(earnedSeed >> 8, 1, 9_999));
+        if (batched) {
+            uint256 totalWeight = escrow.weigh(jobId, contributors, scores);
+            if (earnedSeed % 3 == 0) totalWeight /= 2;
+            else if (earnedSeed % 3 == 1) totalWeight *= 2;
+            vm.prank(validator);
+            try escrow.beginFederatedAbort(
+                jobId,
+                earnedBps,
+                "bafy-round",
+                "aborted by the handler",
+                uint32(contributors.length),
+                uint64(totalWeight)
+            ) {
+                _planned[jobId] = contributors;
+                _plannedScores[jobId] = scores;
+                ghostAbortPayoutsBegun += 1;
+            } catch {}
+            return;
+        }
+        Books memory before = _books(job);
+        vm.prank(validator);
+        try escrow.abortFederatedJob(jobId, earnedBps, "bafy-round", "aborted by the handler", contributors, scores) {
+            ghostPaidAborts += 1;
+            ghostEarnedOf[jobId] = earnedBps;
+            if (_book(jobId, job, before) != job.stake) ghostBrokenCompletions += 1;
         } catch {}
     }
 
     function cancel(uint256 jobSeed, bool byRequester, uint256 actorSeed) external {
         (uint256 jobId, bool found) = _job(jobSeed);
         if (!found) return;
-        address caller = byRequester ? escrow.getJob(jobId).requester : actors[actorSeed % actors.length];
+        JobEscrow.Job memory job = escrow.getJob(jobId);
+        address caller = byRequester ? job.requester : actors[actorSeed % actors.length];
+        Books memory before = _books(job);
         vm.prank(caller);
         try escrow.cancel(jobId) {
             ghostCancels += 1;
+            _book(jobId, job, before);
         } catch {}
     }
 
@@ -376,12 +554,17 @@ contract EscrowHandler is Cheats {
         JobEscrow.Job memory job = escrow.getJob(jobId);
         uint256 owed = job.stake;
         if (job.status == JobEscrow.JobStatus.Paying) owed -= escrow.payoutOf(jobId).paid;
-        uint256 creditedBefore = totalCredited(job.token);
+        bool withProgress = job.status == JobEscrow.JobStatus.Started && job.earnedBps != 0;
+        Books memory before = _books(job);
         vm.prank(caller);
         try escrow.refund(jobId) {
             ghostRefunds += 1;
             if (job.status == JobEscrow.JobStatus.Paying) ghostPayingRefunds += 1;
-            if (totalCredited(job.token) - creditedBefore != owed) ghostBrokenCompletions += 1;
+            if (withProgress) {
+                ghostProgressRefunds += 1;
+                if (block.timestamp <= uint256(job.deadline) + escrow.PAYOUT_GRACE()) ghostEarlyRefunds += 1;
+            }
+            if (_book(jobId, job, before) != owed) ghostBrokenCompletions += 1;
         } catch {}
     }
 
@@ -421,13 +604,16 @@ contract EscrowHandler is Cheats {
         vm.warp(block.timestamp + bound(seconds_, 0, 3 days));
     }
 
-    /// A batched payout stalls: jump just past its grace (the first Paying job at or after the
-    /// seed's) and refund it, so that path is reachable within a run's depth.
+    /// A batched payout stalls, or a job's recorded progress is never paid: jump just past its
+    /// grace (the first such job at or after the seed's) and refund it, so those paths are
+    /// reachable within a run's depth.
     function refundStalledPayout(uint256 jobSeed, uint256 actorSeed) external {
         for (uint256 k; k < jobIds.length; ++k) {
             uint256 jobId = jobIds[(jobSeed % jobIds.length + k) % jobIds.length];
             JobEscrow.Job memory job = escrow.getJob(jobId);
-            if (job.status != JobEscrow.JobStatus.Paying) continue;
+            bool stalled = job.status == JobEscrow.JobStatus.Paying
+                || (job.status == JobEscrow.JobStatus.Started && job.earnedBps != 0);
+            if (!stalled) continue;
             uint256 until = uint256(job.deadline) + escrow.PAYOUT_GRACE() + 1;
             if (until > block.timestamp) vm.warp(until);
             _refund(jobId, actors[actorSeed % actors.length]);
@@ -441,9 +627,11 @@ contract EscrowHandler is Cheats {
     function drainEverything() external {
         vm.warp(block.timestamp + 8 days + escrow.PAYOUT_GRACE());
         for (uint256 i; i < jobIds.length; ++i) {
-            JobEscrow.JobStatus status = escrow.getJob(jobIds[i]).status;
-            if (_live(status) || status == JobEscrow.JobStatus.Paying) {
+            JobEscrow.Job memory job = escrow.getJob(jobIds[i]);
+            if (_live(job.status) || job.status == JobEscrow.JobStatus.Paying) {
+                Books memory before = _books(job);
                 escrow.refund(jobIds[i]);
+                _book(jobIds[i], job, before);
             }
         }
         for (uint256 t; t < tokens.length; ++t) {

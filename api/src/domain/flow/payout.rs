@@ -92,13 +92,30 @@ pub async fn contributions<C: ConnectionTrait>(
     db: &C,
     job_id: Uuid,
 ) -> Result<Vec<Contribution>, DomainError> {
-    let task_ids: Vec<Uuid> = task::Entity::find()
-        .filter(task::Column::JobId.eq(job_id))
-        .all(db)
-        .await?
-        .into_iter()
-        .map(|t| t.id)
-        .collect();
+    contributions_in(db, job_id, None).await
+}
+
+/// Every worker that submitted to rounds `1 ..= last_round` of `job_id`, scored exactly as
+/// [`contributions`] scores a whole job but from those rounds' verdicts only: what an abort
+/// pays for the rounds that completed, so work in the round that failed earns nothing.
+pub async fn contributions_through_round<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    last_round: i32,
+) -> Result<Vec<Contribution>, DomainError> {
+    contributions_in(db, job_id, Some(last_round)).await
+}
+
+async fn contributions_in<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    last_round: Option<i32>,
+) -> Result<Vec<Contribution>, DomainError> {
+    let mut tasks = task::Entity::find().filter(task::Column::JobId.eq(job_id));
+    if let Some(last) = last_round {
+        tasks = tasks.filter(task::Column::Round.lte(last));
+    }
+    let task_ids: Vec<Uuid> = tasks.all(db).await?.into_iter().map(|t| t.id).collect();
     let submissions = submission::Entity::find()
         .filter(submission::Column::TaskId.is_in(task_ids))
         .all(db)

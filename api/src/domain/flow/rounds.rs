@@ -211,7 +211,9 @@ pub async fn record_aggregate<C: ConnectionTrait>(
             metric_name: aggregate.metric_name.clone(),
             details: aggregate.details.clone(),
         }),
-        false,
+        // A round before the last: the outbox records the job's progress on chain, so the
+        // requester cannot take the stake back at the deadline before this work is paid.
+        number < job.rounds,
         now,
     )
     .await?;
