@@ -178,11 +178,11 @@ async fn three_api_replicas_finish_a_job_after_the_background_leader_is_killed()
         .collect();
     assert_eq!(led, vec![successor]);
 
-    // The operator's transactions: each call for the job once, none reverted: `markStarted`
-    // and one `completeFederatedJob`.
+    // The operator's transactions: each call for the job once, none reverted: `markStarted`,
+    // `recordProgress` after round 1 (what an abort would pay) and one `completeFederatedJob`.
     let sent =
         shardwork_tests::distinct_successful_calls(&http, anvil.url(), dev_addresses()[1]).await;
-    assert_eq!(sent, 2, "operator transactions");
+    assert_eq!(sent, 3, "operator transactions");
 
     let db = Database::connect(&database_url).await.unwrap();
     let counts = |sql: &'static str| {
