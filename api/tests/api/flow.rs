@@ -827,7 +827,8 @@ async fn a_lease_lives_no_longer_than_the_jobs_task_time_limit(backend: Backend)
     assert!(limit >= 30 * 60, "setup allowance included: {limit}");
     let worker = access_token(&service, &worker_key(), &["worker"]).await;
     send(&service, register_cpu_worker(&worker)).await;
-    let task = take_tasks(&app, 3).await.remove(0);
+    let mut tasks = take_tasks(&app, 3).await;
+    let task = tasks.remove(0);
     let lease = send(
         &service,
         post_json(
@@ -886,6 +887,20 @@ async fn a_lease_lives_no_longer_than_the_jobs_task_time_limit(backend: Backend)
     )
     .await
     .problem(403, "forbidden");
+    // An estimate that saturated is clamped, not an overflow: the next claim is a lease.
+    let mut job: shardwork_api::entities::job::ActiveModel = job.into();
+    job.task_time_limit_secs = Set(Some(i64::MAX));
+    job.update(&app.db).await.unwrap();
+    let next = send(
+        &service,
+        post_json(
+            &worker,
+            &format!("/v1/tasks/{}/claim", tasks[0].task_id),
+            json!({}),
+        ),
+    )
+    .await;
+    assert_eq!(next.status, 200, "{}", next.text);
 }
 
 async fn workers_cannot_read_the_held_out_set_or_the_raw_dataset(backend: Backend) {

@@ -386,11 +386,14 @@ pub async fn extend(
 }
 
 /// The longest a lease on one of `job`'s tasks may live from its claim, heartbeats included.
+/// Clamped to a year: no job lives longer (the escrow's `MAX_JOB_DURATION`), and an estimate
+/// that saturated must not overflow the date arithmetic it feeds.
 fn time_limit(job: &job::Model) -> Duration {
+    const YEAR_SECS: i64 = 366 * 24 * 60 * 60;
     let secs = job
         .task_time_limit_secs
-        .map_or(DEFAULT_TASK_TIME_LIMIT_SECS, |s| s.max(1) as u64);
-    Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX / 1_000))
+        .unwrap_or(i64::try_from(DEFAULT_TASK_TIME_LIMIT_SECS).unwrap_or(YEAR_SECS));
+    Duration::seconds(secs.clamp(1, YEAR_SECS))
 }
 
 /// Refuses a heartbeat whose run is longer than the task can be: every step trains on at least
