@@ -14,8 +14,9 @@ import {ReentrancyGuardTransient} from "@openzeppelin/contracts/utils/Reentrancy
 /// that goes back to the requester. Nothing is ever pushed: every payout is a credit that its
 /// owner pulls with `withdraw`, so one reverting or blacklisted recipient cannot block anyone else.
 ///
-/// Storage layout choice: each account has ONE packed slot holding its reputation, the index of
-/// the token its pending credit is in, and that credit. Paying a contributor therefore writes a
+/// Storage layout choice: each account has ONE packed slot holding its reputation, its bonus
+/// budget (what reputation may still earn it, see REP_FLOOR), the index of the token its pending
+/// credit is in, and that credit. Paying a contributor therefore writes a
 /// single slot (reputation and credit together), which is what keeps a federated completion near
 /// the 22.1k-gas floor of one fresh storage slot per new contributor. Credit in a second token is
 /// moved to a per-token side mapping (`_parked`) only when an account is paid in a different
@@ -39,7 +40,20 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// @notice weight = quality x (REP_FLOOR + reputation). With the floor equal to the top
     /// reputation, a newcomer (reputation 0) earns half of what a perfect-reputation contributor
     /// earns for the same quality: reputation matters, yet newcomers are always payable.
+    /// What reputation adds is bounded by what it cost: a contributor's share above its share
+    /// by quality alone (pool x quality / sum of qualities, what a newcomer would get) is its
+    /// reputation bonus, and a bonus is paid only out of the contributor's bonus budget, which
+    /// grows by half the platform fee its own earnings paid (BONUS_BUDGET_FEE_SHARE). Farming
+    /// reputation through one's own second address therefore pays the fee F and can never earn
+    /// back more than F/2 over any horizon; at a 0% fee reputation earns nothing. Any bonus the
+    /// budget does not cover goes back to the requester with the rounding dust.
     uint256 public constant REP_FLOOR = 10_000;
+    /// @notice The budget counts in millionths of the token's reputation unit, so fees earned in
+    /// one token back a bonus in another at the admin's exchange rate (`setReputationUnit`); a
+    /// token without a unit neither builds a budget nor pays a bonus.
+    uint256 public constant BONUS_BUDGET_SCALE = 1_000_000;
+    /// @notice The share (basis points) of the fee its earnings paid that a budget gains.
+    uint256 public constant BONUS_BUDGET_FEE_SHARE = 5_000;
     /// @notice Reputation moves at most a quarter of the way toward each new quality score:
     /// rep' = rep + (quality - rep) x step / BPS with step <= MAX_REPUTATION_STEP_BPS. The step
     /// grows with what each contributor's work was worth (the pool per contributor) up to the
@@ -60,9 +74,12 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// @notice A job's deadline lies at most this far ahead, so a stake cannot be locked forever.
     uint256 public constant MAX_JOB_DURATION = 365 days;
 
-    // Packed account slot: [0, 232) credit | [232, 240) token index | [240, 256) reputation.
-    uint256 private constant CREDIT_BITS = 232;
+    // Packed account slot: [0, 192) credit | [192, 232) bonus budget | [232, 240) token index |
+    // [240, 256) reputation. 192 bits of credit hold 2^64 maximal stakes.
+    uint256 private constant CREDIT_BITS = 192;
     uint256 private constant CREDIT_MASK = (uint256(1) << CREDIT_BITS) - 1;
+    uint256 private constant BUDGET_SHIFT = 192;
+    uint256 private constant BUDGET_MAX = 0xffffffffff; // 40 bits
     uint256 private constant TOKEN_SHIFT = 232;
     uint256 private constant REP_SHIFT = 240;
 
@@ -113,7 +130,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
 
     /// A federated payout in progress (batched) or done. `totalWeight` is the divisor every
     /// batch uses; the contributors of all batches together are strictly increasing, so nobody
-    /// is paid twice, and `paid` never exceeds the pool.
+    /// is paid twice, and `paid` never exceeds the pool. The weights are the reputations as
+    /// they were when the payout began (the batches carry them); `weighed` and `qualitySum`
+    /// add up what the batches so far carried, and the last batch must bring them to
+    /// `totalWeight` and `totalQuality` exactly.
     struct Payout {
         address lastContributor;
         uint32 expected;
@@ -125,6 +145,18 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         /// less for an abort that pays the completed rounds (`beginFederatedAbort`). Packed
         /// beside `paid` and `totalWeight`, so announcing it costs no extra storage write.
         uint16 earnedBps;
+        /// The sum of the contributors' qualities: the divisor of the share by quality alone.
+        uint64 totalQuality;
+        uint64 weighed;
+        uint64 qualitySum;
+        /// The block the payout began in: where a resumed payout looks for what changed since.
+        uint64 beganAt;
+    }
+
+    /// The weights and qualities of a list of contributors, added up.
+    struct Sums {
+        uint256 weight;
+        uint256 quality;
     }
 
     /// What every contributor's payout in one batch shares; a struct only because the stack
@@ -136,6 +168,12 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         uint256 divisor;
         uint256 reputationStepBps;
         uint256 remaining;
+        /// The sum of qualities: a share by quality alone is pool x quality / totalQuality.
+        uint256 totalQuality;
+        /// The token's reputation unit (the bonus budget's scale); 0: no bonus, no budget.
+        uint256 reputationUnit;
+        /// The fee this payout takes, in the token: what the shares' budgets grow by half of.
+        uint256 fee;
     }
 
     // ---------------------------------------------------------------------------- storage
@@ -181,7 +219,8 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         uint256 indexed jobId, string adapterCid, string manifestCid, uint256 contributors, uint256 totalWeight
     );
     /// One batch of contributors paid. `payouts` holds two words per contributor:
-    /// `contributor | reputation << 160` (its reputation after this job) and the amount credited.
+    /// `contributor | reputation << 160 | previous << 176` (its reputation after this job and
+    /// before it) and the amount credited.
     /// One event per batch rather than one per contributor: a 3-topic log per contributor cost
     /// ~2k gas, this ~0.5k, which is what brings a new contributor under 25k gas.
     event ContributorsPaid(uint256 indexed jobId, uint256[] payouts);
@@ -237,6 +276,13 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// Recorded progress only grows: a round once paid for stays earned.
     error ProgressDecreased(uint256 jobId, uint256 recorded, uint256 earnedBps);
     error QualityOutOfRange(uint256 index, uint256 quality);
+    error ReputationOutOfRange(uint256 index, uint256 reputation);
+    /// A batch must carry one reputation per contributor (two bytes each): the one it had when
+    /// the payout began.
+    error ReputationsMissing(uint256 contributors, uint256 reputationBytes);
+    /// The batches carried more weight (or quality) than the payout announced, or the last
+    /// batch left the sums short of it: the reputations are not the ones the payout began with.
+    error WeightsDoNotAddUp(uint256 announced, uint256 carried);
     error NothingToWithdraw(address account, address token);
     error EthTransferFailed(address to, uint256 amount);
 
@@ -289,10 +335,12 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
 
     /// @notice The share of a job (`token`, address(0) for ETH) a contributor must earn for a
     /// full reputation step; smaller shares move reputation proportionally less, 0 disables
-    /// reputation for the token. Applies to completions from now on.
+    /// reputation for the token (and its bonuses, see REP_FLOOR). Applies to payouts from now
+    /// on. At most MAX_STAKE, so the bonus budget's arithmetic cannot overflow.
     function setReputationUnit(address token, uint256 unit) external onlyRole(DEFAULT_ADMIN_ROLE) {
         uint8 index = _tokenIndex[token];
         if (token != address(0) && index == 0) revert TokenNotAllowed(token);
+        if (unit > MAX_STAKE) revert StakeTooLarge(unit, MAX_STAKE);
         _reputationUnit[index] = unit;
         emit ReputationUnitChanged(token, unit);
     }
@@ -464,10 +512,13 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         uint256 step = _reputationStep(job.tokenIndex, pool, 1);
         uint256 reputation = _nextReputation(packed >> REP_SHIFT, qualityScore, step);
         emit PayoutStarted(jobId, adapterCid, "", 1, qualityScore * (REP_FLOOR + (packed >> REP_SHIFT)));
-        packed = _withCredit(contributor, packed, job.tokenIndex, share);
+        // A sole contributor's share is its share by quality alone: no bonus, only budget.
+        packed = _withBudget(
+            _withCredit(contributor, packed, job.tokenIndex, share), share == 0 ? 0 : job.stake - pool, job
+        );
         _accounts[contributor] = (packed & ~(uint256(type(uint16).max) << REP_SHIFT)) | (reputation << REP_SHIFT);
         uint256[] memory payouts = new uint256[](2);
-        payouts[0] = uint256(uint160(contributor)) | (reputation << 160);
+        payouts[0] = uint256(uint160(contributor)) | (reputation << 160) | ((packed >> REP_SHIFT) << 176);
         payouts[1] = share;
         emit ContributorsPaid(jobId, payouts);
         _finishLora(jobId, job, pool, share);
@@ -481,7 +532,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
             pool: pool,
             divisor: 1,
             reputationStepBps: 0,
-            remaining: pool - share
+            remaining: pool - share,
+            totalQuality: 1,
+            reputationUnit: 0,
+            fee: 0
         });
         _finish(job, round, BPS, 1, "");
     }
@@ -504,9 +558,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         _checkLengths(contributors.length, qualityScores.length);
         Job storage job = _completable(jobId, JobKind.Federated);
         job.status = JobStatus.Completed;
-        (uint256[] memory slots, uint256 totalWeight) = _weigh(contributors, qualityScores, address(0), job.requester);
-        emit PayoutStarted(jobId, adapterCid, manifestCid, contributors.length, totalWeight);
-        _settleAtOnce(jobId, job, BPS, "", contributors, qualityScores, slots, totalWeight);
+        (uint256[] memory slots, Sums memory sums) =
+            _weigh(contributors, qualityScores, msg.data[0:0], address(0), job.requester);
+        emit PayoutStarted(jobId, adapterCid, manifestCid, contributors.length, sums.weight);
+        _settleAtOnce(jobId, job, BPS, "", contributors, qualityScores, slots, sums);
     }
 
     /// @notice End a federated job that cannot finish, paying the work its completed rounds
@@ -530,9 +585,10 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         _checkLengths(contributors.length, qualityScores.length);
         Job storage job = _abortable(jobId, earnedBps);
         job.status = earnedBps < BPS ? JobStatus.Aborted : JobStatus.Completed;
-        (uint256[] memory slots, uint256 totalWeight) = _weigh(contributors, qualityScores, address(0), job.requester);
-        emit PayoutStarted(jobId, adapterCid, "", contributors.length, totalWeight);
-        _settleAtOnce(jobId, job, earnedBps, reason, contributors, qualityScores, slots, totalWeight);
+        (uint256[] memory slots, Sums memory sums) =
+            _weigh(contributors, qualityScores, msg.data[0:0], address(0), job.requester);
+        emit PayoutStarted(jobId, adapterCid, "", contributors.length, sums.weight);
+        _settleAtOnce(jobId, job, earnedBps, reason, contributors, qualityScores, slots, sums);
     }
 
     /// The rest of `completeFederatedJob` and `abortFederatedJob`, apart only because the
@@ -545,17 +601,20 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         address[] calldata contributors,
         uint16[] calldata qualityScores,
         uint256[] memory slots,
-        uint256 totalWeight
+        Sums memory sums
     ) private {
-        (, uint256 pool,) = _split(job, earnedBps);
+        (uint256 fee, uint256 pool,) = _split(job, earnedBps);
         // With every quality 0 all weights are 0: dividing by 1 then pays 0 to everyone.
         Round memory round = Round({
             jobId: jobId,
             tokenIndex: job.tokenIndex,
             pool: pool,
-            divisor: totalWeight == 0 ? 1 : totalWeight,
+            divisor: sums.weight == 0 ? 1 : sums.weight,
             reputationStepBps: _reputationStep(job.tokenIndex, pool, contributors.length),
-            remaining: pool
+            remaining: pool,
+            totalQuality: sums.quality == 0 ? 1 : sums.quality,
+            reputationUnit: _reputationUnit[job.tokenIndex],
+            fee: fee
         });
         _distribute(round, contributors, qualityScores, slots);
         _finish(job, round, earnedBps, contributors.length, reason);
@@ -564,20 +623,23 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// @notice Begin a federated payout too large for one transaction; `payFederatedBatch`
     /// then pays `contributorCount` contributors in order, and the last batch completes the job.
     /// @param totalWeight sum of quality_i x (REP_FLOOR + reputation_i) over all contributors,
-    /// as `weigh` reports it now. Every batch divides by it. Should a reputation change between
-    /// batches (the same contributor paid by another job meanwhile), shares are still capped by
-    /// what is left of the pool, so the contract never pays more than the pool.
+    /// with each reputation as `reputationsOf` reports it now (`weigh` sums it). Every batch
+    /// divides by it and carries those same reputations, so the weights are the ones of this
+    /// moment however other jobs move reputations meanwhile; the batches' weights and
+    /// qualities must add up to `totalWeight` and `totalQuality` exactly.
+    /// @param totalQuality sum of quality_i over all contributors.
     function beginFederatedPayout(
         uint256 jobId,
         string calldata adapterCid,
         string calldata manifestCid,
         uint32 contributorCount,
-        uint64 totalWeight
+        uint64 totalWeight,
+        uint64 totalQuality
     ) external onlyRole(VALIDATOR_ROLE) nonReentrant {
         if (contributorCount == 0) revert NoContributors();
         Job storage job = _completable(jobId, JobKind.Federated);
         // forge-lint: disable-next-line(unsafe-typecast) BPS = 10_000 fits 16 bits
-        _beginPayout(jobId, job, uint16(BPS), contributorCount, totalWeight);
+        _beginPayout(jobId, job, uint16(BPS), contributorCount, Sums(totalWeight, totalQuality));
         emit PayoutStarted(jobId, adapterCid, manifestCid, contributorCount, totalWeight);
     }
 
@@ -591,16 +653,17 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         string calldata adapterCid,
         string calldata reason,
         uint32 contributorCount,
-        uint64 totalWeight
+        uint64 totalWeight,
+        uint64 totalQuality
     ) external onlyRole(VALIDATOR_ROLE) nonReentrant {
         if (contributorCount == 0) revert NoContributors();
         Job storage job = _abortable(jobId, earnedBps);
-        _beginPayout(jobId, job, earnedBps, contributorCount, totalWeight);
+        _beginPayout(jobId, job, earnedBps, contributorCount, Sums(totalWeight, totalQuality));
         if (earnedBps < BPS) _abortReasons[jobId] = reason;
         emit PayoutStarted(jobId, adapterCid, "", contributorCount, totalWeight);
     }
 
-    function _beginPayout(uint256 jobId, Job storage job, uint16 earnedBps, uint32 contributorCount, uint64 totalWeight)
+    function _beginPayout(uint256 jobId, Job storage job, uint16 earnedBps, uint32 contributorCount, Sums memory totals)
         private
     {
         job.status = JobStatus.Paying;
@@ -612,30 +675,64 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
             // forge-lint: disable-next-line(unsafe-typecast) at most MAX_REPUTATION_STEP_BPS
             reputationStepBps: uint16(_reputationStep(job.tokenIndex, pool, contributorCount)),
             paid: 0,
-            totalWeight: totalWeight,
-            earnedBps: earnedBps
+            // forge-lint: disable-next-line(unsafe-typecast) both came in as uint64
+            totalWeight: uint64(totals.weight),
+            earnedBps: earnedBps,
+            // forge-lint: disable-next-line(unsafe-typecast) both came in as uint64
+            totalQuality: uint64(totals.quality),
+            weighed: 0,
+            qualitySum: 0,
+            beganAt: uint64(block.number)
         });
     }
 
     /// @notice Pay the next batch of a payout begun with `beginFederatedPayout`. Contributors
     /// continue the strictly increasing order of the batches before, so a batch sent twice
     /// reverts instead of paying twice, and a crashed sender resumes from `payoutOf`.
-    function payFederatedBatch(uint256 jobId, address[] calldata contributors, uint16[] calldata qualityScores)
-        external
-        onlyRole(VALIDATOR_ROLE)
-        nonReentrant
-    {
+    /// @param reputations each contributor's reputation when the payout began (what
+    /// `reputationsOf` said then, or the last `ContributorsPaid` entry before `PayoutStarted`):
+    /// its weight. Two bytes each, big-endian, back to back: as 32-byte ABI words they would
+    /// cost ~120 gas of calldata per contributor, half a percent of a new contributor's cost.
+    /// Reputations still move from what they are now.
+    function payFederatedBatch(
+        uint256 jobId,
+        address[] calldata contributors,
+        uint16[] calldata qualityScores,
+        bytes calldata reputations
+    ) external onlyRole(VALIDATOR_ROLE) nonReentrant {
         _checkLengths(contributors.length, qualityScores.length);
+        if (reputations.length != 2 * contributors.length) {
+            revert ReputationsMissing(contributors.length, reputations.length);
+        }
         Job storage job = _existing(jobId);
         if (job.status != JobStatus.Paying) revert WrongJobStatus(jobId, job.status);
         Payout storage payout = _payouts[jobId];
         uint256 count = uint256(payout.paidCount) + contributors.length;
         if (count > payout.expected) revert TooManyContributors(payout.expected, count);
-        (uint256[] memory slots,) = _weigh(contributors, qualityScores, payout.lastContributor, job.requester);
+        (uint256[] memory slots, Sums memory sums) =
+            _weigh(contributors, qualityScores, reputations, payout.lastContributor, job.requester);
         payout.lastContributor = contributors[contributors.length - 1];
         // forge-lint: disable-next-line(unsafe-typecast) count <= expected, a uint32
         payout.paidCount = uint32(count);
+        _carry(payout, sums, count == payout.expected);
         _payBatch(jobId, job, payout, contributors, qualityScores, slots);
+    }
+
+    /// Adds a batch's weight and quality to what the batches before carried: never beyond the
+    /// announced totals, and exactly them with the last batch.
+    function _carry(Payout storage payout, Sums memory batch, bool last) private {
+        uint256 weighed = payout.weighed + batch.weight;
+        uint256 qualitySum = payout.qualitySum + batch.quality;
+        if (weighed > payout.totalWeight || (last && weighed != payout.totalWeight)) {
+            revert WeightsDoNotAddUp(payout.totalWeight, weighed);
+        }
+        if (qualitySum > payout.totalQuality || (last && qualitySum != payout.totalQuality)) {
+            revert WeightsDoNotAddUp(payout.totalQuality, qualitySum);
+        }
+        // forge-lint: disable-next-line(unsafe-typecast) both at most a uint64 total
+        payout.weighed = uint64(weighed);
+        // forge-lint: disable-next-line(unsafe-typecast) both at most a uint64 total
+        payout.qualitySum = uint64(qualitySum);
     }
 
     /// The rest of `payFederatedBatch`, apart only because the stack cannot hold it there.
@@ -648,20 +745,24 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         uint256[] memory slots
     ) private {
         uint256 earnedBps = payout.earnedBps;
-        (, uint256 pool, uint256 unearned) = _split(job, earnedBps);
+        (uint256 fee, uint256 pool,) = _split(job, earnedBps);
         Round memory round = Round({
             jobId: jobId,
             tokenIndex: job.tokenIndex,
             pool: pool,
             divisor: payout.totalWeight == 0 ? 1 : payout.totalWeight,
             reputationStepBps: payout.reputationStepBps,
-            remaining: pool - payout.paid
+            remaining: pool - payout.paid,
+            totalQuality: payout.totalQuality == 0 ? 1 : payout.totalQuality,
+            reputationUnit: _reputationUnit[job.tokenIndex],
+            fee: fee
         });
         uint256 paid = payout.paid + _distribute(round, contributors, qualityScores, slots);
         // forge-lint: disable-next-line(unsafe-typecast) paid <= pool < 2^128
         payout.paid = uint128(paid);
         if (payout.paidCount == payout.expected) {
-            if (unearned == 0) {
+            // Nothing unearned exactly when the whole stake was earned (see `_split`).
+            if (earnedBps == BPS) {
                 job.status = JobStatus.Completed;
                 _finish(job, round, BPS, payout.expected, "");
             } else {
@@ -681,92 +782,140 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// Pass 1: every weight needs its contributor's reputation before any is updated. The
     /// account slots are kept in memory so pass 2 does not read storage again; this is sound
     /// because contributors are distinct (sorted), so no slot changes between the two reads.
-    /// `previous` is the last contributor of the batches before (0 for the first).
+    /// `slots` holds two words per contributor: its account slot and its weight. The weight
+    /// uses `reputations` when given (a batch: the reputations when its payout began), else
+    /// the stored reputation. `previous` is the last contributor of the batches before (0 for
+    /// the first).
     function _weigh(
         address[] calldata contributors,
         uint16[] calldata qualityScores,
+        bytes calldata reputations,
         address previous,
         address requester
-    ) private view returns (uint256[] memory slots, uint256 totalWeight) {
-        uint256 n = contributors.length;
-        slots = new uint256[](n);
+    ) private view returns (uint256[] memory slots, Sums memory sums) {
+        slots = new uint256[](2 * contributors.length);
+        sums = Sums(0, 0);
         // Assembly because this loop runs once per contributor and the checked, bounds-checked
         // Solidity version costs about 850 gas per entry beyond the storage read; this one
-        // about a third of that. The ABI decoder has already checked that both arrays lie
-        // within calldata, and the lengths are equal (checked by the caller).
-        uint256 badIndex = type(uint256).max;
-        uint256 badQuality;
-        bool badRequester;
+        // about a third of that. The ABI decoder has already checked that the arrays lie
+        // within calldata, and the lengths are equal (checked by the caller), or `reputations`
+        // is empty. A refusal is packed into `bad` (the stack has no room for three words):
+        // kind | index << 8 | value << 128, where kind 1 is out of order, 2 the requester,
+        // 3 a quality out of range, 4 a reputation out of range.
+        uint256 bad;
         assembly ("memory-safe") {
-            let cs := contributors.offset
-            let qs := qualityScores.offset
-            let out := add(slots, 0x20)
             let last := previous
-            for { let i := 0 } lt(i, n) { i := add(i, 1) } {
-                let contributor := calldataload(add(cs, shl(5, i)))
+            let totalWeight := 0
+            let totalQuality := 0
+            for { let i := 0 } lt(i, contributors.length) { i := add(i, 1) } {
+                let contributor := calldataload(add(contributors.offset, shl(5, i)))
                 // Strictly increasing also rejects duplicates and address(0); dirty high bits
                 // (not an address) are rejected the same way.
                 if or(shr(160, contributor), iszero(gt(contributor, last))) {
-                    badIndex := i
+                    bad := or(1, shl(8, i))
                     break
                 }
                 if eq(contributor, requester) {
-                    badIndex := i
-                    badRequester := 1
+                    bad := or(2, shl(8, i))
                     break
                 }
                 last := contributor
-                let quality := calldataload(add(qs, shl(5, i)))
+                let quality := calldataload(add(qualityScores.offset, shl(5, i)))
                 if gt(quality, MAX_QUALITY) {
-                    badIndex := i
-                    badQuality := quality
+                    bad := or(or(3, shl(8, i)), shl(128, quality))
                     break
                 }
                 mstore(0x00, contributor)
                 mstore(0x20, _accounts.slot)
                 let packed := sload(keccak256(0x00, 0x40))
-                mstore(add(out, shl(5, i)), packed)
+                mstore(add(slots, add(0x20, shl(6, i))), packed)
+                let reputation := shr(REP_SHIFT, packed)
+                if reputations.length {
+                    reputation := shr(240, calldataload(add(reputations.offset, shl(1, i))))
+                    if gt(reputation, MAX_QUALITY) {
+                        bad := or(or(4, shl(8, i)), shl(128, reputation))
+                        break
+                    }
+                }
                 // weight <= 10_000 x 20_000 < 2^28; n such terms cannot overflow.
-                totalWeight := add(totalWeight, mul(quality, add(REP_FLOOR, shr(REP_SHIFT, packed))))
+                let weight := mul(quality, add(REP_FLOOR, reputation))
+                mstore(add(slots, add(0x40, shl(6, i))), weight)
+                totalWeight := add(totalWeight, weight)
+                totalQuality := add(totalQuality, quality)
             }
+            mstore(sums, totalWeight)
+            mstore(add(sums, 0x20), totalQuality)
         }
-        if (badIndex != type(uint256).max) {
-            if (badRequester) revert RequesterIsContributor(badIndex);
-            if (badQuality != 0) revert QualityOutOfRange(badIndex, badQuality);
-            revert ContributorsNotSorted(badIndex);
+        if (bad != 0) {
+            uint256 kind = bad & 0xff;
+            uint256 index = (bad >> 8) & type(uint120).max;
+            if (kind == 2) revert RequesterIsContributor(index);
+            if (kind == 3) revert QualityOutOfRange(index, bad >> 128);
+            if (kind == 4) revert ReputationOutOfRange(index, bad >> 128);
+            revert ContributorsNotSorted(index);
         }
     }
 
     /// Pass 2: shares round down, so their sum never exceeds the pool, and each is capped by
     /// what is left of it (`round.remaining`), which only binds when a batched payout's divisor
-    /// was too small. Per contributor this does what `completeJob` does in plain Solidity, in
-    /// assembly because it runs once per contributor: checked Solidity bookkeeping cost ~1.5k
-    /// gas per entry on top of the 22.1k of the slot write. Returns what this batch paid.
+    /// was too small. A share above the share by quality alone pays its bonus out of the
+    /// contributor's budget (see REP_FLOOR); every share then adds half its fee to the budget.
+    /// Per contributor this does what `completeJob` does in plain Solidity, in assembly
+    /// because it runs once per contributor: checked Solidity bookkeeping cost ~1.5k gas per
+    /// entry on top of the 22.1k of the slot write. Returns what this batch paid.
     function _distribute(
         Round memory round,
         address[] calldata contributors,
         uint16[] calldata qualityScores,
         uint256[] memory slots
     ) private returns (uint256 paid) {
-        uint256[] memory payouts = new uint256[](slots.length * 2);
+        uint256 n = contributors.length;
+        uint256[] memory payouts = new uint256[](n * 2);
         // Round fields are read from memory inside the loop: the stack has no room for them.
         // Layout: jobId @0x00, tokenIndex @0x20, pool @0x40, divisor @0x60, step @0x80,
-        // remaining @0xa0. Inner blocks keep each variable's lifetime short for the same reason.
+        // remaining @0xa0, totalQuality @0xc0, reputationUnit @0xe0, fee @0x100. Inner
+        // blocks keep each variable's lifetime short for the same reason.
         assembly ("memory-safe") {
-            for { let i := 0 } lt(i, mload(slots)) { i := add(i, 1) } {
-                let contributor := calldataload(add(contributors.offset, shl(5, i)))
-                let packed := mload(add(slots, add(0x20, shl(5, i))))
-                let share
+            for { let i := 0 } lt(i, n) { i := add(i, 1) } {
+                let packed := mload(add(slots, add(0x20, shl(6, i))))
                 let newReputation
                 {
                     let quality := calldataload(add(qualityScores.offset, shl(5, i)))
                     let step := mload(add(round, 0x80))
                     // rep + (quality - rep) x step / BPS, in unsigned terms.
                     newReputation := div(add(mul(shr(REP_SHIFT, packed), sub(BPS, step)), mul(quality, step)), BPS)
-                    share := mul(quality, add(REP_FLOOR, shr(REP_SHIFT, packed))) // the weight, for now
                 }
                 // pool < 2^128 and weight < 2^28: no overflow; the divisor is never 0.
-                share := div(mul(mload(add(round, 0x40)), share), mload(add(round, 0x60)))
+                let share :=
+                    div(mul(mload(add(round, 0x40)), mload(add(slots, add(0x40, shl(6, i))))), mload(add(round, 0x60)))
+                // Only a weight with reputation in it can exceed the share by quality alone
+                // (W >= REP_FLOOR x the sum of qualities), so a newcomer skips the bonus.
+                if gt(
+                    mload(add(slots, add(0x40, shl(6, i)))),
+                    mul(REP_FLOOR, calldataload(add(qualityScores.offset, shl(5, i))))
+                ) {
+                    // The share by quality alone; above it, the bonus the budget can pay.
+                    let baseline :=
+                        div(
+                            mul(mload(add(round, 0x40)), calldataload(add(qualityScores.offset, shl(5, i)))),
+                            mload(add(round, 0xc0))
+                        )
+                    if gt(share, baseline) {
+                        let unit := mload(add(round, 0xe0))
+                        let budget := and(shr(BUDGET_SHIFT, packed), BUDGET_MAX)
+                        let bonus := sub(share, baseline)
+                        // budget < 2^40 and unit <= 2^128: no overflow.
+                        let affordable := div(mul(budget, unit), BONUS_BUDGET_SCALE)
+                        if gt(bonus, affordable) { bonus := affordable }
+                        share := add(baseline, bonus)
+                        if bonus {
+                            // Rounded up, so a bonus never costs less budget than it is worth;
+                            // bonus <= affordable keeps this within the budget.
+                            budget := sub(budget, div(add(mul(bonus, BONUS_BUDGET_SCALE), sub(unit, 1)), unit))
+                            packed := or(and(packed, not(shl(BUDGET_SHIFT, BUDGET_MAX))), shl(BUDGET_SHIFT, budget))
+                        }
+                    }
+                }
                 {
                     let remaining := mload(add(round, 0xa0))
                     if gt(share, remaining) { share := remaining }
@@ -774,6 +923,21 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
                 }
                 paid := add(paid, share)
                 if share {
+                    {
+                        let unit := mload(add(round, 0xe0))
+                        if unit {
+                            // The fee this share paid is fee x share / pool, rounded down (both
+                            // below 2^128); the budget gains BONUS_BUDGET_FEE_SHARE of it, in
+                            // millionths of the unit, rounded down again: all budgets together
+                            // never gain more than half the fee. The pool is not 0 here.
+                            let budget := mul(mload(add(round, 0x100)), share)
+                            budget := div(budget, mload(add(round, 0x40)))
+                            budget := div(mul(budget, mul(BONUS_BUDGET_SCALE, BONUS_BUDGET_FEE_SHARE)), mul(BPS, unit))
+                            budget := add(budget, and(shr(BUDGET_SHIFT, packed), BUDGET_MAX))
+                            if gt(budget, BUDGET_MAX) { budget := BUDGET_MAX }
+                            packed := or(and(packed, not(shl(BUDGET_SHIFT, BUDGET_MAX))), shl(BUDGET_SHIFT, budget))
+                        }
+                    }
                     let credit := and(packed, sub(shl(CREDIT_BITS, 1), 1))
                     // Unwithdrawn credit in another token: park it (_parked[token][contributor]).
                     if and(
@@ -784,22 +948,33 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
                         mstore(0x00, sload(add(keccak256(0x00, 0x20), and(shr(TOKEN_SHIFT, packed), 0xff))))
                         mstore(0x20, _parked.slot)
                         mstore(0x20, keccak256(0x00, 0x40))
-                        mstore(0x00, contributor)
+                        mstore(0x00, calldataload(add(contributors.offset, shl(5, i))))
                         // Parked sums are bounded by this contract's balance of the token.
                         mstore(0x00, keccak256(0x00, 0x40))
                         sstore(mload(0x00), add(sload(mload(0x00)), credit))
                         credit := 0
                     }
-                    // credit + share < 2^232: every credit stems from stakes < 2^128.
-                    packed := or(shl(TOKEN_SHIFT, mload(add(round, 0x20))), add(credit, share))
+                    // credit + share < 2^192: every credit stems from stakes < 2^128. The
+                    // budget and reputation bits stay as they are (the old reputation goes
+                    // into the entry below).
+                    packed := or(
+                        and(packed, or(shl(BUDGET_SHIFT, BUDGET_MAX), shl(REP_SHIFT, 0xffff))),
+                        or(shl(TOKEN_SHIFT, mload(add(round, 0x20))), add(credit, share))
+                    )
                 }
-                packed := or(and(packed, not(shl(REP_SHIFT, 0xffff))), shl(REP_SHIFT, newReputation))
-                mstore(0x00, contributor)
-                mstore(0x20, _accounts.slot)
-                sstore(keccak256(0x00, 0x40), packed)
-                let entry := add(payouts, add(0x20, shl(6, i)))
-                mstore(entry, or(contributor, shl(160, newReputation)))
-                mstore(add(entry, 0x20), share)
+                {
+                    // The entry: contributor | new reputation << 160 | old reputation << 176
+                    // (still in `packed`), then the amount. The old one lets a resumed payout
+                    // recover what a contributor weighed when the payout began.
+                    let contributor := calldataload(add(contributors.offset, shl(5, i)))
+                    let entry := add(payouts, add(0x20, shl(6, i)))
+                    mstore(entry, or(or(contributor, shl(160, newReputation)), shl(176, shr(REP_SHIFT, packed))))
+                    mstore(add(entry, 0x20), share)
+                    packed := or(and(packed, not(shl(REP_SHIFT, 0xffff))), shl(REP_SHIFT, newReputation))
+                    mstore(0x00, contributor)
+                    mstore(0x20, _accounts.slot)
+                    sstore(keccak256(0x00, 0x40), packed)
+                }
             }
         }
         emit ContributorsPaid(round.jobId, payouts);
@@ -840,7 +1015,25 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         returns (uint256 totalWeight)
     {
         _checkLengths(contributors.length, qualityScores.length);
-        (, totalWeight) = _weigh(contributors, qualityScores, address(0), _existing(jobId).requester);
+        (, Sums memory sums) =
+            _weigh(contributors, qualityScores, msg.data[0:0], address(0), _existing(jobId).requester);
+        totalWeight = sums.weight;
+    }
+
+    /// @notice The reputations of `accounts` now: what a batched payout begun now weighs them
+    /// by, and what its batches must carry (`payFederatedBatch`).
+    function reputationsOf(address[] calldata accounts) external view returns (uint16[] memory reputations) {
+        reputations = new uint16[](accounts.length);
+        for (uint256 i; i < accounts.length; ++i) {
+            // forge-lint: disable-next-line(unsafe-typecast) the top 16 bits are the reputation field
+            reputations[i] = uint16(_accounts[accounts[i]] >> REP_SHIFT);
+        }
+    }
+
+    /// @notice What reputation may still add to `account`'s shares, in millionths of a token's
+    /// reputation unit (see REP_FLOOR).
+    function bonusBudgetOf(address account) external view returns (uint256) {
+        return (_accounts[account] >> BUDGET_SHIFT) & BUDGET_MAX;
     }
 
     /// @notice The reputation step (basis points, at most MAX_REPUTATION_STEP_BPS) a payout of
@@ -970,7 +1163,19 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
             credit = 0;
         }
         credit += amount;
-        return (packed & (uint256(type(uint16).max) << REP_SHIFT)) | (uint256(tokenIndex) << TOKEN_SHIFT) | credit;
+        return
+            (packed & ~((uint256(0xff) << TOKEN_SHIFT) | CREDIT_MASK)) | (uint256(tokenIndex) << TOKEN_SHIFT) | credit;
+    }
+
+    /// Adds to a packed account slot's bonus budget half of `paidFee`, the fee its share paid,
+    /// in millionths of the job's token's reputation unit (see REP_FLOOR), rounded down.
+    function _withBudget(uint256 packed, uint256 paidFee, Job storage job) private view returns (uint256) {
+        uint256 unit = _reputationUnit[job.tokenIndex];
+        if (unit == 0 || paidFee == 0) return packed;
+        uint256 budget = (packed >> BUDGET_SHIFT) & BUDGET_MAX;
+        budget += paidFee * BONUS_BUDGET_SCALE * BONUS_BUDGET_FEE_SHARE / (BPS * unit);
+        if (budget > BUDGET_MAX) budget = BUDGET_MAX;
+        return (packed & ~(BUDGET_MAX << BUDGET_SHIFT)) | (budget << BUDGET_SHIFT);
     }
 
     function _tokenAt(uint256 packed) private view returns (address) {

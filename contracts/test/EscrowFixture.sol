@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {Packing} from "./utils/Packing.sol";
 import {TestBase} from "./utils/TestBase.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
 import {MockERC20} from "./mocks/MockERC20.sol";
@@ -116,20 +117,32 @@ abstract contract EscrowFixture is TestBase {
     }
 
     /// Start a federated job and pay it in batches of at most `batchSize`, dividing by the total
-    /// weight `weigh` reports before the first batch (as the validator does).
+    /// weight `weigh` reports before the first batch and carrying the reputations of that
+    /// moment in every batch (as the validator does).
     function _payInBatches(uint256 jobId, address[] memory contributors, uint16[] memory scores, uint256 batchSize)
         internal
     {
         _start(jobId);
         uint256 totalWeight = escrow.weigh(jobId, contributors, scores);
+        uint16[] memory reputations = escrow.reputationsOf(contributors);
         vm.prank(validator);
         escrow.beginFederatedPayout(
-            jobId, "bafy-adapter", "bafy-manifest", uint32(contributors.length), uint64(totalWeight)
+            jobId,
+            "bafy-adapter",
+            "bafy-manifest",
+            uint32(contributors.length),
+            uint64(totalWeight),
+            Packing.sum(scores)
         );
         for (uint256 from; from < contributors.length; from += batchSize) {
             uint256 to = from + batchSize < contributors.length ? from + batchSize : contributors.length;
             vm.prank(validator);
-            escrow.payFederatedBatch(jobId, _slice(contributors, from, to), _slice(scores, from, to));
+            escrow.payFederatedBatch(
+                jobId,
+                _slice(contributors, from, to),
+                _slice(scores, from, to),
+                Packing.packed(_slice(reputations, from, to))
+            );
         }
     }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {Packing} from "./utils/Packing.sol";
 import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
 import {Vm} from "./utils/Vm.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
@@ -61,14 +62,20 @@ contract EscrowV2Test is EscrowFixture {
         (q[0], q[1]) = (a, b);
     }
 
+    /// Begins a payout to newcomers (reputation 0), whose total quality is their total weight
+    /// over REP_FLOOR.
     function _begin(uint256 jobId, uint256 count, uint256 totalWeight) internal {
         vm.prank(validator);
-        escrow.beginFederatedPayout(jobId, "bafy-adapter", "bafy-manifest", uint32(count), uint64(totalWeight));
+        escrow.beginFederatedPayout(
+            jobId, "bafy-adapter", "bafy-manifest", uint32(count), uint64(totalWeight), uint64(totalWeight / 10_000)
+        );
     }
 
+    /// Pays a batch weighed by the contributors' reputations now.
     function _batch(uint256 jobId, address[] memory contributors, uint16[] memory scores) internal {
+        bytes memory reputations = Packing.packed(escrow.reputationsOf(contributors));
         vm.prank(validator);
-        escrow.payFederatedBatch(jobId, contributors, scores);
+        escrow.payFederatedBatch(jobId, contributors, scores, reputations);
     }
 
     /// Sum of every account's credit in ETH among `accounts`, the treasury and the requester.
@@ -153,9 +160,9 @@ contract EscrowV2Test is EscrowFixture {
         vm.expectRevert(_wrongStatus(fed, JobEscrow.JobStatus.Open));
         escrow.completeFederatedJob(fed, "a", "m", _list(alice, bob), _q(1, 1));
         vm.expectRevert(_wrongStatus(fed, JobEscrow.JobStatus.Open));
-        escrow.beginFederatedPayout(fed, "a", "m", 2, 2);
+        escrow.beginFederatedPayout(fed, "a", "m", 2, 2, 2);
         vm.expectRevert(_wrongStatus(fed, JobEscrow.JobStatus.Open));
-        escrow.payFederatedBatch(fed, _list(alice, bob), _q(1, 1));
+        escrow.payFederatedBatch(fed, _list(alice, bob), _q(1, 1), new bytes(4));
         vm.stopPrank();
         // Still Open, so still the requester's to cancel.
         vm.prank(requester);
@@ -179,7 +186,7 @@ contract EscrowV2Test is EscrowFixture {
         vm.expectRevert(_wrongStatus(fed, JobEscrow.JobStatus.Cancelled));
         escrow.completeFederatedJob(fed, "a", "m", _list(alice, bob), _q(1, 1));
         vm.expectRevert(_wrongStatus(fed, JobEscrow.JobStatus.Cancelled));
-        escrow.beginFederatedPayout(fed, "a", "m", 2, 2);
+        escrow.beginFederatedPayout(fed, "a", "m", 2, 2, 2);
         vm.stopPrank();
         assertEq(escrow.withdrawable(requester, ETH), 2 * STAKE);
         assertEq(escrow.withdrawable(alice, ETH), 0);
@@ -235,9 +242,9 @@ contract EscrowV2Test is EscrowFixture {
         escrow.completeFederatedJob(fed, "a", "m", list, q);
         vm.expectRevert(refused);
         escrow.weigh(fed, list, q);
-        escrow.beginFederatedPayout(batched, "a", "m", 3, 3 * 8_000 * 10_000);
+        escrow.beginFederatedPayout(batched, "a", "m", 3, 3 * 8_000 * 10_000, 3 * 8_000);
         vm.expectRevert(refused);
-        escrow.payFederatedBatch(batched, list, q);
+        escrow.payFederatedBatch(batched, list, q, new bytes(6));
         vm.stopPrank();
 
         assertEq(uint8(_status(lora)), uint8(JobEscrow.JobStatus.Started));
@@ -299,6 +306,91 @@ contract EscrowV2Test is EscrowFixture {
         assertEq(escrow.reputationOf(sock), 9_997);
         assertEq(escrow.withdrawable(treasury, ETH), 30 * (stake * FEE_BPS / 10_000));
         assertGe(escrow.withdrawable(treasury, ETH), 30 * 0.01 ether * uint256(FEE_BPS) / 10_000);
+    }
+
+    /// The issue-46 attack: 30 self-dealt jobs of 0.0103 ETH take a second address to
+    /// reputation 9,997 for 0.0077 ETH of fees; before the bonus budget it then earned 0.050 ETH
+    /// more than an honest newcomer on one real job of the same total value (6.5x its cost),
+    /// and again on every later job. Now the bonus is paid only out of half the fees its
+    /// earnings paid: at most 0.0039 ETH, over any number of jobs.
+    function test_farmed_reputation_earns_back_at_most_half_its_fees_over_any_horizon() public {
+        uint256 stake = 0.0103 ether;
+        (address sock, address honest) = (alice, bob);
+        for (uint256 i; i < 30; ++i) {
+            _completeLora(_createEth(LORA, stake), sock, 10_000);
+        }
+        assertEq(escrow.reputationOf(sock), 9_997);
+        uint256 farmFees = escrow.withdrawable(treasury, ETH);
+        assertEq(farmFees, 30 * (stake * FEE_BPS / 10_000));
+        uint256 farmed = escrow.withdrawable(sock, ETH);
+
+        // From here on no fee, so no budget is added: whatever the sock earns above its share by
+        // quality alone comes out of the budget the farming bought.
+        vm.prank(feeManager);
+        escrow.setFeeBps(0);
+        uint256 gains;
+        for (uint256 k; k < 20; ++k) {
+            uint256 jobId = _createEth(FED, 30 * stake);
+            uint256 before = escrow.withdrawable(sock, ETH);
+            _completeFederated(jobId, _list(sock, honest), _q(8_000, 8_000));
+            uint256 share = escrow.withdrawable(sock, ETH) - before;
+            assertGe(share, 30 * stake / 2, "never below its share by quality alone");
+            gains += share - 30 * stake / 2;
+            if (k == 0) {
+                // What the weights alone would have paid: 19,997 against 10,000.
+                uint256 v2 = 30 * stake * 19_997 / 29_997;
+                assertGt(v2 - 30 * stake / 2, 0.05 ether, "the attack as the audit measured it");
+                assertLt(share, v2);
+            }
+        }
+        assertGt(gains, 0, "reputation still counts, as far as it was paid for");
+        assertLe(gains, farmFees / 2, "farming earned back more than half its fees");
+        assertEq(escrow.bonusBudgetOf(sock), 0, "the budget is spent");
+        assertEq(escrow.withdrawable(sock, ETH) - farmed, 20 * (30 * stake / 2) + gains);
+    }
+
+    function test_at_a_zero_fee_reputation_pays_no_bonus() public {
+        vm.prank(feeManager);
+        escrow.setFeeBps(0);
+        for (uint256 i; i < 30; ++i) {
+            _completeLora(_createEth(LORA, 0.0103 ether), alice, 10_000);
+        }
+        assertEq(escrow.reputationOf(alice), 9_997);
+        assertEq(escrow.bonusBudgetOf(alice), 0);
+        uint256 before = escrow.withdrawable(alice, ETH);
+        _completeFederated(_createEth(FED, 1 ether), _list(alice, bob), _q(8_000, 8_000));
+        assertEq(escrow.withdrawable(alice, ETH) - before, 0.5 ether);
+        // Bob, diluted by alice's weight, gets his weighted share; what alice could not take
+        // goes back to the requester.
+        assertEq(escrow.withdrawable(bob, ETH), uint256(1 ether) * 10_000 / 29_997);
+        assertEq(escrow.withdrawable(requester, ETH), 0.5 ether - uint256(1 ether) * 10_000 / 29_997);
+    }
+
+    /// Farming at any fee, stake and number of jobs, then any number of real jobs at fee 0:
+    /// what reputation added never exceeds half the fees the farming paid.
+    function testFuzz_farming_never_earns_back_its_fees(uint16 feeBps, uint256 stake, uint8 jobs, uint8 horizon)
+        public
+    {
+        feeBps = uint16(bound(feeBps, 0, escrow.MAX_FEE_BPS()));
+        stake = bound(stake, 1, 1 ether);
+        uint256 k = bound(jobs, 1, 30);
+        uint256 h = bound(horizon, 1, 12);
+        vm.prank(feeManager);
+        escrow.setFeeBps(feeBps);
+        for (uint256 i; i < k; ++i) {
+            _completeLora(_createEth(LORA, stake), alice, 10_000);
+        }
+        uint256 farmFees = escrow.withdrawable(treasury, ETH);
+        vm.prank(feeManager);
+        escrow.setFeeBps(0);
+        uint256 gains;
+        for (uint256 j; j < h; ++j) {
+            uint256 before = escrow.withdrawable(alice, ETH);
+            _completeFederated(_createEth(FED, 1 ether), _list(alice, bob), _q(10_000, 10_000));
+            gains += escrow.withdrawable(alice, ETH) - before - 0.5 ether;
+        }
+        assertLe(gains, farmFees / 2);
+        if (feeBps == 0) assertEq(gains, 0);
     }
 
     function test_reputation_step_scales_with_the_share_per_contributor() public view {
@@ -547,7 +639,7 @@ contract EscrowV2Test is EscrowFixture {
         assertEq(keccak256(abi.encode(batched.events)), keccak256(abi.encode(once.events)), "ContributorsPaid differ");
         assertEq(batched.completed, once.completed, "JobCompleted differs");
         assertEq(uint160(batched.events[2 * 11]), uint160(list[11]));
-        assertEq(batched.events[2 * 11] >> 160, once.reputations[11]);
+        assertEq((batched.events[2 * 11] >> 160) & 0xffff, once.reputations[11]);
         assertEq(batched.events[2 * 11 + 1], batched.credits[11] - before[11]);
 
         assertEq(uint8(_status(batched.jobId)), uint8(JobEscrow.JobStatus.Completed));
@@ -598,17 +690,17 @@ contract EscrowV2Test is EscrowFixture {
         _start(lora);
         vm.prank(stranger);
         vm.expectRevert(_unauthorized(stranger, VALIDATOR));
-        escrow.beginFederatedPayout(jobId, "a", "m", 2, 2);
+        escrow.beginFederatedPayout(jobId, "a", "m", 2, 2, 2);
         vm.startPrank(validator);
         vm.expectRevert(JobEscrow.NoContributors.selector);
-        escrow.beginFederatedPayout(jobId, "a", "m", 0, 0);
+        escrow.beginFederatedPayout(jobId, "a", "m", 0, 0, 2);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.UnknownJob.selector, 9));
-        escrow.beginFederatedPayout(9, "a", "m", 2, 2);
+        escrow.beginFederatedPayout(9, "a", "m", 2, 2, 2);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.WrongJobKind.selector, lora, LORA));
-        escrow.beginFederatedPayout(lora, "a", "m", 2, 2);
-        escrow.beginFederatedPayout(jobId, "a", "m", 2, 2e8);
+        escrow.beginFederatedPayout(lora, "a", "m", 2, 2, 2);
+        escrow.beginFederatedPayout(jobId, "a", "m", 2, 2e8, 2);
         vm.expectRevert(_wrongStatus(jobId, JobEscrow.JobStatus.Paying));
-        escrow.beginFederatedPayout(jobId, "a", "m", 2, 2e8);
+        escrow.beginFederatedPayout(jobId, "a", "m", 2, 2e8, 2);
         vm.expectRevert(_wrongStatus(jobId, JobEscrow.JobStatus.Paying));
         escrow.completeFederatedJob(jobId, "a", "m", _list(alice, bob), _q(1, 1));
         vm.stopPrank();
@@ -619,7 +711,7 @@ contract EscrowV2Test is EscrowFixture {
         vm.warp(deadline + 1);
         vm.prank(validator);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.DeadlinePassed.selector, late, deadline));
-        escrow.beginFederatedPayout(late, "a", "m", 2, 2e8);
+        escrow.beginFederatedPayout(late, "a", "m", 2, 2e8, 2);
     }
 
     function test_pay_batch_rejects_bad_calls() public {
@@ -627,22 +719,26 @@ contract EscrowV2Test is EscrowFixture {
         _start(jobId);
         vm.prank(validator);
         vm.expectRevert(_wrongStatus(jobId, JobEscrow.JobStatus.Started));
-        escrow.payFederatedBatch(jobId, _list(alice), _q(1));
+        escrow.payFederatedBatch(jobId, _list(alice), _q(1), new bytes(2));
         _begin(jobId, 2, 2e8);
         vm.prank(stranger);
         vm.expectRevert(_unauthorized(stranger, VALIDATOR));
-        escrow.payFederatedBatch(jobId, _list(alice), _q(1));
+        escrow.payFederatedBatch(jobId, _list(alice), _q(1), new bytes(2));
         vm.startPrank(validator);
         vm.expectRevert(JobEscrow.NoContributors.selector);
-        escrow.payFederatedBatch(jobId, new address[](0), new uint16[](0));
+        escrow.payFederatedBatch(jobId, new address[](0), new uint16[](0), new bytes(0));
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.LengthMismatch.selector, 1, 2));
-        escrow.payFederatedBatch(jobId, _list(alice), _q(1, 1));
+        escrow.payFederatedBatch(jobId, _list(alice), _q(1, 1), new bytes(2));
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.UnknownJob.selector, 77));
-        escrow.payFederatedBatch(77, _list(alice), _q(1));
+        escrow.payFederatedBatch(77, _list(alice), _q(1), new bytes(2));
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.QualityOutOfRange.selector, 1, 10_001));
-        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(1, 10_001));
+        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(1, 10_001), new bytes(4));
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.ContributorsNotSorted.selector, 0));
-        escrow.payFederatedBatch(jobId, _list(address(0)), _q(1));
+        escrow.payFederatedBatch(jobId, _list(address(0)), _q(1), new bytes(2));
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ReputationsMissing.selector, 2, 2));
+        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(1, 1), new bytes(2));
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.ReputationOutOfRange.selector, 1, 10_001));
+        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(1, 1), Packing.packed(_q(0, 10_001)));
         vm.stopPrank();
     }
 
@@ -656,10 +752,10 @@ contract EscrowV2Test is EscrowFixture {
 
         vm.startPrank(validator);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.ContributorsNotSorted.selector, 0));
-        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(10_000, 10_000));
+        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(10_000, 10_000), new bytes(4));
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.ContributorsNotSorted.selector, 0));
-        escrow.payFederatedBatch(jobId, _list(bob, carol), _q(10_000, 10_000)); // overlaps by one
-        escrow.payFederatedBatch(jobId, _list(carol, dave), _q(10_000, 10_000));
+        escrow.payFederatedBatch(jobId, _list(bob, carol), _q(10_000, 10_000), new bytes(4)); // overlaps by one
+        escrow.payFederatedBatch(jobId, _list(carol, dave), _q(10_000, 10_000), new bytes(4));
         vm.stopPrank();
         assertEq(escrow.withdrawable(alice, ETH), aliceCredit);
         assertEq(escrow.withdrawable(bob, ETH), POOL / 4);
@@ -674,7 +770,7 @@ contract EscrowV2Test is EscrowFixture {
         _batch(jobId, _list(alice, bob), _q(10_000, 10_000));
         vm.prank(validator);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.TooManyContributors.selector, 3, 4));
-        escrow.payFederatedBatch(jobId, _list(carol, dave), _q(10_000, 10_000));
+        escrow.payFederatedBatch(jobId, _list(carol, dave), _q(10_000, 10_000), new bytes(4));
 
         vm.expectEmit(address(escrow));
         emit JobEscrow.JobCompleted(jobId, 3, 3 * (POOL / 3), FEE, POOL - 3 * (POOL / 3));
@@ -684,7 +780,7 @@ contract EscrowV2Test is EscrowFixture {
 
         vm.prank(validator);
         vm.expectRevert(_wrongStatus(jobId, JobEscrow.JobStatus.Completed));
-        escrow.payFederatedBatch(jobId, _list(dave), _q(10_000));
+        escrow.payFederatedBatch(jobId, _list(dave), _q(10_000), new bytes(2));
         vm.warp(escrow.getJob(jobId).deadline + 8 days);
         vm.expectRevert(_wrongStatus(jobId, JobEscrow.JobStatus.Completed));
         escrow.refund(jobId);
@@ -724,7 +820,7 @@ contract EscrowV2Test is EscrowFixture {
 
         vm.prank(validator);
         vm.expectRevert(_wrongStatus(jobId, JobEscrow.JobStatus.Refunded));
-        escrow.payFederatedBatch(jobId, _list(carol, dave), _q(10_000, 10_000));
+        escrow.payFederatedBatch(jobId, _list(carol, dave), _q(10_000, 10_000), new bytes(4));
         vm.expectRevert(_wrongStatus(jobId, JobEscrow.JobStatus.Refunded));
         escrow.refund(jobId);
 
@@ -767,61 +863,90 @@ contract EscrowV2Test is EscrowFixture {
         }
     }
 
-    function test_shares_are_capped_by_what_remains_of_the_pool() public {
-        // The true divisor is 4 x 10_000 x 10_000; announce a quarter of it: every share comes
-        // out as the whole pool, so the first contributor takes it and the rest get 0.
+    /// The audit's case: other jobs raised the reputations of a batched payout's later
+    /// contributors between its batches, so those took more than announced and the last got
+    /// what was left (1.54 ETH of an announced 4.875). The batches now carry the reputations of
+    /// the moment the payout began, and each contributor gets what was announced.
+    function test_a_batched_payout_pays_the_weights_announced_when_it_began() public {
+        address[] memory four = _newcomers(7);
+        uint16[] memory q = _uniformQuality(4, 10_000);
+        uint256 jobId = _createEth(FED, STAKE);
+        _start(jobId);
+        uint256 totalWeight = escrow.weigh(jobId, four, q);
+        bytes memory atBegin = Packing.packed(escrow.reputationsOf(four));
+        _begin(jobId, 4, totalWeight);
+        vm.prank(validator);
+        escrow.payFederatedBatch(jobId, _slice(four, 0, 2), _slice(q, 0, 2), _slice2(atBegin, 0, 2));
+
+        // Meanwhile other jobs pay the last two and raise their reputations.
+        _completeLora(_createEth(LORA, 1 ether), four[2], 10_000);
+        _completeLora(_createEth(LORA, 1 ether), four[3], 10_000);
+        assertEq(escrow.reputationOf(four[3]), 2_500);
+
+        // Their reputations now would weigh more than announced: refused.
+        bytes memory now_ = Packing.packed(escrow.reputationsOf(_slice(four, 2, 4)));
+        vm.prank(validator);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WeightsDoNotAddUp.selector, 4e8, 4e8 + 2 * 2_500 * 10_000));
+        escrow.payFederatedBatch(jobId, _slice(four, 2, 4), _slice(q, 2, 4), now_);
+
+        uint256[] memory before = _creditedTo(four);
+        vm.prank(validator);
+        escrow.payFederatedBatch(jobId, _slice(four, 2, 4), _slice(q, 2, 4), _slice2(atBegin, 2, 4));
+        uint256[] memory credits = _creditedTo(four);
+        for (uint256 i; i < 4; ++i) {
+            uint256 paidHere = i < 2 ? credits[i] : credits[i] - before[i];
+            assertEq(paidHere, POOL / 4, "the announced share");
+        }
+        assertEq(uint8(_status(jobId)), uint8(JobEscrow.JobStatus.Completed));
+        // Reputations still move from where they are now.
+        assertEq(escrow.reputationOf(four[3]), 2_500 + (10_000 - 2_500) / 4);
+    }
+
+    /// Two-byte entries `from` .. `to` of packed reputations.
+    function _slice2(bytes memory packed, uint256 from, uint256 to) internal pure returns (bytes memory part) {
+        part = new bytes(2 * (to - from));
+        for (uint256 i; i < part.length; ++i) {
+            part[i] = packed[2 * from + i];
+        }
+    }
+
+    function test_batches_that_do_not_add_up_to_the_announced_weights_revert() public {
+        // The true divisor is 4 x 10_000 x 10_000; announce a quarter of it: the first batch
+        // already carries more than was announced.
         address[] memory first = _newcomers(1);
         uint256 jobId = _createEth(FED, STAKE);
         _start(jobId);
         _begin(jobId, 4, 10_000 * 10_000);
-        _batch(jobId, _slice(first, 0, 2), _uniformQuality(2, 10_000));
-        _batch(jobId, _slice(first, 2, 4), _uniformQuality(2, 10_000));
-        uint256[] memory credits = _creditedTo(first);
-        assertEq(credits[0], POOL);
-        assertEq(credits[1] + credits[2] + credits[3], 0);
-        assertEq(escrow.payoutOf(jobId).paid, POOL);
-        assertEq(_credited(first), STAKE, "fee + paid + dust == stake");
-        assertEq(escrow.withdrawable(requester, ETH), 0);
+        vm.prank(validator);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WeightsDoNotAddUp.selector, 1e8, 2e8));
+        escrow.payFederatedBatch(jobId, _slice(first, 0, 2), _uniformQuality(2, 10_000), new bytes(4));
 
-        // Half the divisor: the first two take half each, in one batch.
-        address[] memory second = _newcomers(2);
+        // Twice the truth: the last batch leaves the sum short of it, so nothing is completed
+        // on a divisor nobody's weights add up to.
         jobId = _createEth(FED, STAKE);
         _start(jobId);
-        _begin(jobId, 4, 2 * 10_000 * 10_000);
-        _batch(jobId, second, _uniformQuality(4, 10_000));
-        credits = _creditedTo(second);
-        assertEq(credits[0], POOL / 2);
-        assertEq(credits[1], POOL / 2);
-        assertEq(credits[2] + credits[3], POOL - 2 * (POOL / 2));
-        assertEq(escrow.payoutOf(jobId).paid, POOL);
+        _begin(jobId, 2, 4 * 10_000 * 10_000);
+        vm.prank(validator);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WeightsDoNotAddUp.selector, 4e8, 2e8));
+        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(10_000, 10_000), new bytes(4));
 
-        // A divisor of 0 (nonsense) divides by 1: capped the same way.
-        address[] memory third = _newcomers(3);
+        // The right weight with the wrong total quality is refused the same way.
         jobId = _createEth(FED, STAKE);
         _start(jobId);
-        _begin(jobId, 2, 0);
-        _batch(jobId, _slice(third, 0, 2), _uniformQuality(2, 1));
-        credits = _creditedTo(third);
-        assertEq(credits[0], POOL);
-        assertEq(credits[1], 0);
+        vm.prank(validator);
+        escrow.beginFederatedPayout(jobId, "a", "m", 2, 2e8, 30_000);
+        vm.prank(validator);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WeightsDoNotAddUp.selector, 30_000, 20_000));
+        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(10_000, 10_000), new bytes(4));
 
-        // Three jobs, three stakes: every credit together, nothing more, nothing less.
-        uint256 sum = escrow.withdrawable(treasury, ETH) + escrow.withdrawable(requester, ETH);
-        for (uint256 i; i < 4; ++i) {
-            sum += escrow.withdrawable(first[i], ETH) + escrow.withdrawable(second[i], ETH)
-            + escrow.withdrawable(third[i], ETH);
-        }
-        assertEq(sum, 3 * STAKE);
-        assertEq(address(escrow).balance, 3 * STAKE);
-    }
-
-    function test_an_overstated_total_weight_returns_the_rest_to_the_requester() public {
-        uint256 jobId = _createEth(FED, STAKE);
+        // Reputations inflated after the announcement: more weight than announced.
+        jobId = _createEth(FED, STAKE);
         _start(jobId);
-        _begin(jobId, 2, 4 * 10_000 * 10_000); // twice the truth
-        _batch(jobId, _list(alice, bob), _q(10_000, 10_000));
-        assertEq(escrow.withdrawable(alice, ETH), POOL / 4);
-        assertEq(escrow.withdrawable(requester, ETH), POOL - 2 * (POOL / 4));
-        assertEq(escrow.withdrawable(treasury, ETH), FEE);
+        _begin(jobId, 2, 2e8);
+        vm.prank(validator);
+        vm.expectRevert(abi.encodeWithSelector(JobEscrow.WeightsDoNotAddUp.selector, 2e8, 2e8 + 1e4 * 5_000));
+        escrow.payFederatedBatch(jobId, _list(alice, bob), _q(10_000, 10_000), Packing.packed(_q(0, 5_000)));
+        assertEq(escrow.payoutOf(jobId).paidCount, 0);
+        assertEq(escrow.withdrawable(alice, ETH), 0);
     }
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {Packing} from "./utils/Packing.sol";
 import {Console} from "./utils/Console.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
 import {EscrowFixture} from "./EscrowFixture.sol";
@@ -77,10 +78,11 @@ abstract contract BatchedPayoutGas is EscrowFixture {
         uint256 jobId = token == ETH ? _createEth(FED, stake) : _createUsdc(FED, stake);
         _start(jobId);
         uint256 totalWeight = escrow.weigh(jobId, list, q);
+        uint16[] memory reputations = escrow.reputationsOf(list);
         m.beginGas = _txGas(
             abi.encodeCall(
                 JobEscrow.beginFederatedPayout,
-                (jobId, "bafy-adapter", "bafy-manifest", uint32(m.n), uint64(totalWeight))
+                (jobId, "bafy-adapter", "bafy-manifest", uint32(m.n), uint64(totalWeight), Packing.sum(q))
             )
         );
         assertLt(m.beginGas, TX_GAS_CAP);
@@ -88,7 +90,10 @@ abstract contract BatchedPayoutGas is EscrowFixture {
         for (uint256 from; from < m.n; from += BATCH) {
             uint256 to = from + BATCH < m.n ? from + BATCH : m.n;
             uint256 gas = _txGas(
-                abi.encodeCall(JobEscrow.payFederatedBatch, (jobId, _slice(list, from, to), _slice(q, from, to)))
+                abi.encodeCall(
+                    JobEscrow.payFederatedBatch,
+                    (jobId, _slice(list, from, to), _slice(q, from, to), Packing.packed(_slice(reputations, from, to)))
+                )
             );
             assertLt(gas, TX_GAS_CAP, "a batch transaction above 2^24 gas");
             if (gas > m.maxBatchGas) m.maxBatchGas = gas;

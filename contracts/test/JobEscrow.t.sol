@@ -491,22 +491,36 @@ contract JobEscrowTest is EscrowFixture {
 
     // ------------------------------------------------------------------ completeFederatedJob
 
+    /// EIP-170: no chain deploys runtime code above 24,576 bytes, and forge's tests would not
+    /// notice (the embedded chain's deployment did).
+    function test_the_escrow_fits_the_code_size_limit() public view {
+        assertLt(address(escrow).code.length, 24_576);
+    }
+
     function test_federated_payout_weights_quality_by_reputation() public {
-        // Give bob reputation 2_500 first: one LoRA job at quality 10_000.
+        // Give bob reputation 2_500 first: one LoRA job at quality 10_000. Its fee (2.5% of
+        // 1 ETH) backs a bonus budget of half of it: 0.0125 ETH, 1.25 reputation units.
         uint256 warmup = _createEth(LORA, 1 ether);
         _completeLora(warmup, bob, 10_000);
         assertEq(escrow.reputationOf(bob), 2_500);
+        uint256 bobBudget = 1 ether * uint256(FEE_BPS) / 10_000 / 2;
+        assertEq(escrow.bonusBudgetOf(bob), bobBudget * 1e6 / 0.01 ether);
 
         uint256 jobId = _createEth(FED, STAKE);
         _start(jobId);
         uint256 pool = STAKE - STAKE * FEE_BPS / 10_000;
-        // alice: 6_000 x (10_000 + 0) = 60e6; bob: 8_000 x (10_000 + 2_500) = 100e6.
+        // alice: 6_000 x (10_000 + 0) = 60e6; bob: 8_000 x (10_000 + 2_500) = 100e6. Alice's
+        // weighted share is below her share by quality alone (6/14 of the pool), so she gets
+        // it; bob's is above his (8/14), and his budget pays the bonus up to 0.0125 ETH.
         uint256 aliceShare = pool * 60e6 / 160e6;
-        uint256 bobShare = pool * 100e6 / 160e6;
+        uint256 bobBaseline = pool * 8_000 / 14_000;
+        uint256 bobBonus = pool * 100e6 / 160e6 - bobBaseline;
+        assertGt(bobBonus, bobBudget, "the budget binds here");
+        uint256 bobShare = bobBaseline + bobBudget;
         uint256[] memory payouts = new uint256[](4);
         payouts[0] = uint256(uint160(alice)) | (uint256(1_500) << 160);
         payouts[1] = aliceShare;
-        payouts[2] = uint256(uint160(bob)) | (uint256(3_875) << 160);
+        payouts[2] = uint256(uint160(bob)) | (uint256(3_875) << 160) | (uint256(2_500) << 176);
         payouts[3] = bobShare;
         vm.expectEmit(address(escrow));
         emit JobEscrow.PayoutStarted(jobId, "bafy-adapter", "bafy-manifest", 2, 160e6);
@@ -522,6 +536,10 @@ contract JobEscrowTest is EscrowFixture {
         assertEq(bobBefore, 1 ether - 1 ether * uint256(FEE_BPS) / 10_000);
         assertEq(escrow.reputationOf(alice), 1_500);
         assertEq(escrow.reputationOf(bob), 3_875);
+        // The budget was spent; each share then added half the fee it paid.
+        uint256 fee = STAKE - pool;
+        assertEq(escrow.bonusBudgetOf(bob), (fee * bobShare / pool) * 1e6 / 2 / 0.01 ether);
+        assertEq(escrow.bonusBudgetOf(alice), (fee * aliceShare / pool) * 1e6 / 2 / 0.01 ether);
     }
 
     function test_federated_rounding_dust_goes_to_the_requester() public {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {Packing} from "./utils/Packing.sol";
 import {IAccessControl} from "@openzeppelin/contracts/access/IAccessControl.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
 import {EscrowFixture} from "./EscrowFixture.sol";
@@ -148,9 +149,9 @@ contract PartialPayoutTest is EscrowFixture {
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.EarnedOutOfRange.selector, 10_001));
         escrow.abortFederatedJob(jobId, 10_001, "", "r", _pair(), _q(1, 1));
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.EarnedOutOfRange.selector, 0));
-        escrow.beginFederatedAbort(jobId, 0, "", "r", 2, 1);
+        escrow.beginFederatedAbort(jobId, 0, "", "r", 2, 1, 1);
         vm.expectRevert(JobEscrow.NoContributors.selector);
-        escrow.beginFederatedAbort(jobId, 1, "", "r", 0, 1);
+        escrow.beginFederatedAbort(jobId, 1, "", "r", 0, 1, 1);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.RequesterIsContributor.selector, 0));
         address[] memory self = new address[](1);
         self[0] = requester;
@@ -167,7 +168,7 @@ contract PartialPayoutTest is EscrowFixture {
         vm.expectRevert(
             abi.encodeWithSelector(IAccessControl.AccessControlUnauthorizedAccount.selector, requester, VALIDATOR)
         );
-        escrow.beginFederatedAbort(jobId, 1, "", "r", 2, 1);
+        escrow.beginFederatedAbort(jobId, 1, "", "r", 2, 1, 1);
 
         uint256 lora = _createEth(LORA, STAKE);
         _start(lora);
@@ -215,20 +216,21 @@ contract PartialPayoutTest is EscrowFixture {
         jobId = _createEth(FED, STAKE);
         _start(jobId);
         uint256 totalWeight = escrow.weigh(jobId, list, q);
+        uint16[] memory reps = escrow.reputationsOf(list);
         vm.prank(validator);
-        escrow.beginFederatedAbort(jobId, 2_500, "bafy-r1", "round 2 failed", 12, uint64(totalWeight));
+        escrow.beginFederatedAbort(jobId, 2_500, "bafy-r1", "round 2 failed", 12, uint64(totalWeight), Packing.sum(q));
         assertEq(uint8(_status(jobId)), uint8(JobEscrow.JobStatus.Paying));
         assertEq(escrow.payoutOf(jobId).earnedBps, 2_500);
         vm.prank(validator);
-        escrow.payFederatedBatch(jobId, _slice(list, 0, 5), _slice(q, 0, 5));
+        escrow.payFederatedBatch(jobId, _slice(list, 0, 5), _slice(q, 0, 5), Packing.packed(_slice(reps, 0, 5)));
         vm.prank(validator);
-        escrow.payFederatedBatch(jobId, _slice(list, 5, 10), _slice(q, 5, 10));
+        escrow.payFederatedBatch(jobId, _slice(list, 5, 10), _slice(q, 5, 10), Packing.packed(_slice(reps, 5, 10)));
         assertEq(escrow.withdrawable(requester, ETH), 0, "nothing goes back before the last batch");
         assertEq(escrow.withdrawable(treasury, ETH), 0);
         vm.expectEmit(address(escrow));
         emit JobEscrow.JobAborted(jobId, back, "round 2 failed");
         vm.prank(validator);
-        escrow.payFederatedBatch(jobId, _slice(list, 10, 12), _slice(q, 10, 12));
+        escrow.payFederatedBatch(jobId, _slice(list, 10, 12), _slice(q, 10, 12), Packing.packed(_slice(reps, 10, 12)));
 
         assertEq(uint8(_status(jobId)), uint8(JobEscrow.JobStatus.Aborted));
         uint256 paid;
@@ -250,9 +252,9 @@ contract PartialPayoutTest is EscrowFixture {
         _start(jobId);
         uint256 totalWeight = escrow.weigh(jobId, list, q);
         vm.prank(validator);
-        escrow.beginFederatedAbort(jobId, 7_500, "", "stalled", 12, uint64(totalWeight));
+        escrow.beginFederatedAbort(jobId, 7_500, "", "stalled", 12, uint64(totalWeight), Packing.sum(q));
         vm.prank(validator);
-        escrow.payFederatedBatch(jobId, _slice(list, 0, 5), _slice(q, 0, 5));
+        escrow.payFederatedBatch(jobId, _slice(list, 0, 5), _slice(q, 0, 5), new bytes(10));
         uint256 paid = escrow.payoutOf(jobId).paid;
         uint256 until = uint256(escrow.getJob(jobId).deadline) + escrow.PAYOUT_GRACE();
         vm.warp(until);
@@ -408,7 +410,7 @@ contract PartialPayoutTest is EscrowFixture {
         escrow.abortFederatedJob(jobId, uint16(HALF), "", "r", _pair(), _q(1, 1));
         vm.prank(validator);
         vm.expectRevert(abi.encodeWithSelector(JobEscrow.DeadlinePassed.selector, jobId, until));
-        escrow.beginFederatedAbort(jobId, uint16(HALF), "", "r", 2, 1);
+        escrow.beginFederatedAbort(jobId, uint16(HALF), "", "r", 2, 1, 1);
         vm.expectEmit(address(escrow));
         emit JobEscrow.JobRefunded(jobId, requester, STAKE);
         vm.prank(requester);
@@ -453,9 +455,9 @@ contract PartialPayoutTest is EscrowFixture {
         if (batched) {
             uint256 totalWeight = escrow.weigh(jobId, _pair(), q);
             vm.startPrank(validator);
-            escrow.beginFederatedAbort(jobId, earnedBps, "", "r", 2, uint64(totalWeight));
-            escrow.payFederatedBatch(jobId, _slice(_pair(), 0, 1), _slice(q, 0, 1));
-            escrow.payFederatedBatch(jobId, _slice(_pair(), 1, 2), _slice(q, 1, 2));
+            escrow.beginFederatedAbort(jobId, earnedBps, "", "r", 2, uint64(totalWeight), Packing.sum(q));
+            escrow.payFederatedBatch(jobId, _slice(_pair(), 0, 1), _slice(q, 0, 1), new bytes(2));
+            escrow.payFederatedBatch(jobId, _slice(_pair(), 1, 2), _slice(q, 1, 2), new bytes(2));
             vm.stopPrank();
         } else {
             _abort(jobId, earnedBps, _pair(), q);

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {Packing} from "./utils/Packing.sol";
 import {JobEscrow} from "../src/JobEscrow.sol";
 import {EscrowFixture} from "./EscrowFixture.sol";
 
 /// Fuzz tests of the payout math: conservation (payouts + fee + dust == stake) and fairness
-/// (nobody gets more than their exact weighted share, nor more than 1 wei less), for
-/// one-transaction and batched payouts; reputation steps weighed by value.
+/// (nobody gets more than their exact weighted share; everybody gets it to the wei, or its
+/// share by quality alone plus what its bonus budget affords), for one-transaction and
+/// batched payouts; reputation steps weighed by value.
 contract PayoutMathTest is EscrowFixture {
     uint256 internal constant MAX_N = 24;
 
@@ -16,6 +18,33 @@ contract PayoutMathTest is EscrowFixture {
         uint256 totalWeight;
         uint256 fee;
         uint256 dust;
+        /// What each share should be: its weighted part, or its share by quality alone plus
+        /// the bonus its budget (before the payout) affords, whichever is smaller.
+        uint256[] expected;
+    }
+
+    /// The share the escrow should pay: floor(pool x w / W), unless that exceeds the share by
+    /// quality alone floor(pool x q / Q) by more than the bonus budget affords.
+    function _expectedShares(
+        uint256 pool,
+        address token,
+        address[] memory contributors,
+        uint16[] memory scores,
+        uint256[] memory weights,
+        uint256 totalWeight
+    ) internal view returns (uint256[] memory expected) {
+        uint256 totalQuality;
+        for (uint256 i; i < scores.length; ++i) {
+            totalQuality += scores[i];
+        }
+        expected = new uint256[](scores.length);
+        uint256 unit = escrow.reputationUnitOf(token);
+        for (uint256 i; i < scores.length; ++i) {
+            uint256 weighted = pool * weights[i] / (totalWeight == 0 ? 1 : totalWeight);
+            uint256 baseline = totalQuality == 0 ? 0 : pool * scores[i] / totalQuality;
+            uint256 affordable = escrow.bonusBudgetOf(contributors[i]) * unit / escrow.BONUS_BUDGET_SCALE();
+            expected[i] = weighted > baseline + affordable ? baseline + affordable : weighted;
+        }
     }
 
     function _scores(uint256 n, uint256 seed) internal pure returns (uint16[] memory scores) {
@@ -57,6 +86,8 @@ contract PayoutMathTest is EscrowFixture {
         uint256 jobId = token == ETH
             ? _createEth(JobEscrow.JobKind.Federated, stake)
             : _createUsdc(JobEscrow.JobKind.Federated, stake);
+        uint256 pool = stake - stake * escrow.getJob(jobId).feeBps / 10_000;
+        out.expected = _expectedShares(pool, token, contributors, scores, out.weights, out.totalWeight);
         _completeFederated(jobId, contributors, scores);
 
         for (uint256 i; i < n; ++i) {
@@ -85,8 +116,11 @@ contract PayoutMathTest is EscrowFixture {
         Outcome memory out = _settle(stake, token, contributors, _scores(n, seed));
 
         uint256 paid;
+        uint256 expectedPaid;
         for (uint256 i; i < n; ++i) {
             paid += out.shares[i];
+            expectedPaid += out.expected[i];
+            assertEq(out.shares[i], out.expected[i], "share");
         }
         assertEq(paid + out.fee + out.dust, stake, "payouts + fee + dust != stake");
         assertEq(out.fee, stake * feeBps / 10_000, "fee");
@@ -94,7 +128,7 @@ contract PayoutMathTest is EscrowFixture {
         if (out.totalWeight == 0) {
             assertEq(out.dust, pool, "nobody earned: the pool goes back");
         } else {
-            assertLt(out.dust, n, "each floor loses less than 1 wei");
+            assertEq(out.dust, pool - expectedPaid, "the dust is what the shares left");
         }
     }
 
@@ -108,11 +142,12 @@ contract PayoutMathTest is EscrowFixture {
         Outcome memory out = _settle(stake, address(usdc), contributors, _scores(n, seed));
         uint256 pool = stake - out.fee;
         for (uint256 i; i < n; ++i) {
-            // share <= pool * w / W exactly, and share > pool * w / W - 1.
+            // share <= pool * w / W exactly; a share below it by 1 wei or more is one whose
+            // bonus its budget could not pay (in USDC, with no reputation unit, any bonus).
             uint256 exactTimesW = pool * out.weights[i];
             uint256 divisor = out.totalWeight == 0 ? 1 : out.totalWeight;
             assertLe(out.shares[i] * divisor, exactTimesW, "share above its weighted part");
-            assertGt((out.shares[i] + 1) * divisor, exactTimesW, "share more than 1 wei below");
+            assertEq(out.shares[i], out.expected[i], "share");
         }
     }
 
@@ -214,15 +249,16 @@ contract PayoutMathTest is EscrowFixture {
         assertGe(farmerFees + k, realFee, "the farmer paid (within rounding) the same fee");
     }
 
-    /// Pays a started job in batches of `batchSize`, dividing by `announced`; returns what the
-    /// contributors, the treasury and the requester were credited.
+    /// Pays a started job in batches of `batchSize`, dividing by `announced` and carrying the
+    /// reputations of the start; returns what the contributors, the treasury and the requester
+    /// were credited, and whether a batch was refused (the sums did not add up).
     function _payBatchedWith(
         uint256 jobId,
         address[] memory contributors,
         uint16[] memory scores,
         uint256 announced,
         uint256 batchSize
-    ) internal returns (uint256 paid, uint256 fee, uint256 dust) {
+    ) internal returns (Batched memory out) {
         uint256 n = contributors.length;
         uint256[] memory before = new uint256[](n + 2);
         for (uint256 i; i < n; ++i) {
@@ -230,21 +266,38 @@ contract PayoutMathTest is EscrowFixture {
         }
         before[n] = escrow.withdrawable(treasury, ETH);
         before[n + 1] = escrow.withdrawable(requester, ETH);
+        uint16[] memory reputations = escrow.reputationsOf(contributors);
         vm.prank(validator);
-        escrow.beginFederatedPayout(jobId, "a", "m", uint32(n), uint64(announced));
+        escrow.beginFederatedPayout(jobId, "a", "m", uint32(n), uint64(announced), Packing.sum(scores));
         for (uint256 from; from < n; from += batchSize) {
             uint256 to = from + batchSize < n ? from + batchSize : n;
             vm.prank(validator);
-            escrow.payFederatedBatch(jobId, _slice(contributors, from, to), _slice(scores, from, to));
+            try escrow.payFederatedBatch(
+                jobId,
+                _slice(contributors, from, to),
+                _slice(scores, from, to),
+                Packing.packed(_slice(reputations, from, to))
+            ) {}
+            catch {
+                out.refused = true;
+                break;
+            }
         }
         for (uint256 i; i < n; ++i) {
-            paid += escrow.withdrawable(contributors[i], ETH) - before[i];
+            out.paid += escrow.withdrawable(contributors[i], ETH) - before[i];
         }
-        fee = escrow.withdrawable(treasury, ETH) - before[n];
-        dust = escrow.withdrawable(requester, ETH) - before[n + 1];
+        out.fee = escrow.withdrawable(treasury, ETH) - before[n];
+        out.dust = escrow.withdrawable(requester, ETH) - before[n + 1];
     }
 
-    function testFuzz_batched_payout_never_pays_more_than_the_pool(
+    struct Batched {
+        uint256 paid;
+        uint256 fee;
+        uint256 dust;
+        bool refused;
+    }
+
+    function testFuzz_batched_payout_pays_the_announced_weights_or_nothing_more(
         uint256 stake,
         uint8 n,
         uint256 seed,
@@ -261,15 +314,22 @@ contract PayoutMathTest is EscrowFixture {
         uint256 jobId = _createEth(JobEscrow.JobKind.Federated, stake);
         _start(jobId);
         uint256 trueWeight = escrow.weigh(jobId, contributors, scores);
-        // Anything from 0 to three times the true divisor: a validator's mistake must not
-        // let the contract pay out more than the pool.
-        announced = bound(announced, 0, 3 * trueWeight);
-        (uint256 paid, uint256 fee, uint256 dust) = _payBatchedWith(jobId, contributors, scores, announced, batchSize);
+        // Half the runs announce the true divisor, the others anything up to three times it:
+        // a validator's mistake must not let the contract pay out more than the pool, and
+        // batches that do not add up to the announcement are refused by the last batch.
+        if (seed % 2 == 0) announced = bound(announced, 0, 3 * trueWeight);
+        else announced = trueWeight;
+        Batched memory out = _payBatchedWith(jobId, contributors, scores, announced, batchSize);
 
-        assertEq(fee, stake * FEE_BPS / 10_000, "fee");
-        assertLe(paid, stake - fee, "paid more than the pool");
-        assertEq(escrow.payoutOf(jobId).paid, paid);
-        assertEq(paid + fee + dust, stake, "payouts + fee + dust != stake");
-        if (announced == trueWeight && trueWeight > 0) assertLt(dust, n, "exact divisor: dust < 1 wei each");
+        assertLe(out.paid, stake - stake * FEE_BPS / 10_000, "paid more than the pool");
+        assertEq(escrow.payoutOf(jobId).paid, out.paid);
+        assertEq(out.refused, announced != trueWeight, "refused exactly the batches that do not add up");
+        if (out.refused) {
+            assertEq(uint8(escrow.getJob(jobId).status), uint8(JobEscrow.JobStatus.Paying));
+            assertEq(out.fee + out.dust, 0, "no fee or dust before the last batch");
+        } else {
+            assertEq(out.fee, stake * FEE_BPS / 10_000, "fee");
+            assertEq(out.paid + out.fee + out.dust, stake, "payouts + fee + dust != stake");
+        }
     }
 }

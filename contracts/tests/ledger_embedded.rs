@@ -44,6 +44,11 @@ async fn abort_pays_the_completed_rounds_and_refunds_the_rest() {
     suite::abort_pays_the_completed_rounds_and_refunds_the_rest(&ledger()).await;
 }
 
+#[tokio::test]
+async fn batched_payout_pays_the_weights_of_its_start() {
+    suite::batched_payout_pays_the_weights_of_its_start(&ledger()).await;
+}
+
 /// The embedded chain runs Osaka with EIP-7825's cap, like anvil in the JSON-RPC suite: three
 /// batches here (anvil's suite pays 10,000).
 #[tokio::test]

@@ -67,6 +67,26 @@ async fn abort_pays_the_completed_rounds_and_refunds_the_rest() {
     suite::abort_pays_the_completed_rounds_and_refunds_the_rest(&*ledger).await;
 }
 
+#[tokio::test]
+async fn batched_payout_pays_the_weights_of_its_start() {
+    let Some((_anvil, ledger)) = start(|c| c).await else {
+        return;
+    };
+    let batches = suite::batched_payout_pays_the_weights_of_its_start(&*ledger).await;
+    // Each batch went out with the gas limit computed from it (one contributor: the overhead
+    // and one worst case), not the node's estimate for the state it was estimated on.
+    for batch in batches {
+        let tx = anvil_rpc(
+            &ledger,
+            "eth_getTransactionByHash",
+            Value::Array(vec![Value::String(batch.tx_hash.to_string())]),
+        )
+        .await;
+        let gas = u64::from_str_radix(tx["gas"].as_str().unwrap().trim_start_matches("0x"), 16);
+        assert_eq!(gas.unwrap(), 232_000, "{tx}");
+    }
+}
+
 /// 100, 1,000 and 10,000 new contributors paid through the Ledger on anvil as an Osaka chain
 /// with EIP-7825's cap (the suite's anvil), each in batches within 2^24 gas, the larger two
 /// with a crash after the first batch and a resume. Prints the gas per contributor from the

@@ -454,13 +454,17 @@ struct PaidEntry {
     amount: U256,
 }
 
-/// `[contributor | reputation << 160, amount]`, as the escrow packs each contributor.
+/// `[contributor | reputation << 160 | previous << 176, amount]`, as the escrow packs each
+/// contributor; the follower keeps the reputation after the job.
 fn decode_payout(pair: &[U256]) -> Option<PaidEntry> {
     let [head, amount] = pair else {
         return None;
     };
     let bytes = head.to_be_bytes::<32>();
-    let reputation = u16::try_from(*head >> 160).ok()?;
+    if *head >> 192 != U256::ZERO {
+        return None;
+    }
+    let reputation = u16::try_from((*head >> 160) & U256::from(0xffff)).ok()?;
     Some(PaidEntry {
         contributor: alloy::primitives::Address::from_slice(&bytes[12..]),
         reputation,

@@ -1189,6 +1189,7 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
             to: Some(chain.escrow),
             input: input.into(),
             value: U256::ZERO,
+            gas_limit: None,
         })
     };
     let weigh = JobEscrow::weighCall {
@@ -1204,6 +1205,7 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
                 to: Some(chain.escrow),
                 input: weigh.abi_encode().into(),
                 value: U256::ZERO,
+                gas_limit: None,
             })
             .await
             .unwrap(),
@@ -1216,6 +1218,7 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
             manifestCid: String::new(),
             contributorCount: 2,
             totalWeight: u64::try_from(total_weight).unwrap(),
+            totalQuality: 14_000,
         }
         .abi_encode(),
     )
@@ -1226,6 +1229,8 @@ async fn a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace(ba
             jobId: escrow_id,
             contributors: vec![first],
             qualityScores: vec![8_000],
+            // Two bytes per contributor: a newcomer's reputation, 0.
+            reputations: vec![0, 0].into(),
         }
         .abi_encode(),
     )

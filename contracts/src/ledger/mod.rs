@@ -9,6 +9,7 @@
 
 pub mod embedded;
 mod error;
+mod payout;
 pub mod rpc;
 pub mod stream;
 mod types;
@@ -19,6 +20,7 @@ use async_trait::async_trait;
 
 use crate::bindings::{JobEscrow, MockERC20};
 pub use error::{LedgerError, Result, Revert};
+use payout::{Settlement, settle_federated};
 pub use types::*;
 
 /// Everything the API does with the escrow. Adapters implement only the chain primitives; the
@@ -290,6 +292,9 @@ pub trait Ledger: Send + Sync {
             paid: U256::from(p.paid),
             total_weight: p.totalWeight,
             earned_bps: p.earnedBps,
+            total_quality: p.totalQuality,
+            weighed: p.weighed,
+            began_at: p.beganAt,
         })
     }
 
@@ -335,7 +340,11 @@ pub trait Ledger: Send + Sync {
             qualityScores: contributions.iter().map(|c| c.quality).collect(),
         };
         let action = format!("completeFederatedJob({})", completion.job_id);
-        transact(self, escrow, validator, call, U256::ZERO, action).await
+        // Computed from the list when it fits one batch at the smallest cap (else estimated).
+        let limits = PayoutLimits::default();
+        let gas_limit = (contributions.len() <= limits.contributors_per_batch())
+            .then(|| limits.batch_gas_limit(contributions.len()));
+        transact_within(self, escrow, validator, call, U256::ZERO, gas_limit, action).await
     }
 
     /// The requester takes the stake back before work started (credited, then withdrawn).
@@ -565,159 +574,6 @@ pub trait Ledger: Send + Sync {
     }
 }
 
-/// What a federated payout settles: a completion (the whole stake) or an abort paying the
-/// completed rounds (part of it).
-enum Settlement<'a> {
-    Complete(&'a FederatedCompletion),
-    Abort(&'a FederatedAbort),
-}
-
-impl Settlement<'_> {
-    fn job_id(&self) -> U256 {
-        match self {
-            Settlement::Complete(c) => c.job_id,
-            Settlement::Abort(a) => a.job_id,
-        }
-    }
-
-    fn contributions(&self) -> &[Contribution] {
-        match self {
-            Settlement::Complete(c) => &c.contributions,
-            Settlement::Abort(a) => &a.contributions,
-        }
-    }
-}
-
-/// [`Ledger::pay_federated_job`] and [`Ledger::pay_federated_abort`]: one transaction when the
-/// contributors fit it, else begin + batches, resumed from `payoutOf` after a crash.
-async fn settle_federated<L: Ledger + ?Sized>(
-    ledger: &L,
-    escrow: Address,
-    validator: Address,
-    settlement: Settlement<'_>,
-    limits: PayoutLimits,
-) -> Result<Vec<TxOutcome>> {
-    let job_id = settlement.job_id();
-    let mut contributions = settlement.contributions().to_vec();
-    contributions.sort_by_key(|c| c.contributor);
-    let per_batch = limits.contributors_per_batch();
-    let mut sent = Vec::new();
-    let status = ledger.job(escrow, job_id).await?.status;
-    // Paid already (by an earlier call that crashed before it was recorded); an abort may
-    // also find the job ended another way (aborted, refunded), with nothing left to pay.
-    let ended = match settlement {
-        Settlement::Complete(_) => status == JobStatus::Completed,
-        Settlement::Abort(_) => !matches!(status, JobStatus::Started | JobStatus::Paying),
-    };
-    if ended {
-        return Ok(sent);
-    }
-    let mut progress = ledger.payout_progress(escrow, job_id).await?;
-    let invalid =
-        |field: &'static str, problem: String| LedgerError::InvalidInput { field, problem };
-    if progress.expected == 0 {
-        let sorted = || {
-            (
-                contributions
-                    .iter()
-                    .map(|c| c.contributor)
-                    .collect::<Vec<_>>(),
-                contributions.iter().map(|c| c.quality).collect::<Vec<_>>(),
-            )
-        };
-        if contributions.len() <= per_batch {
-            let outcome = match settlement {
-                Settlement::Complete(completion) => {
-                    ledger
-                        .complete_federated_job(escrow, validator, completion)
-                        .await?
-                }
-                Settlement::Abort(abort) => {
-                    let (contributors, scores) = sorted();
-                    let call = JobEscrow::abortFederatedJobCall {
-                        jobId: job_id,
-                        earnedBps: abort.earned_bps,
-                        adapterCid: abort.adapter_cid.clone(),
-                        reason: abort.reason.clone(),
-                        contributors,
-                        qualityScores: scores,
-                    };
-                    let action = format!("abortFederatedJob({job_id}, {})", abort.earned_bps);
-                    transact(ledger, escrow, validator, call, U256::ZERO, action).await?
-                }
-            };
-            sent.push(outcome);
-            return Ok(sent);
-        }
-        let mut total_weight = U256::ZERO;
-        for chunk in contributions.chunks(per_batch) {
-            let call = JobEscrow::weighCall {
-                jobId: job_id,
-                contributors: chunk.iter().map(|c| c.contributor).collect(),
-                qualityScores: chunk.iter().map(|c| c.quality).collect(),
-            };
-            total_weight += view(ledger, escrow, call, "weigh").await?;
-        }
-        let count = u32::try_from(contributions.len())
-            .map_err(|_| invalid("contributions", format!("{} entries", contributions.len())))?;
-        let total_weight = u64::try_from(total_weight)
-            .map_err(|_| invalid("contributions", format!("weight {total_weight}")))?;
-        let outcome = match settlement {
-            Settlement::Complete(completion) => {
-                let call = JobEscrow::beginFederatedPayoutCall {
-                    jobId: job_id,
-                    adapterCid: completion.adapter_cid.clone(),
-                    manifestCid: completion.manifest_cid.clone(),
-                    contributorCount: count,
-                    totalWeight: total_weight,
-                };
-                let action = format!("beginFederatedPayout({job_id})");
-                transact(ledger, escrow, validator, call, U256::ZERO, action).await?
-            }
-            Settlement::Abort(abort) => {
-                let call = JobEscrow::beginFederatedAbortCall {
-                    jobId: job_id,
-                    earnedBps: abort.earned_bps,
-                    adapterCid: abort.adapter_cid.clone(),
-                    reason: abort.reason.clone(),
-                    contributorCount: count,
-                    totalWeight: total_weight,
-                };
-                let action = format!("beginFederatedAbort({job_id}, {})", abort.earned_bps);
-                transact(ledger, escrow, validator, call, U256::ZERO, action).await?
-            }
-        };
-        sent.push(outcome);
-        progress = ledger.payout_progress(escrow, job_id).await?;
-    }
-    let done = progress.paid_count as usize;
-    if progress.expected as usize != contributions.len()
-        || (done > 0 && contributions[done - 1].contributor != progress.last_contributor)
-    {
-        return Err(invalid(
-            "contributions",
-            format!(
-                "the payout under way on chain announced {} contributors and paid {} up to \
-                 {}; these {} contributions are another list",
-                progress.expected,
-                done,
-                progress.last_contributor,
-                contributions.len()
-            ),
-        ));
-    }
-    for (index, chunk) in contributions[done..].chunks(per_batch).enumerate() {
-        let call = JobEscrow::payFederatedBatchCall {
-            jobId: job_id,
-            contributors: chunk.iter().map(|c| c.contributor).collect(),
-            qualityScores: chunk.iter().map(|c| c.quality).collect(),
-        };
-        let action = format!("payFederatedBatch({job_id}, batch {})", index + 1);
-        sent.push(transact(ledger, escrow, validator, call, U256::ZERO, action).await?);
-    }
-    Ok(sent)
-}
-
 /// The amount a withdrawal's `Withdrawn` event reports.
 fn withdrawn_amount(outcome: &TxOutcome) -> Result<U256> {
     outcome
@@ -744,6 +600,7 @@ async fn deploy<L: Ledger + ?Sized>(
         to: None,
         input: init_code,
         value: U256::ZERO,
+        gas_limit: None,
     };
     let receipt = ledger
         .send_transaction(tx)
@@ -765,11 +622,25 @@ async fn transact<L: Ledger + ?Sized, C: SolCall>(
     value: U256,
     action: impl Into<String>,
 ) -> Result<TxOutcome> {
+    transact_within(ledger, to, from, call, value, None, action).await
+}
+
+/// [`transact`] with the gas limit the caller computed (`None`: estimated).
+async fn transact_within<L: Ledger + ?Sized, C: SolCall>(
+    ledger: &L,
+    to: Address,
+    from: Address,
+    call: C,
+    value: U256,
+    gas_limit: Option<u64>,
+    action: impl Into<String>,
+) -> Result<TxOutcome> {
     let tx = TxRequest {
         from,
         to: Some(to),
         input: call.abi_encode().into(),
         value,
+        gas_limit,
     };
     let receipt = ledger
         .send_transaction(tx)
@@ -794,6 +665,7 @@ async fn view<L: Ledger + ?Sized, C: SolCall>(
         to: Some(to),
         input: call.abi_encode().into(),
         value: U256::ZERO,
+        gas_limit: None,
     };
     let output = ledger.call(tx).await.map_err(|e| e.during(action))?;
     C::abi_decode_returns(&output).map_err(|e| LedgerError::Decode {

@@ -158,6 +158,15 @@ impl RpcLedger {
             .estimate_gas(request.clone())
             .await
             .map_err(|e| revert_or_rpc("eth_estimateGas", e))?;
+        // The estimate also says, before anything is paid, whether the call would revert. The
+        // limit is the caller's computed worst case where it gave one (the estimate holds only
+        // for the state it ran on), else the estimate plus the margin.
+        let gas_limit = match tx.gas_limit {
+            Some(limit) => limit.max(gas),
+            None => (gas.saturating_mul(100 + self.config.gas_margin_percent) / 100).max(gas),
+        }
+        .min(self.config.tx_gas_cap)
+        .max(gas);
         let fees = self
             .provider
             .estimate_eip1559_fees()
@@ -178,11 +187,7 @@ impl RpcLedger {
                 .clone()
                 .with_nonce(nonce)
                 .with_chain_id(self.chain_id)
-                .with_gas_limit(
-                    (gas.saturating_mul(100 + self.config.gas_margin_percent) / 100)
-                        .min(self.config.tx_gas_cap)
-                        .max(gas),
-                )
+                .with_gas_limit(gas_limit)
                 .with_max_fee_per_gas(fees.max_fee_per_gas)
                 .with_max_priority_fee_per_gas(fees.max_priority_fee_per_gas)
                 .build(wallet)

@@ -166,6 +166,12 @@ pub struct PayoutProgress {
     /// The share of the stake the payout pays out, in basis points: 10,000 for a completion,
     /// less for an abort paying completed rounds; 0 before a payout began.
     pub earned_bps: u16,
+    /// The sum of the contributors' qualities the payout announced.
+    pub total_quality: u64,
+    /// The weight the batches so far carried; the last must bring it to `total_weight`.
+    pub weighed: u64,
+    /// The block the payout began in.
+    pub began_at: u64,
 }
 
 /// How large one payout transaction may be.
@@ -190,6 +196,17 @@ impl PayoutLimits {
         let room = self.tx_gas_cap.saturating_sub(Self::BATCH_OVERHEAD_GAS);
         (room / Self::WORST_GAS_PER_CONTRIBUTOR).max(1) as usize
     }
+
+    /// The gas limit of a transaction paying `contributors`: their worst case, computed from
+    /// the batch rather than estimated, since an estimate holds only for the state it ran on
+    /// and another job paying the same contributors in another token before this one is mined
+    /// makes each of them park credit (a fresh slot more). Within the cap for any batch of
+    /// [`Self::contributors_per_batch`].
+    pub fn batch_gas_limit(&self, contributors: usize) -> u64 {
+        let worst = Self::BATCH_OVERHEAD_GAS
+            .saturating_add(Self::WORST_GAS_PER_CONTRIBUTOR.saturating_mul(contributors as u64));
+        worst.min(self.tx_gas_cap)
+    }
 }
 
 impl Default for PayoutLimits {
@@ -212,6 +229,10 @@ pub struct TxRequest {
     pub input: Bytes,
     /// Wei sent along.
     pub value: U256,
+    /// The most gas the transaction may use, when the caller computed it from what the
+    /// transaction does ([`PayoutLimits::batch_gas_limit`]); `None`: the node's estimate plus
+    /// the adapter's margin.
+    pub gas_limit: Option<u64>,
 }
 
 /// A log with where it was emitted.

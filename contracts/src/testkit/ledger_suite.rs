@@ -13,7 +13,7 @@ use crate::bindings::JobEscrow::{JobEscrowErrors, JobEscrowEvents};
 use crate::ledger::stream::{StreamOptions, event_stream};
 use crate::ledger::{
     Contribution, DeployParams, ETH, EscrowEvent, FederatedAbort, FederatedCompletion, JobKind,
-    JobStatus, Ledger, LedgerError, NewJob, PayoutLimits, Revert,
+    JobStatus, Ledger, LedgerError, NewJob, PayoutLimits, Revert, TxOutcome,
 };
 
 /// The parties of a test: the ledger's first six accounts.
@@ -111,7 +111,8 @@ pub fn paid_entries(events: &[EscrowEvent]) -> Vec<(Address, u16, U256)> {
                 .chunks(2)
                 .map(|pair| {
                     let head = pair[0].to_be_bytes::<32>();
-                    let reputation = u16::try_from(pair[0] >> 160).expect("16-bit reputation");
+                    let reputation = u16::try_from((pair[0] >> 160) & U256::from(0xffff))
+                        .expect("16-bit reputation");
                     (Address::from_slice(&head[12..]), reputation, pair[1])
                 })
                 .collect::<Vec<_>>()
@@ -1103,6 +1104,110 @@ pub async fn large_payout_is_batched_under_the_gas_cap(ledger: &dyn Ledger, n: u
         limits.tx_gas_cap
     );
     gas
+}
+
+/// Between two batches of a payout, another job pays two of its later contributors and
+/// raises their reputations; the validator crashed after the first batch and resumes. The
+/// batches still weigh everyone by the reputations of the payout's start (recovered from the
+/// log on resume), so each of the four equal contributors gets a quarter of the pool: before,
+/// the raised ones took more and the last got what was left. Also: every batch's gas limit is
+/// the one computed from it. Returns the resumed run's batches.
+pub async fn batched_payout_pays_the_weights_of_its_start(ledger: &dyn Ledger) -> Vec<TxOutcome> {
+    let p = Parties::of(ledger);
+    let escrow = deploy(ledger, &p).await;
+    let stake = ether(4);
+    let new_job = job(ledger, ETH, stake, JobKind::Federated).await;
+    let job_id = started(ledger, escrow, &p, &new_job).await;
+    let contributions: Vec<Contribution> = (1..=4u64)
+        .map(|i| {
+            let mut bytes = [0u8; 20];
+            bytes[12..].copy_from_slice(&(0x4600_0000u64 + i).to_be_bytes());
+            Contribution {
+                contributor: Address::from(bytes),
+                quality: 10_000,
+            }
+        })
+        .collect();
+    let completion = FederatedCompletion {
+        job_id,
+        adapter_cid: "bafymerged".into(),
+        manifest_cid: "bafymanifest".into(),
+        contributions: contributions.clone(),
+    };
+    let one_per_batch = PayoutLimits {
+        tx_gas_cap: PayoutLimits::BATCH_OVERHEAD_GAS + PayoutLimits::WORST_GAS_PER_CONTRIBUTOR,
+    };
+    let crashing = CrashingAfter {
+        inner: ledger,
+        sends: 2.into(),
+        gas_used: Default::default(),
+    };
+    let crashed = crashing
+        .pay_federated_job(escrow, p.validator, &completion, one_per_batch)
+        .await;
+    assert!(
+        matches!(crashed, Err(LedgerError::Rpc { .. })),
+        "{crashed:?}"
+    );
+    assert_eq!(
+        ledger
+            .payout_progress(escrow, job_id)
+            .await
+            .unwrap()
+            .paid_count,
+        1
+    );
+
+    // Meanwhile another job pays the last two, at full quality and a full step each.
+    for c in &contributions[2..] {
+        let lora = job(ledger, ETH, ether(1), JobKind::Lora).await;
+        let lora_id = started(ledger, escrow, &p, &lora).await;
+        ledger
+            .complete_job(escrow, p.validator, lora_id, "bafylora", c.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.reputation(escrow, c.contributor).await.unwrap(),
+            2_500
+        );
+    }
+    let credit = |who: Address| ledger.withdrawable(escrow, who, ETH);
+    let mut before = Vec::new();
+    for c in &contributions {
+        before.push(credit(c.contributor).await.unwrap());
+    }
+
+    let resumed = ledger
+        .pay_federated_job(escrow, p.validator, &completion, one_per_batch)
+        .await
+        .unwrap();
+    assert_eq!(resumed.len(), 3, "the three batches left");
+    assert_eq!(
+        ledger.job(escrow, job_id).await.unwrap().status,
+        JobStatus::Completed
+    );
+    let fee = stake * U256::from(FEE_BPS) / U256::from(10_000);
+    let quarter = (stake - fee) / U256::from(4);
+    let first_paid = paid_entries(&ledger.events(escrow, 0, None).await.unwrap())
+        .into_iter()
+        .find(|(who, _, _)| *who == contributions[0].contributor)
+        .map(|(_, _, amount)| amount)
+        .unwrap();
+    assert_eq!(first_paid, quarter, "the batch before the crash");
+    for (c, before) in contributions.iter().zip(&before).skip(1) {
+        let got = credit(c.contributor).await.unwrap() - before;
+        assert_eq!(
+            got, quarter,
+            "{} got another share than announced",
+            c.contributor
+        );
+    }
+    let limit = one_per_batch.batch_gas_limit(1);
+    assert_eq!(limit, 232_000);
+    for outcome in &resumed {
+        assert!(outcome.gas_used <= limit, "{} > {limit}", outcome.gas_used);
+    }
+    resumed
 }
 
 /// `block_hash` names every mined block, the same each time it is asked and differently for

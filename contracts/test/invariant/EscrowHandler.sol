@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.28;
 
+import {Packing} from "../utils/Packing.sol";
 import {Cheats} from "../utils/Cheats.sol";
 import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {JobEscrow} from "../../src/JobEscrow.sol";
@@ -35,6 +36,8 @@ contract EscrowHandler is Cheats {
     /// A batched payout's contributors and scores, fixed when it began; batches take them in order.
     mapping(uint256 jobId => address[]) internal _planned;
     mapping(uint256 jobId => uint16[]) internal _plannedScores;
+    /// The reputations when each payout began: what its batches carry.
+    mapping(uint256 jobId => uint16[]) internal _plannedReputations;
     /// What a batched payout has credited so far, fee and dust included once it completes.
     mapping(uint256 jobId => uint256) public ghostPayoutCredited;
 
@@ -360,10 +363,16 @@ contract EscrowHandler is Cheats {
         else if (skew % 4 == 1) totalWeight *= 2;
         vm.prank(validator);
         try escrow.beginFederatedPayout(
-            jobId, "bafy-adapter", "bafy-manifest", uint32(contributors.length), uint64(totalWeight)
+            jobId,
+            "bafy-adapter",
+            "bafy-manifest",
+            uint32(contributors.length),
+            uint64(totalWeight),
+            Packing.sum(scores)
         ) {
             _planned[jobId] = contributors;
             _plannedScores[jobId] = scores;
+            _plannedReputations[jobId] = escrow.reputationsOf(contributors);
             ghostPayoutsBegun += 1;
         } catch {}
     }
@@ -387,14 +396,16 @@ contract EscrowHandler is Cheats {
         if (to > _planned[jobId].length) to = _planned[jobId].length;
         address[] memory contributors = new address[](to - from);
         uint16[] memory scores = new uint16[](to - from);
+        uint16[] memory reputations = new uint16[](to - from);
         for (uint256 i = from; i < to; ++i) {
             contributors[i - from] = _planned[jobId][i];
             scores[i - from] = _plannedScores[jobId][i];
+            reputations[i - from] = _plannedReputations[jobId][i];
         }
         Books memory before = _books(job);
         uint256 paidBefore = escrow.payoutOf(jobId).paid;
         vm.prank(validator);
-        try escrow.payFederatedBatch(jobId, contributors, scores) {}
+        try escrow.payFederatedBatch(jobId, contributors, scores, Packing.packed(reputations)) {}
         catch {
             return;
         }
@@ -418,7 +429,7 @@ contract EscrowHandler is Cheats {
             ghostBrokenCompletions += 1;
         }
         vm.prank(validator);
-        try escrow.payFederatedBatch(jobId, contributors, scores) {
+        try escrow.payFederatedBatch(jobId, contributors, scores, Packing.packed(reputations)) {
             ghostBrokenCompletions += 1;
         } catch {}
     }
@@ -512,10 +523,12 @@ contract EscrowHandler is Cheats {
                 "bafy-round",
                 "aborted by the handler",
                 uint32(contributors.length),
-                uint64(totalWeight)
+                uint64(totalWeight),
+                Packing.sum(scores)
             ) {
                 _planned[jobId] = contributors;
                 _plannedScores[jobId] = scores;
+                _plannedReputations[jobId] = escrow.reputationsOf(contributors);
                 ghostAbortPayoutsBegun += 1;
             } catch {}
             return;

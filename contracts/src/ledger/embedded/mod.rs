@@ -191,7 +191,7 @@ impl Chain {
             .data(tx.input.clone())
             .value(tx.value)
             .nonce(nonce)
-            .gas_limit(TX_GAS_LIMIT)
+            .gas_limit(tx.gas_limit.unwrap_or(TX_GAS_LIMIT).min(TX_GAS_LIMIT))
             .gas_price(0)
             .chain_id(Some(EMBEDDED_CHAIN_ID))
             .build()
