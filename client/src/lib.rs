@@ -543,6 +543,24 @@ impl ApiClient {
         Ok(())
     }
 
+    /// Reports that a job's model (or held-out set) cannot be loaded, which ends the job
+    /// (validator role). Returns whether this report recorded the end (false: it already was).
+    pub async fn report_model_failure(&self, job_id: Uuid, reason: &str) -> Result<bool> {
+        #[derive(Deserialize)]
+        struct Outcome {
+            abort_recorded: bool,
+        }
+        let outcome: Outcome = self
+            .call(
+                "POST",
+                &format!("/v1/jobs/{job_id}/model-failure"),
+                Some(serde_json::json!({ "reason": reason })),
+                None,
+            )
+            .await?;
+        Ok(outcome.abort_recorded)
+    }
+
     /// Posts a job: the spec and the dataset as `multipart/form-data` (requester role).
     pub async fn post_job(
         &self,

@@ -36,3 +36,47 @@ pub enum NodeError {
     #[error(transparent)]
     Trainer(#[from] shardwork_trainer::Error),
 }
+
+impl NodeError {
+    /// Whether the error lies in the job's own files (a model, tokenizer or held-out set that
+    /// does not load, whatever node tries), not in this node, its device or the network: such
+    /// a job can never run, and waiting for its deadline only holds its stake and its workers.
+    pub fn is_the_jobs_fault(&self) -> bool {
+        use shardwork_trainer::Error as E;
+        matches!(
+            self,
+            NodeError::Trainer(
+                E::Config { .. }
+                    | E::Safetensors { .. }
+                    | E::Dataset { .. }
+                    | E::Invalid(_)
+                    | E::Tokenizer(_)
+            )
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NodeError;
+
+    /// A file the job brought that does not load ends the job; this node's own trouble (disk,
+    /// device, network, the API) never does.
+    #[test]
+    fn only_the_jobs_own_files_are_its_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let tokenizer = dir.path().join("tokenizer.json");
+        std::fs::write(&tokenizer, r#"{"model": {"type": "NoSuchModel"}}"#).unwrap();
+        let unloadable = shardwork_trainer::text::TextTokenizer::from_file(&tokenizer, 16)
+            .err()
+            .expect("no tokenizer is built from it");
+        assert!(NodeError::from(unloadable).is_the_jobs_fault());
+        let io = shardwork_trainer::Error::Io {
+            path: tokenizer,
+            source: std::io::Error::other("disk full"),
+        };
+        assert!(!NodeError::from(io).is_the_jobs_fault());
+        assert!(!NodeError::Io("a blocking task died".into()).is_the_jobs_fault());
+        assert!(!NodeError::Content("the store did not answer".into()).is_the_jobs_fault());
+    }
+}

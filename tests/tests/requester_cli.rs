@@ -4,7 +4,8 @@
 //! Checked: a spec with a fault is refused naming the field, and nothing is posted; a posted,
 //! development-funded job is watched to completion, its adapter downloads in PEFT layout and the
 //! job is listed as completed; a job nobody trains is refunded on chain once its deadline passes,
-//! and `job watch` says so and exits non-zero.
+//! and `job watch` says so and exits non-zero; a job whose model no node can load is ended with
+//! the reason long before its deadline while `up` goes on serving the next job.
 
 use std::path::Path;
 use std::time::Duration;
@@ -221,6 +222,85 @@ async fn a_job_nobody_finishes_is_refunded_on_chain_at_its_deadline() {
     let out = shardwork(&["job", "--dev-requester", "--json", "show", &id], &env);
     let job: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(job["status"], "refunded", "{job}");
+    drop(up);
+}
+
+/// Issue 46, attack 2, through the whole system: a model whose `tokenizer.json` passes the
+/// checks at posting (a JSON file with a `model` object) but that no tokenizer library can
+/// build. The validator, loading it while idle, reports it; the job is ended on chain with the
+/// reason and refunded, long before its two-hour deadline; `up` stays up and the next job,
+/// on a sound model, trains and completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_whose_model_cannot_load_is_refunded_and_up_goes_on_with_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let (up, url, model_cid) = marketplace(dir.path(), 2).await;
+    let data = sample_reviews(dir.path(), 300);
+    let env = [("SHARDWORK_API_URL", url.clone())];
+
+    let poisoned = dir.path().join("poisoned");
+    std::fs::create_dir_all(&poisoned).unwrap();
+    for entry in std::fs::read_dir(dir.path().join("model")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), poisoned.join(entry.file_name())).unwrap();
+    }
+    let tokenizer_path = poisoned.join("tokenizer.json");
+    let mut tokenizer: Value =
+        serde_json::from_slice(&std::fs::read(&tokenizer_path).unwrap()).unwrap();
+    tokenizer["model"]["type"] = json!("NoSuchModel");
+    std::fs::write(&tokenizer_path, tokenizer.to_string()).unwrap();
+    let data_dir = dir.path().join("data");
+    let out = shardwork(
+        &["model", "put", &poisoned.display().to_string()],
+        &[("SHARDWORK_DATA_DIR", data_dir.display().to_string())],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let poisoned_cid = text(&out.stdout).trim().to_owned();
+
+    let started = std::time::Instant::now();
+    let out = post_fund_and_watch(
+        dir.path(),
+        &url,
+        &spec(&poisoned_cid, chrono::Duration::hours(2)),
+        &data,
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("ended refunded"),
+        "{stderr}\nup log:\n{}",
+        up.log_text()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15 * 60),
+        "refunded after {:?}; the deadline is 2 h away",
+        started.elapsed()
+    );
+    // `job watch` printed the job's events as they came, the reason among them.
+    let watched = format!("{stdout}{stderr}");
+    assert!(
+        watched.contains("the job's model cannot be loaded") && watched.contains("tokenizer.json"),
+        "{watched}\nup log:\n{}",
+        up.log_text()
+    );
+    let id = stdout.lines().next().unwrap().trim().to_owned();
+    let out = shardwork(&["job", "--dev-requester", "--json", "show", &id], &env);
+    let job: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(job["status"], "refunded", "{job}");
+
+    // The marketplace goes on: the next job, on the sound model, completes.
+    let out = post_fund_and_watch(
+        dir.path(),
+        &url,
+        &spec(&model_cid, chrono::Duration::hours(2)),
+        &data,
+    );
+    assert!(
+        out.status.success(),
+        "{}\n{}\nup log:\n{}",
+        text(&out.stdout),
+        text(&out.stderr),
+        up.log_text()
+    );
     drop(up);
 }
 

@@ -142,6 +142,10 @@ fn routes(cfg: &mut web::ServiceConfig) {
                     "/jobs/{id}/rounds/{round}/aggregate",
                     vec![web::post().to(validator::aggregate)],
                 ))
+                .service(resource(
+                    "/jobs/{id}/model-failure",
+                    vec![web::post().to(validator::model_failure)],
+                ))
                 .service(resource("/content", vec![web::post().to(content::upload)]))
                 .service(resource(
                     "/content/{cid}",

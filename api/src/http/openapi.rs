@@ -118,6 +118,7 @@ pub const BEARER: &str = "bearer";
         routes::validator::verdict,
         routes::validator::ready_rounds,
         routes::validator::aggregate,
+        routes::validator::model_failure,
     ),
     // Schemas reachable from the paths are collected automatically; list here only those
     // that no path names (for clients that want them anyway).

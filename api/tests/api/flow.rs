@@ -1482,6 +1482,114 @@ async fn an_abort_pays_the_completed_rounds_and_refunds_only_the_rest(backend: B
     assert!(all.iter().any(|e| e["kind"] == "paid"), "{all:?}");
 }
 
+/// Issue 46, attack 2: a model that slips past the checks at posting fails every node that
+/// loads it. The validator, which loads it first (while idle, before any submission), reports
+/// it; the job is ended on chain at once with the reason, its stake refunded, instead of its
+/// tasks failing worker by worker until the deadline. Only a validator may report it, once,
+/// with a reason, and only for an open job.
+async fn a_job_whose_model_cannot_load_is_ended_with_the_reason(backend: Backend) {
+    use alloy::primitives::U256;
+    use shardwork_contracts::bindings::JobEscrow::JobEscrowEvents;
+    use shardwork_contracts::ledger::JobStatus as EscrowStatus;
+    let Some(app) = TestApp::with_chain(backend).await else {
+        return;
+    };
+    let service = app.service().await;
+    let mut dispatcher = Dispatcher::default();
+    let (requester, job_id) = started_job(&app, &service, &mut dispatcher).await;
+    let chain = app.state.chain.clone().unwrap();
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    let escrow_id: U256 = job.body["escrow_job_id"].as_str().unwrap().parse().unwrap();
+    let path = format!("/v1/jobs/{job_id}/model-failure");
+    let reason = "model.gguf: tensors.blk.0.attn_q.weight: shape [64, 64] needs 16384 bytes, \
+                  the file has 12";
+
+    let worker = access_token(&service, &worker_key(), &["worker"]).await;
+    let refused = send(
+        &service,
+        post_json(&worker, &path, json!({"reason": reason})),
+    )
+    .await;
+    refused.problem(403, "forbidden");
+    let validator = access_token(&service, &validator_key(), &["validator"]).await;
+    let empty = send(
+        &service,
+        post_json(&validator, &path, json!({"reason": "  "})),
+    )
+    .await;
+    empty.problem(422, "validation");
+    assert!(empty.text.contains("reason"), "{}", empty.text);
+    let long = send(
+        &service,
+        post_json(&validator, &path, json!({"reason": "x".repeat(1_001)})),
+    )
+    .await;
+    long.problem(422, "validation");
+    let unknown = send(
+        &service,
+        post_json(
+            &validator,
+            &format!("/v1/jobs/{}/model-failure", uuid::Uuid::new_v4()),
+            json!({"reason": reason}),
+        ),
+    )
+    .await;
+    unknown.problem(404, "not-found");
+
+    let reported = send(
+        &service,
+        post_json(&validator, &path, json!({"reason": reason})),
+    )
+    .await;
+    assert_eq!(reported.status, 202, "{}", reported.text);
+    assert_eq!(reported.body["abort_recorded"], true, "{}", reported.text);
+    let again = send(
+        &service,
+        post_json(&validator, &path, json!({"reason": reason})),
+    )
+    .await;
+    assert_eq!(again.status, 202, "{}", again.text);
+    assert_eq!(
+        again.body["abort_recorded"], false,
+        "reported once: {}",
+        again.text
+    );
+
+    // The outbox ends the job on chain with the reason; no round completed, so all goes back.
+    step(&app, &mut dispatcher).await;
+    step(&app, &mut dispatcher).await;
+    let info = chain.ledger.job(chain.escrow, escrow_id).await.unwrap();
+    assert_eq!(info.status, EscrowStatus::Aborted);
+    assert_eq!(
+        funder_credit(&chain).await,
+        info.stake,
+        "the whole stake back"
+    );
+    let aborted = chain
+        .ledger
+        .events(chain.escrow, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.event {
+            JobEscrowEvents::JobAborted(a) if a.jobId == escrow_id => Some(a.reason),
+            _ => None,
+        })
+        .expect("JobAborted");
+    assert!(
+        aborted.starts_with("the job's model cannot be loaded: model.gguf: tensors.blk.0"),
+        "{aborted}"
+    );
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(job.body["status"], "refunded", "{}", job.text);
+    let late = send(
+        &service,
+        post_json(&validator, &path, json!({"reason": reason})),
+    )
+    .await;
+    late.problem(409, "conflict");
+}
+
 on_both_databases!(
     federated_job_runs_from_funding_to_payout,
     expired_leases_go_back_to_the_queue_until_attempts_run_out,
@@ -1493,4 +1601,5 @@ on_both_databases!(
     a_job_past_its_deadline_is_refunded_on_chain,
     a_payout_that_stalls_is_refunded_what_it_did_not_pay_after_its_grace,
     an_abort_pays_the_completed_rounds_and_refunds_only_the_rest,
+    a_job_whose_model_cannot_load_is_ended_with_the_reason,
 );

@@ -406,6 +406,27 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{id}/model-failure": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reports that the job's model (or held-out set) cannot be loaded: the job is ended now, its
+         *     completed rounds paid and the rest refunded, instead of waiting for its deadline.
+         * @description **Role:** `validator` (configured addresses only).
+         */
+        post: operations["report_model_failure"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{id}/progress": {
         parameters: {
             query?: never;
@@ -1550,6 +1571,21 @@ export type components = {
             expires_at: number;
             /** @description The roles the token grants. */
             roles: components["schemas"]["Role"][];
+        };
+        /** @description Why the validator cannot load a job's model (or held-out set): the error it got. */
+        ModelFailure: {
+            /** @description What failed, as the loader said it (1 to 1,000 characters). */
+            reason: string;
+        };
+        /** @description What reporting the failure did. */
+        ModelFailureOutcome: {
+            /** @description True when this report recorded the abort; false when the job was already being ended. */
+            abort_recorded: boolean;
+            /**
+             * Format: uuid
+             * @description The job.
+             */
+            job_id: string;
         };
         /**
          * @description How the base model's weights are stored.
@@ -3469,6 +3505,90 @@ export interface operations {
             };
             429: components["responses"]["RateLimited"];
             /** @description The job could not be read */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    report_model_failure: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The job id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ModelFailure"];
+            };
+        };
+        responses: {
+            /** @description The job is being ended (`abort_recorded` false when it already was) */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelFailureOutcome"];
+                };
+            };
+            /** @description The body is not JSON or a field has the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description No such job */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The job is not open */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body exceeds the JSON limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The reason is empty or longer than 1,000 characters */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["RateLimited"];
+            /** @description The failure could not be recorded */
             500: {
                 headers: {
                     [name: string]: unknown;

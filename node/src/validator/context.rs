@@ -120,6 +120,9 @@ pub struct Contexts {
     load_errors: BTreeMap<Uuid, (Instant, String)>,
     /// Jobs whose last round is merged: open until the payout is seen on chain, but done here.
     pub(crate) finished: BTreeSet<Uuid>,
+    /// Jobs this validator reported as unloadable (`report_model_failure`), so each is
+    /// reported once.
+    reported: BTreeSet<Uuid>,
 }
 
 /// What the validator needs to load a context.
@@ -159,6 +162,23 @@ impl Contexts {
             Err(e) => {
                 self.load_errors
                     .insert(job.job_id, (Instant::now(), e.to_string()));
+                if e.is_the_jobs_fault() && self.reported.insert(job.job_id) {
+                    // The job can never run: end it now (its completed rounds paid, the rest
+                    // refunded) instead of letting its tasks fail worker by worker.
+                    match loader
+                        .api
+                        .report_model_failure(job.job_id, &e.to_string())
+                        .await
+                    {
+                        Ok(recorded) => tracing::warn!(job = %job.job_id, error = %e, recorded,
+                            "the job's model cannot be loaded; reported, the job is ended"),
+                        Err(report) => {
+                            tracing::warn!(job = %job.job_id, error = %report,
+                                "reporting the job's model failure failed; reported again next time");
+                            self.reported.remove(&job.job_id);
+                        }
+                    }
+                }
                 Err(e)
             }
         }
@@ -197,6 +217,7 @@ impl Contexts {
         self.finished.retain(|id| open.contains(id));
         self.failed.retain(|id| open.contains(id));
         self.load_errors.retain(|id, _| open.contains(id));
+        self.reported.retain(|id| open.contains(id));
         if self.loaded.len() >= MAX_PREPARED_JOBS {
             return;
         }

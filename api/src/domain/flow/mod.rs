@@ -3,6 +3,7 @@
 //! one transaction (its own, or the caller's) and writes the events that record it; effects
 //! outside the database go through the outbox (`crate::background::outbox`).
 
+pub mod failures;
 pub mod payout;
 pub mod progress;
 pub mod rounds;

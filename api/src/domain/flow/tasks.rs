@@ -9,8 +9,8 @@
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::{Expr, Query};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
-    PaginatorTrait, QueryFilter, TransactionTrait,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    TransactionTrait,
 };
 
 use shardwork_core::protocol::node::forfeits_job;
@@ -19,10 +19,11 @@ use shardwork_core::protocol::{JobEvent, Submission, TaskMessage, VerdictStatus,
 use uuid::Uuid;
 
 use crate::domain::error::DomainError;
+use crate::domain::flow::failures;
 use crate::domain::lifecycle::{JobStatus, record_event};
 use crate::domain::sealing;
 use crate::domain::sizing::DEFAULT_TASK_TIME_LIMIT_SECS;
-use crate::entities::{job, job_event, round, shard, spent_attempt, submission, task, worker};
+use crate::entities::{job, round, shard, spent_attempt, submission, task, worker};
 
 pub use shardwork_core::protocol::TaskStatus;
 
@@ -687,7 +688,8 @@ pub async fn requeue<C: ConnectionTrait>(
     };
     record_event(txn, task.job_id, &event, dispatch, now).await?;
     if exhausted {
-        abort_job(txn, task.job_id, task.round as u32, reason, now).await?;
+        // A shard with no attempts left can never be merged, so the job cannot finish.
+        failures::abort_job(txn, task.job_id, task.round as u32, reason, now).await?;
     }
     Ok(to)
 }
@@ -727,34 +729,6 @@ async fn unlease<C: ConnectionTrait>(
             "task {} changed while its lease was being ended",
             task.id
         )));
-    }
-    Ok(())
-}
-
-/// A shard with no attempts left can never be merged, so the job cannot finish: ask the
-/// escrow (through the outbox) to end it and refund the requester now rather than at the
-/// deadline. Once per job, however many of its tasks fail.
-async fn abort_job<C: ConnectionTrait>(
-    txn: &C,
-    job_id: Uuid,
-    round: u32,
-    reason: String,
-    now: DateTime<Utc>,
-) -> Result<(), DomainError> {
-    let already = job_event::Entity::find()
-        .filter(job_event::Column::JobId.eq(job_id))
-        .filter(job_event::Column::Kind.eq("abort_due"))
-        .count(txn)
-        .await?;
-    if already == 0 {
-        record_event(
-            txn,
-            job_id,
-            &JobEvent::AbortDue(events::AbortDue { reason, round }),
-            true,
-            now,
-        )
-        .await?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! `/v1/validator/…`: the validator's work — submissions to score, verdicts, rounds ready to
-//! merge, and the merge that opens the next round or queues the payout. Validator role only.
+//! merge, the merge that opens the next round or queues the payout, and the report that a
+//! job's model cannot be loaded, which ends the job. Validator role only.
 
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::{HttpResponse, web};
@@ -8,6 +9,7 @@ use sea_orm::TransactionTrait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::domain::flow::failures::{self, ModelFailure, ModelFailureOutcome};
 use crate::domain::flow::rounds::{self, Aggregate, AggregateOutcome};
 use crate::domain::flow::verdicts::{self, PendingValidation, ReadyRound, Verdict};
 use crate::domain::jobs::find_job;
@@ -193,4 +195,39 @@ pub async fn aggregate(
     txn.commit().await?;
     tracing::info!(job = %job_id, round = number, ?outcome, validator = %caller.claims.sub, "round merged");
     Ok(HttpResponse::Ok().json(AggregateResponse { outcome }))
+}
+
+/// Reports that the job's model (or held-out set) cannot be loaded: the job is ended now, its
+/// completed rounds paid and the rest refunded, instead of waiting for its deadline.
+#[utoipa::path(
+    post,
+    path = "/v1/jobs/{id}/model-failure",
+    operation_id = "report_model_failure",
+    tag = "validator",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    params(("id" = Uuid, Path, description = "The job id")),
+    request_body = ModelFailure,
+    responses(
+        (status = 202, description = "The job is being ended (`abort_recorded` false when it already was)", body = ModelFailureOutcome),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No such job", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The job is not open", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "The reason is empty or longer than 1,000 characters", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The failure could not be recorded", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn model_failure(
+    state: web::Data<AppState>,
+    caller: Authenticated<ValidatorRole>,
+    id: web::Path<Uuid>,
+    Json(body): Json<ModelFailure>,
+) -> Result<HttpResponse, ApiError> {
+    let job_id = id.into_inner();
+    let txn = state.db.begin().await?;
+    let outcome = failures::report_model_failure(&txn, job_id, &body, Utc::now()).await?;
+    txn.commit().await?;
+    tracing::warn!(job = %job_id, reason = %body.reason, recorded = outcome.abort_recorded,
+        validator = %caller.claims.sub, "the job's model cannot be loaded; the job is ended");
+    Ok(HttpResponse::Accepted().json(outcome))
 }

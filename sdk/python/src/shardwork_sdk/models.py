@@ -502,6 +502,32 @@ class LrSchedule(StrEnum):
     job = 'job'
 
 
+class ModelFailure(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    reason: Annotated[
+        str,
+        Field(
+            description='What failed, as the loader said it (1 to 1,000 characters).'
+        ),
+    ]
+
+
+class ModelFailureOutcome(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    abort_recorded: Annotated[
+        bool,
+        Field(
+            description='True when this report recorded the abort; false when the job was already being ended.'
+        ),
+    ]
+    job_id: Annotated[UUID, Field(description='The job.')]
+
+
 class ModelFormat(StrEnum):
     safetensors = 'safetensors'
     gguf = 'gguf'
