@@ -208,7 +208,9 @@ pub async fn open_chain(config: &Config) -> anyhow::Result<Chain> {
     })
 }
 
-/// The development escrow: the remembered one if its code is still on chain, else a new one.
+/// The development escrow: the remembered one if its code is still on chain and is this
+/// build's escrow, else a new one (a data folder kept across an upgrade that changed the
+/// contract would otherwise leave `up` calling functions the old escrow does not have).
 async fn dev_escrow(
     config: &Config,
     ledger: &dyn Ledger,
@@ -219,8 +221,15 @@ async fn dev_escrow(
     if let Ok(text) = std::fs::read_to_string(&file) {
         let remembered: RememberedEscrow =
             toml::from_str(&text).with_context(|| format!("reading {}", file.display()))?;
-        if !ledger.code_at(remembered.address).await?.is_empty() {
+        let code = ledger.code_at(remembered.address).await?;
+        let this_build = shardwork_contracts::artifacts::Artifact::job_escrow()
+            .deployed_with_immutables_from(&code);
+        if this_build.is_some_and(|expected| expected == code.as_ref()) {
             return Ok((remembered.address, remembered.block));
+        }
+        if !code.is_empty() {
+            tracing::warn!(escrow = %remembered.address,
+                "the remembered development escrow is another version of the contract; deploying this build's");
         }
     }
     let admin = dev_keys::dev_addresses()[0];

@@ -170,4 +170,48 @@ async fn killed_between_transition_and_publish_publishes_exactly_once_after_rest
     let job = requester.job(job_id).await.unwrap();
     assert_eq!(job["status"], "open");
     api.kill();
+    // Every restart kept the escrow it deployed first: the code on chain is this build's.
+    let escrow = shardwork_tests::remembered_escrow(dir.path());
+    assert_eq!(
+        job["escrow_address"].as_str().map(str::to_lowercase),
+        Some(format!("{escrow:#x}"))
+    );
+
+    // A data folder whose remembered escrow is another contract (here a token deployed on the
+    // same chain; in practice an escrow of an older build) gets this build's escrow deployed,
+    // not reused.
+    let other = {
+        use shardwork_contracts::Ledger;
+        let ledger = shardwork_contracts::ledger::embedded::EmbeddedLedger::open(
+            dir.path().join("chain.json"),
+        )
+        .unwrap();
+        let deployer = shardwork_contracts::dev_keys::dev_addresses()[0];
+        ledger
+            .deploy_test_token(deployer, "Not An Escrow", "NAE")
+            .await
+            .unwrap()
+    };
+    let file = dir.path().join("escrow-31337.toml");
+    let remembered: String = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|line| match line.strip_prefix("address = ") {
+            Some(_) => format!("address = \"{other:#x}\"\n"),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    std::fs::write(&file, remembered).unwrap();
+    assert_eq!(shardwork_tests::remembered_escrow(dir.path()), other);
+    let mut api = Process::start(&["serve"], &env, &dir.path().join("api-4.log"));
+    wait_healthy(&url, &mut api, Duration::from_secs(60)).await;
+    let redeployed = shardwork_tests::remembered_escrow(dir.path());
+    assert_ne!(redeployed, other);
+    assert_ne!(redeployed, escrow);
+    assert!(
+        api.log_text().contains("another version of the contract"),
+        "{}",
+        api.log_text()
+    );
+    api.kill();
 }
