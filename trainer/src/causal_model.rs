@@ -14,7 +14,6 @@ use shardwork_core::protocol::model_files::{
     self, CONFIG_JSON, LLAMA_MODEL_TYPES, TOKENIZER_CONFIG_JSON, TOKENIZER_JSON, WEIGHTS,
     WEIGHTS_INDEX,
 };
-use tokenizers::Tokenizer;
 
 use crate::chat_template::ChatTemplate;
 use crate::error::{Error, Result};
@@ -260,7 +259,7 @@ fn read_weights(dir: &Path, device: &Device) -> Result<HashMap<String, Tensor>> 
 /// `tokenizer.json` with the special tokens and chat template of `tokenizer_config.json`.
 fn folder_tokenizer(dir: &Path, config: &serde_json::Value) -> Result<LmTokenizer> {
     let tokenizer_path = dir.join(TOKENIZER_JSON);
-    let tokenizer = Tokenizer::from_file(&tokenizer_path).map_err(|e| Error::Config {
+    let tokenizer = crate::guarded_tokenizer::read(&tokenizer_path).map_err(|e| Error::Config {
         path: tokenizer_path.clone(),
         detail: format!("not a tokenizer the tokenizers library can read: {e}"),
     })?;
@@ -293,10 +292,14 @@ fn folder_tokenizer(dir: &Path, config: &serde_json::Value) -> Result<LmTokenize
     let bos_text = model_files::special_token(&settings, "bos_token");
     let bos = bos_text.map(|t| token_id(t, "bos_token")).transpose()?;
     // The BOS is "added" when the tokenizer's post-processor prepends it, as Llama 3's does.
-    let added_bos = tokenizer
-        .encode("a", true)
-        .ok()
-        .and_then(|e| e.get_ids().first().copied())
+    let added_bos = crate::guarded_tokenizer::encode(&tokenizer, "a", true)
+        .map_err(|e| Error::Config {
+            path: tokenizer_path.clone(),
+            detail: format!("cannot tokenize with it: {e}"),
+        })?
+        .get_ids()
+        .first()
+        .copied()
         .filter(|first| Some(*first) == bos);
     let eos_name = tokenizer.id_to_token(eos_token_id).unwrap_or_default();
     let chat_template = model_files::chat_template(&settings)

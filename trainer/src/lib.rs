@@ -38,6 +38,7 @@ pub mod fused;
 pub mod generate;
 pub mod gguf;
 pub mod gpu;
+pub mod guarded_tokenizer;
 pub mod inference;
 pub mod linalg;
 pub mod llama;

@@ -16,12 +16,15 @@ pub struct TextTokenizer {
 }
 
 impl TextTokenizer {
-    /// Loads `tokenizer.json` at `path`, truncating every encoding to `max_len` tokens.
+    /// Loads `tokenizer.json` at `path`, truncating every encoding to `max_len` tokens, and
+    /// encodes a word with it once, so a file that cannot tokenize fails here, at load.
     pub fn from_file(path: &Path, max_len: usize) -> Result<Self> {
-        let mut inner = Tokenizer::from_file(path).map_err(|e| Error::Config {
+        let invalid = |detail: String| Error::Config {
             path: path.to_path_buf(),
-            detail: format!("not a tokenizer.json: {e}"),
-        })?;
+            detail,
+        };
+        let mut inner = crate::guarded_tokenizer::read(path)
+            .map_err(|e| invalid(format!("not a tokenizer.json: {e}")))?;
         inner
             .with_truncation(Some(TruncationParams {
                 max_length: max_len,
@@ -33,18 +36,26 @@ impl TextTokenizer {
             })?;
         inner.with_padding(None);
         let pad_id = inner.token_to_id("[PAD]").unwrap_or(0);
-        Ok(Self {
+        let tokenizer = Self {
             inner,
             path: path.to_path_buf(),
             pad_id,
-        })
+        };
+        tokenizer
+            .encode("a")
+            .map_err(|e| invalid(format!("cannot tokenize with it: {e}")))?;
+        Ok(tokenizer)
     }
 
     /// Token ids with the model's special tokens ([CLS] … [SEP] for BERT).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, true).map_err(|e| {
-            Error::Tokenizer(format!("{}: encoding {text:?}: {e}", self.path.display()))
-        })?;
+        let failed = |detail: String| {
+            Error::Tokenizer(format!(
+                "{}: encoding {text:?}: {detail}",
+                self.path.display()
+            ))
+        };
+        let enc = crate::guarded_tokenizer::encode(&self.inner, text, true).map_err(failed)?;
         Ok(enc.get_ids().to_vec())
     }
 

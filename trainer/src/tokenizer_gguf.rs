@@ -84,18 +84,14 @@ impl LmTokenizer {
 
     /// Token ids and their byte ranges in `text`; added BOS tokens get an empty range at 0.
     pub fn encode_with_offsets(&self, text: &str) -> Result<Encoded, TokenizerError> {
-        let enc = self
-            .tokenizer
-            .encode(text, true)
-            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        let enc = crate::guarded_tokenizer::encode(&self.tokenizer, text, true)
+            .map_err(TokenizerError::Encode)?;
         Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
     }
 
     /// The text of `ids`, with special tokens skipped.
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
-        self.tokenizer
-            .decode(ids, true)
-            .map_err(|e| TokenizerError::Encode(e.to_string()))
+        crate::guarded_tokenizer::decode(&self.tokenizer, ids, true).map_err(TokenizerError::Encode)
     }
 
     /// Builds the tokenizer from a GGUF file's metadata.

@@ -1,7 +1,8 @@
 //! A bounded mutation fuzzer over the parsers a node runs on an untrusted model's files, in the
 //! order a node runs them: the GGUF header (core's bounded reader, then candle's), the checks
 //! of every declared size, the tokenizer rebuilt from GGUF metadata, the model load with its
-//! RoPE tables; a safetensors file; a `config.json`. Each input is a valid file with a few
+//! RoPE tables; a safetensors file; a `config.json`; a `tokenizer.json` (a BERT bundle's, loaded
+//! with truncation and run on text, as the classification nodes do). Each input is a valid file with a few
 //! mutations (bytes flipped, a length or count overwritten with an extreme value, the file cut
 //! or a chunk repeated). The properties: no panic, and no single allocation above
 //! [`MAX_ALLOCATION`] (a counting global allocator in this test binary).
@@ -20,6 +21,7 @@ use shardwork_core::protocol::model_files::{self, GgufHeader};
 use shardwork_core::testkit::gguf::TinyGguf;
 use shardwork_trainer::causal_model::{BaseWeights, CausalModel};
 use shardwork_trainer::gguf::GgufFile;
+use shardwork_trainer::text::TextTokenizer;
 use shardwork_trainer::tokenizer_gguf::LmTokenizer;
 
 /// The largest allocation a model file of under 100 KB may cause.
@@ -83,6 +85,52 @@ const EXTREMES: [u64; 9] = [
     1 << 60,
     u64::MAX,
 ];
+
+/// Numbers a JSON file may declare: what a parser must bound before it sizes anything by them.
+const JSON_EXTREMES: [&str; 7] = [
+    "4294967295",
+    "18446744073709551615",
+    "-1",
+    "0",
+    "1e308",
+    "99999999999999999999999999",
+    "2147483648",
+];
+
+/// A JSON seed with one of its numbers replaced by an extreme (the byte mutations of
+/// [`mutate`] mostly break the syntax, which only exercises the parser's first lines).
+fn mutate_json(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let numbers: Vec<(usize, usize)> = {
+        let mut spans = Vec::new();
+        let mut i = 0;
+        while i < seed.len() {
+            if seed[i].is_ascii_digit() && (i == 0 || !seed[i - 1].is_ascii_alphanumeric()) {
+                let start = i;
+                while i < seed.len() && (seed[i].is_ascii_digit() || seed[i] == b'.') {
+                    i += 1;
+                }
+                spans.push((start, i));
+            }
+            i += 1;
+        }
+        spans
+    };
+    let mut out = seed.to_vec();
+    for _ in 0..1 + rng.below(3) {
+        if numbers.is_empty() {
+            break;
+        }
+        let (start, end) = numbers[rng.below(numbers.len())];
+        if end > out.len() {
+            continue;
+        }
+        out.splice(
+            start..end,
+            JSON_EXTREMES[rng.below(JSON_EXTREMES.len())].bytes(),
+        );
+    }
+    out
+}
 
 fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
     let mut out = seed.to_vec();
@@ -149,6 +197,26 @@ fn run_safetensors(dir: &std::path::Path, bytes: &[u8]) {
     let _ = shardwork_trainer::safetensors_file::load(&path, &Device::Cpu);
 }
 
+/// Texts a node's tokenizer runs on: short, long, empty, non-ASCII.
+const TOKENIZER_TEXTS: [&str; 4] = [
+    "good great film",
+    "",
+    "a very long review that goes on and on and on past the truncation length of sixty-four \
+     tokens, the way a real review of a dull film with a boring plot and cast sometimes does, \
+     saying the same thing again and again and again and again",
+    "été naïve 映画 🎬",
+];
+
+fn run_tokenizer(dir: &std::path::Path, bytes: &[u8]) {
+    let path = dir.join("tokenizer.json");
+    std::fs::write(&path, bytes).unwrap();
+    if let Ok(tokenizer) = TextTokenizer::from_file(&path, 64) {
+        for text in TOKENIZER_TEXTS {
+            let _ = tokenizer.encode(text);
+        }
+    }
+}
+
 fn run_config(dir: &std::path::Path, bytes: &[u8]) {
     if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
         let _ = model_files::check_config_sizes(&v);
@@ -175,6 +243,11 @@ fn fuzz_model_files() {
     let gguf = TinyGguf::llama(true).bytes();
     let safetensors = safetensors_seed();
     let config = CONFIG_SEED.as_bytes().to_vec();
+    let tokenizer = {
+        let bundle = tempfile::tempdir().unwrap();
+        shardwork_trainer::sample::write_model(bundle.path(), 1).unwrap();
+        std::fs::read(bundle.path().join("tokenizer.json")).unwrap()
+    };
     let mut rng = Rng(0x5eed_0046);
     let started = Instant::now();
     let (mut execs, mut failures) = (0u64, Vec::new());
@@ -182,9 +255,13 @@ fn fuzz_model_files() {
     // header checks), and the largest allocation any input caused.
     let (mut loaded, mut peak) = (0u64, 0usize);
     while started.elapsed() < Duration::from_secs(secs) {
-        let which = rng.below(3);
-        let seed = [&gguf, &safetensors, &config][which];
-        let input = mutate(seed, &mut rng);
+        let which = rng.below(4);
+        let seed = [&gguf, &safetensors, &config, &tokenizer][which];
+        let input = if which >= 2 && rng.below(2) == 0 {
+            mutate_json(seed, &mut rng)
+        } else {
+            mutate(seed, &mut rng)
+        };
         LARGEST.store(0, Ordering::Relaxed);
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| match which {
             0 => run_gguf(dir.path(), &input),
@@ -192,8 +269,12 @@ fn fuzz_model_files() {
                 run_safetensors(dir.path(), &input);
                 false
             }
-            _ => {
+            2 => {
                 run_config(dir.path(), &input);
+                false
+            }
+            _ => {
+                run_tokenizer(dir.path(), &input);
                 false
             }
         }));
@@ -205,7 +286,7 @@ fn fuzz_model_files() {
             std::fs::write(&name, &input).unwrap();
             failures.push(format!(
                 "input {execs} ({}): {} (largest allocation {largest} bytes)",
-                ["gguf", "safetensors", "config.json"][which],
+                ["gguf", "safetensors", "config.json", "tokenizer.json"][which],
                 if outcome.is_err() {
                     "panicked"
                 } else {
