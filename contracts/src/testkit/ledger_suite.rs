@@ -1163,7 +1163,7 @@ pub async fn batched_payout_pays_the_weights_of_its_start(ledger: &dyn Ledger) -
         let lora = job(ledger, ETH, ether(1), JobKind::Lora).await;
         let lora_id = started(ledger, escrow, &p, &lora).await;
         ledger
-            .complete_job(escrow, p.validator, lora_id, "bafylora", c.clone())
+            .complete_job(escrow, p.validator, lora_id, "bafylora", *c)
             .await
             .unwrap();
         assert_eq!(
