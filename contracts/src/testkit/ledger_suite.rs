@@ -877,6 +877,30 @@ pub async fn abort_pays_the_completed_rounds_and_refunds_the_rest(ledger: &dyn L
     ));
 }
 
+/// Pays `completion` until the validator crashes after the begin transaction and one batch;
+/// returns the gas of the two transactions it sent.
+async fn crash_after_begin_and_one_batch(
+    ledger: &dyn Ledger,
+    escrow: Address,
+    validator: Address,
+    completion: &FederatedCompletion,
+    limits: PayoutLimits,
+) -> Vec<u64> {
+    let crashing = CrashingAfter {
+        inner: ledger,
+        sends: 2.into(),
+        gas_used: Default::default(),
+    };
+    let crashed = crashing
+        .pay_federated_job(escrow, validator, completion, limits)
+        .await;
+    assert!(
+        matches!(crashed, Err(LedgerError::Rpc { .. })),
+        "{crashed:?}"
+    );
+    crashing.gas_used.into_inner().unwrap()
+}
+
 /// A Ledger that fails every transaction after its first `sends` ones, as a validator that
 /// crashes halfway through a payout would.
 struct CrashingAfter<'a> {
@@ -1000,19 +1024,8 @@ pub async fn large_payout_is_batched_under_the_gas_cap(ledger: &dyn Ledger, n: u
     let per_batch = limits.contributors_per_batch();
     let mut crashed_run_gas = Vec::new();
     if n > per_batch {
-        // Begin and one batch, then the validator crashes.
-        let crashing = CrashingAfter {
-            inner: ledger,
-            sends: 2.into(),
-            gas_used: Default::default(),
-        };
-        let crashed = crashing
-            .pay_federated_job(escrow, p.validator, &completion, limits)
-            .await;
-        assert!(
-            matches!(crashed, Err(LedgerError::Rpc { .. })),
-            "{crashed:?}"
-        );
+        let gas_used =
+            crash_after_begin_and_one_batch(ledger, escrow, p.validator, &completion, limits).await;
         let progress = ledger.payout_progress(escrow, job_id).await.unwrap();
         assert_eq!(
             (progress.expected as usize, progress.paid_count as usize),
@@ -1022,7 +1035,7 @@ pub async fn large_payout_is_batched_under_the_gas_cap(ledger: &dyn Ledger, n: u
             ledger.job(escrow, job_id).await.unwrap().status,
             JobStatus::Paying
         );
-        crashed_run_gas.extend(crashing.gas_used.into_inner().unwrap());
+        crashed_run_gas.extend(gas_used);
     }
     let resumed = ledger
         .pay_federated_job(escrow, p.validator, &completion, limits)
@@ -1137,18 +1150,7 @@ pub async fn batched_payout_pays_the_weights_of_its_start(ledger: &dyn Ledger) -
     let one_per_batch = PayoutLimits {
         tx_gas_cap: PayoutLimits::BATCH_OVERHEAD_GAS + PayoutLimits::WORST_GAS_PER_CONTRIBUTOR,
     };
-    let crashing = CrashingAfter {
-        inner: ledger,
-        sends: 2.into(),
-        gas_used: Default::default(),
-    };
-    let crashed = crashing
-        .pay_federated_job(escrow, p.validator, &completion, one_per_batch)
-        .await;
-    assert!(
-        matches!(crashed, Err(LedgerError::Rpc { .. })),
-        "{crashed:?}"
-    );
+    crash_after_begin_and_one_batch(ledger, escrow, p.validator, &completion, one_per_batch).await;
     assert_eq!(
         ledger
             .payout_progress(escrow, job_id)
