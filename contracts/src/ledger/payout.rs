@@ -69,7 +69,8 @@ pub(super) async fn settle_federated<L: Ledger + ?Sized>(
         return Ok(sent);
     }
     let mut progress = ledger.payout_progress(escrow, job_id).await?;
-    let reputations;
+    // The reputations of the start, one per contributor not paid yet, in address order.
+    let unpaid_reputations;
     if progress.expected == 0 {
         if contributions.len() <= per_batch {
             sent.push(
@@ -85,7 +86,7 @@ pub(super) async fn settle_federated<L: Ledger + ?Sized>(
             );
             return Ok(sent);
         }
-        reputations = reputations_now(ledger, escrow, &contributions, per_batch).await?;
+        let reputations = reputations_now(ledger, escrow, &contributions, per_batch).await?;
         let (total_weight, total_quality) = totals(&contributions, &reputations);
         let count = u32::try_from(contributions.len())
             .map_err(|_| invalid("contributions", format!("{} entries", contributions.len())))?;
@@ -118,21 +119,18 @@ pub(super) async fn settle_federated<L: Ledger + ?Sized>(
         };
         sent.push(outcome);
         progress = ledger.payout_progress(escrow, job_id).await?;
+        check_same_list(&progress, &contributions)?;
+        unpaid_reputations = reputations;
     } else {
         check_same_list(&progress, &contributions)?;
         let unpaid = &contributions[progress.paid_count as usize..];
-        let recovered =
+        unpaid_reputations =
             reputations_at_begin(ledger, escrow, job_id, &progress, unpaid, per_batch).await?;
-        // Paid entries weigh nothing any more; only the unpaid ones are sent.
-        reputations = std::iter::repeat_n(0, progress.paid_count as usize)
-            .chain(recovered)
-            .collect();
     }
-    check_same_list(&progress, &contributions)?;
     let done = progress.paid_count as usize;
     for (index, (chunk, reps)) in contributions[done..]
         .chunks(per_batch)
-        .zip(reputations[done..].chunks(per_batch))
+        .zip(unpaid_reputations.chunks(per_batch))
         .enumerate()
     {
         let call = JobEscrow::payFederatedBatchCall {
