@@ -17,6 +17,7 @@ mod m20261207_000007_rate_windows;
 mod m20261208_000008_chain_cursor_hash;
 mod m20261208_000008_content_claims;
 mod m20261208_000009_lease_bounds;
+mod m20261209_000010_chain_rewind;
 
 /// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;
@@ -36,6 +37,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261208_000008_content_claims::Migration),
             Box::new(m20261208_000009_lease_bounds::Migration),
             Box::new(m20261208_000008_chain_cursor_hash::Migration),
+            Box::new(m20261209_000010_chain_rewind::Migration),
         ]
     }
 }

@@ -10,7 +10,7 @@ use sea_orm_migration::sea_orm::{
 use shardwork_core::testkit::services::{Service, service_url};
 use shardwork_migrations::Migrator;
 
-const TABLES: [&str; 15] = [
+const TABLES: [&str; 17] = [
     "jobs",
     "workers",
     "shards",
@@ -26,6 +26,8 @@ const TABLES: [&str; 15] = [
     "rate_windows",
     "content_claims",
     "spent_attempts",
+    "chain_blocks",
+    "chain_logs",
 ];
 
 async fn existing_tables(db: &DatabaseConnection) -> Vec<&'static str> {
@@ -349,6 +351,16 @@ async fn check_constraints(db: &DatabaseConnection) {
     )
     .await
     .expect("a cursor without one");
+
+    // A follower keeps one hash per block it checkpointed.
+    let checkpoint = format!(
+        "INSERT INTO chain_blocks (cursor, number, hash) VALUES ('escrow:1:0x01', 7, '{hash}')"
+    );
+    exec(db, &checkpoint).await.expect("a checkpoint");
+    assert!(
+        exec(db, &checkpoint).await.is_err(),
+        "two hashes for one height of one cursor"
+    );
 }
 
 #[tokio::test]

@@ -27,14 +27,15 @@ pub enum BackgroundError {
     /// A stored row cannot be read as what it should be: a bad payload, a missing escrow id.
     #[error("inconsistent record: {0}")]
     Corrupt(String),
-    /// The chain no longer has the block the follower last read: a reorg deeper than its
-    /// confirmation depth replaced blocks whose events the API already acted on (opened jobs,
-    /// credited payouts). The follower reads nothing more until an operator has reconciled.
+    /// The chain no longer has the block the follower last read, nor any block it kept a hash
+    /// of (`chain_blocks`): a reorg older than everything the follower can rewind replaced
+    /// blocks whose events the API acted on. The follower reads nothing more until an operator
+    /// has reconciled.
     #[error(
-        "chain reorganised below the follower: block {block} was {seen} when read and is {now} \
-         now; events of blocks from {block} back to the fork were acted on and may no longer be \
-         on chain. Nothing more is read: reconcile the jobs funded or paid in those blocks, then \
-         clear chain_cursors.last_block_hash (and set next_block to the fork) to resume"
+        "chain reorganised below every block the follower kept: block {block} was {seen} when \
+         read and is {now} now. Nothing more is read: reconcile the jobs funded or paid since \
+         the fork, then clear chain_cursors.last_block_hash (and set next_block to the fork) \
+         to resume"
     )]
     Reorganised {
         /// The height whose block changed.

@@ -6,13 +6,11 @@
 //! the next batch starts, so a crash re-reads exactly the blocks whose effects were not committed:
 //! every event takes effect once.
 //!
-//! Only blocks `chain.confirmations` deep are read, and the cursor keeps the hash of the last
-//! block read: a chain that has another block at that height now was reorganised deeper than
-//! the depth, and the follower stops with [`BackgroundError::Reorganised`] rather than rewind.
-//! Re-reading is not safe here: the handlers are not idempotent (a payout read twice is
-//! credited twice; an ending read twice is a conflicting transition), and what the orphaned
-//! events did (a job opened under an escrow id that now names another requester's job) has to
-//! be undone by someone who can see both histories. See docs/decisions/0039-limits-per-address.md.
+//! Only blocks `chain.confirmations` deep are read. The cursor keeps the hash of the last block
+//! read, and each log acted on is recorded with what undoing it takes: a chain that has another
+//! block at the cursor's height now was reorganised deeper than the depth, and the follower
+//! rewinds to the last block both histories share, undoing what it did above it, and reads the
+//! new history from there ([`crate::background::rewind`], docs/decisions/0041-rewind-over-reorgs.md).
 
 use alloy::primitives::U256;
 use chrono::{DateTime, TimeZone, Utc};
@@ -24,10 +22,12 @@ use sea_orm::{
 use shardwork_contracts::bindings::JobEscrow::{self, JobEscrowEvents};
 use shardwork_contracts::ledger::EscrowEvent;
 use shardwork_core::protocol::{JobEvent, events};
+use uuid::Uuid;
 
 use crate::background::error::BackgroundError;
+use crate::background::rewind::{self, Credit, Undo, block_hash_text};
 use crate::chain::{Chain, MAX_LOG_RANGE, address_text};
-use crate::domain::flow::rounds::open_round;
+use crate::domain::flow::rounds::{open_round, resume_funded};
 use crate::domain::lifecycle::{self, JobStatus, Transition, record_event};
 use crate::entities::{chain_cursor, job, job_event, reputation_event, worker};
 
@@ -50,18 +50,21 @@ pub async fn follow_once(
         None => (chain.start_block, None),
     };
     // The confirmation depth keeps reorgs shallower than it from ever reaching what was read;
-    // one deeper would have the API keep jobs opened and payouts credited by events that are
-    // gone, and read on from the middle of another history: stop instead.
-    if let (Some(seen), Some(last)) = (seen, next.checked_sub(1)) {
-        let now = block_hash_text(chain, last).await?;
-        if now.as_deref() != Some(seen.as_str()) {
-            return Err(BackgroundError::Reorganised {
-                block: last,
-                seen,
-                now: now.unwrap_or_else(|| "not on the chain".into()),
-            });
+    // one deeper took away blocks whose events the API acted on: undo those and read the new
+    // history instead.
+    let (next, parent) = match (seen, next.checked_sub(1)) {
+        (Some(seen), Some(last)) => {
+            let now = block_hash_text(chain, last).await?;
+            if now.as_deref() == Some(seen.as_str()) {
+                (next, Some((last, seen)))
+            } else {
+                let (next, ancestor_hash) =
+                    rewind::rewind(db, chain, &name, last, seen, now, Utc::now()).await?;
+                (next, Some((next - 1, ancestor_hash)))
+            }
         }
-    }
+        _ => (next, None),
+    };
     let latest = chain
         .ledger
         .block_number()
@@ -71,22 +74,44 @@ pub async fn follow_once(
         return Ok(0);
     }
     let to = latest.min(next + MAX_LOG_RANGE - 1);
-    // The hash of the batch's last block, before and after its logs are read: if it changed in
-    // between, the logs may be of either history, so they are read again on the next pass.
-    let to_hash = block_hash_text(chain, to).await?;
+    // The hashes of the batch's last block and of the block below it (what was read last),
+    // before and after its logs are read: if either changed in between, the logs may be of
+    // another history than the one read so far, so they are read again on the next pass.
+    let Some(to_hash) = block_hash_text(chain, to).await? else {
+        return Ok(0);
+    };
     let events = chain.ledger.events(chain.escrow, next, Some(to)).await?;
-    if to_hash.is_none() || block_hash_text(chain, to).await? != to_hash {
+    if block_hash_text(chain, to).await?.as_deref() != Some(to_hash.as_str()) {
+        return Ok(0);
+    }
+    if let Some((number, hash)) = &parent
+        && block_hash_text(chain, *number).await?.as_deref() != Some(hash.as_str())
+    {
         return Ok(0);
     }
     let now = Utc::now();
     let txn = db.begin().await?;
     for event in &events {
-        apply(&txn, chain, event, max_attempts, now).await?;
+        if let Some((job_id, undo)) = apply(&txn, chain, event, max_attempts, now).await? {
+            rewind::record_applied(
+                &txn,
+                &name,
+                event.block_number,
+                event.log_index,
+                &format!("{:#x}", event.tx_hash),
+                event_name(&event.event),
+                job_id,
+                &undo,
+                now,
+            )
+            .await?;
+        }
     }
+    rewind::checkpoint(&txn, &name, to, &to_hash).await?;
     chain_cursor::Entity::insert(chain_cursor::ActiveModel {
         name: Set(name),
         next_block: Set((to + 1) as i64),
-        last_block_hash: Set(to_hash),
+        last_block_hash: Set(Some(to_hash)),
         updated_at: Set(now),
     })
     .on_conflict(
@@ -104,15 +129,6 @@ pub async fn follow_once(
     Ok(events.len())
 }
 
-/// Block `number`'s hash as the chain has it now, as stored (`0x…`); `None` without the block.
-async fn block_hash_text(chain: &Chain, number: u64) -> Result<Option<String>, BackgroundError> {
-    Ok(chain
-        .ledger
-        .block_hash(number)
-        .await?
-        .map(|hash| format!("{hash:#x}")))
-}
-
 async fn job_by_escrow_id<C: ConnectionTrait>(
     txn: &C,
     chain: &Chain,
@@ -125,50 +141,77 @@ async fn job_by_escrow_id<C: ConnectionTrait>(
         .await?)
 }
 
+/// The escrow event's name, as `chain_logs.kind` keeps it.
+fn event_name(event: &JobEscrowEvents) -> &'static str {
+    match event {
+        JobEscrowEvents::JobCreated(_) => "JobCreated",
+        JobEscrowEvents::JobStarted(_) => "JobStarted",
+        JobEscrowEvents::PayoutStarted(_) => "PayoutStarted",
+        JobEscrowEvents::ContributorsPaid(_) => "ContributorsPaid",
+        JobEscrowEvents::JobCompleted(_) => "JobCompleted",
+        JobEscrowEvents::JobAborted(_) => "JobAborted",
+        JobEscrowEvents::JobRefunded(_) => "JobRefunded",
+        JobEscrowEvents::JobCancelled(_) => "JobCancelled",
+        _ => "other",
+    }
+}
+
+/// Applies one escrow event; returns the job it acted on and how to undo that, if it acted.
 async fn apply<C: ConnectionTrait>(
     txn: &C,
     chain: &Chain,
     event: &EscrowEvent,
     max_attempts: i32,
     now: DateTime<Utc>,
-) -> Result<(), BackgroundError> {
+) -> Result<Option<(Uuid, Undo)>, BackgroundError> {
     let tx_hash = format!("{:#x}", event.tx_hash);
-    match &event.event {
+    Ok(match &event.event {
         JobEscrowEvents::JobCreated(created) => {
             on_created(txn, chain, created, &tx_hash, max_attempts, now).await?
         }
         JobEscrowEvents::JobStarted(started) => {
-            if let Some(job) = job_by_escrow_id(txn, chain, started.jobId).await? {
-                record_event(
-                    txn,
-                    job.id,
-                    &JobEvent::Started(events::Started {
-                        tx_hash: tx_hash.clone(),
-                    }),
-                    false,
-                    now,
-                )
-                .await?;
+            match job_by_escrow_id(txn, chain, started.jobId).await? {
+                Some(job) => {
+                    let event = record_event(
+                        txn,
+                        job.id,
+                        &JobEvent::Started(events::Started {
+                            tx_hash: tx_hash.clone(),
+                        }),
+                        false,
+                        now,
+                    )
+                    .await?;
+                    Some((job.id, Undo::Noted { event }))
+                }
+                None => None,
             }
         }
         JobEscrowEvents::PayoutStarted(started) => {
             // The result is known from the payout's first transaction; the job completes when
             // its last batch lands.
-            job::Entity::update_many()
-                .col_expr(
-                    job::Column::ResultAdapterCid,
-                    Expr::value(started.adapterCid.clone()),
-                )
-                .filter(job::Column::EscrowAddress.eq(address_text(chain.escrow)))
-                .filter(job::Column::EscrowJobId.eq(started.jobId.to_string()))
-                .exec(txn)
-                .await?;
+            match job_by_escrow_id(txn, chain, started.jobId).await? {
+                Some(job) => {
+                    job::Entity::update_many()
+                        .col_expr(
+                            job::Column::ResultAdapterCid,
+                            Expr::value(started.adapterCid.clone()),
+                        )
+                        .filter(job::Column::Id.eq(job.id))
+                        .exec(txn)
+                        .await?;
+                    let before = job.result_adapter_cid;
+                    Some((job.id, Undo::ResultAdapter { before }))
+                }
+                None => None,
+            }
         }
         JobEscrowEvents::ContributorsPaid(batch) => {
             let Some(job) = job_by_escrow_id(txn, chain, batch.jobId).await? else {
-                return Ok(());
+                return Ok(None);
             };
             let mut payouts = Vec::with_capacity(batch.payouts.len() / 2);
+            let mut credits = Vec::new();
             for pair in batch.payouts.chunks(2) {
                 let paid = decode_payout(pair).ok_or_else(|| {
                     BackgroundError::Corrupt(format!(
@@ -176,14 +219,14 @@ async fn apply<C: ConnectionTrait>(
                         batch.jobId
                     ))
                 })?;
-                on_paid(txn, &job, batch.jobId, &paid, &tx_hash, now).await?;
+                credits.extend(on_paid(txn, &job, batch.jobId, &paid, &tx_hash, now).await?);
                 payouts.push(events::Payout {
                     address: address_text(paid.contributor),
                     amount_wei: paid.amount.to_string(),
                     reputation: u32::from(paid.reputation),
                 });
             }
-            record_event(
+            let event = record_event(
                 txn,
                 job.id,
                 &JobEvent::Paid(events::Paid {
@@ -194,10 +237,11 @@ async fn apply<C: ConnectionTrait>(
                 now,
             )
             .await?;
+            Some((job.id, Undo::Paid { event, credits }))
         }
         JobEscrowEvents::JobCompleted(done) => {
             let Some(job) = job_by_escrow_id(txn, chain, done.jobId).await? else {
-                return Ok(());
+                return Ok(None);
             };
             // Every batch's `paid` event is in by now (this transaction or an earlier one).
             let mut paid = Vec::new();
@@ -213,7 +257,7 @@ async fn apply<C: ConnectionTrait>(
                 }
             }
             let adapter_cid = job.result_adapter_cid.clone().unwrap_or_default();
-            lifecycle::apply(
+            let (_, event) = lifecycle::apply_recorded(
                 txn,
                 &job,
                 Transition::Complete,
@@ -231,6 +275,8 @@ async fn apply<C: ConnectionTrait>(
                 now,
             )
             .await?;
+            let from = job.status;
+            Some((job.id, Undo::Ended { from, event }))
         }
         JobEscrowEvents::JobAborted(aborted) => {
             let reason = aborted.reason.clone();
@@ -243,7 +289,7 @@ async fn apply<C: ConnectionTrait>(
                 &tx_hash,
                 now,
             )
-            .await?;
+            .await?
         }
         JobEscrowEvents::JobRefunded(refunded) => {
             let reason = "the deadline passed before the job finished".to_owned();
@@ -256,32 +302,36 @@ async fn apply<C: ConnectionTrait>(
                 &tx_hash,
                 now,
             )
-            .await?;
+            .await?
         }
         JobEscrowEvents::JobCancelled(cancelled) => {
-            if let Some(job) = job_by_escrow_id(txn, chain, cancelled.jobId).await? {
-                lifecycle::apply(
-                    txn,
-                    &job,
-                    Transition::CancelOnChain,
-                    |change| {
-                        JobEvent::Cancelled(events::Cancelled {
-                            from: change.from,
-                            to: change.to,
-                            by: None,
-                            reason: None,
-                            tx_hash: Some(tx_hash.clone()),
-                            stake_wei: Some(cancelled.stake.to_string()),
-                        })
-                    },
-                    now,
-                )
-                .await?;
+            match job_by_escrow_id(txn, chain, cancelled.jobId).await? {
+                Some(job) => {
+                    let (_, event) = lifecycle::apply_recorded(
+                        txn,
+                        &job,
+                        Transition::CancelOnChain,
+                        |change| {
+                            JobEvent::Cancelled(events::Cancelled {
+                                from: change.from,
+                                to: change.to,
+                                by: None,
+                                reason: None,
+                                tx_hash: Some(tx_hash.clone()),
+                                stake_wei: Some(cancelled.stake.to_string()),
+                            })
+                        },
+                        now,
+                    )
+                    .await?;
+                    let from = job.status;
+                    Some((job.id, Undo::Ended { from, event }))
+                }
+                None => None,
             }
         }
-        _ => {}
-    }
-    Ok(())
+        _ => None,
+    })
 }
 
 /// Why a `JobCreated` does not fund the job it names, if it does not.
@@ -331,7 +381,7 @@ async fn on_created<C: ConnectionTrait>(
     tx_hash: &str,
     max_attempts: i32,
     now: DateTime<Utc>,
-) -> Result<(), BackgroundError> {
+) -> Result<Option<(Uuid, Undo)>, BackgroundError> {
     // The escrow's `specCid` is the job's manifest CID, which names the job (it holds its id).
     let Some(job) = job::Entity::find()
         .filter(job::Column::ManifestCid.eq(created.specCid.clone()))
@@ -339,10 +389,10 @@ async fn on_created<C: ConnectionTrait>(
         .await?
     else {
         tracing::info!(escrow_job = %created.jobId, spec = %created.specCid, "escrow job for no posted job; ignored");
-        return Ok(());
+        return Ok(None);
     };
     if job.status != JobStatus::AwaitingFunding {
-        record_event(
+        let event = record_event(
             txn,
             job.id,
             &JobEvent::FundingIgnored(events::FundingIgnored {
@@ -357,10 +407,10 @@ async fn on_created<C: ConnectionTrait>(
             now,
         )
         .await?;
-        return Ok(());
+        return Ok(Some((job.id, Undo::Noted { event })));
     }
     if let Some(reason) = funding_mismatch(&job, chain, created) {
-        record_event(
+        let event = record_event(
             txn,
             job.id,
             &JobEvent::FundingIgnored(events::FundingIgnored {
@@ -375,7 +425,7 @@ async fn on_created<C: ConnectionTrait>(
             now,
         )
         .await?;
-        return Ok(());
+        return Ok(Some((job.id, Undo::Noted { event })));
     }
     let dev_funded = chain.dev_funder == Some(created.requester)
         && address_text(created.requester) != job.requester.to_ascii_lowercase();
@@ -392,7 +442,7 @@ async fn on_created<C: ConnectionTrait>(
         .filter(job::Column::Id.eq(job.id))
         .exec(txn)
         .await?;
-    lifecycle::apply(
+    let (_, event) = lifecycle::apply_recorded(
         txn,
         &job,
         Transition::Fund,
@@ -410,8 +460,13 @@ async fn on_created<C: ConnectionTrait>(
     )
     .await?;
     let job = crate::domain::jobs::find_job(txn, job.id).await?;
-    open_round(txn, &job, 1, None, max_attempts, now).await?;
-    Ok(())
+    if job.current_round >= 1 {
+        // Funded before, until a reorg took that funding away: its rounds stand.
+        resume_funded(txn, &job, now).await?;
+    } else {
+        open_round(txn, &job, 1, None, max_attempts, now).await?;
+    }
+    Ok(Some((job.id, Undo::Funding { event })))
 }
 
 /// The escrow gave `stake` back to the requester of escrow job `escrow_job_id` (a refund after
@@ -424,11 +479,11 @@ async fn on_refunded<C: ConnectionTrait>(
     reason: String,
     tx_hash: &str,
     now: DateTime<Utc>,
-) -> Result<(), BackgroundError> {
+) -> Result<Option<(Uuid, Undo)>, BackgroundError> {
     let Some(job) = job_by_escrow_id(txn, chain, escrow_job_id).await? else {
-        return Ok(());
+        return Ok(None);
     };
-    lifecycle::apply(
+    let (_, event) = lifecycle::apply_recorded(
         txn,
         &job,
         Transition::Refund,
@@ -444,7 +499,8 @@ async fn on_refunded<C: ConnectionTrait>(
         now,
     )
     .await?;
-    Ok(())
+    let from = job.status;
+    Ok(Some((job.id, Undo::Ended { from, event })))
 }
 
 /// One contributor's entry of a `ContributorsPaid` event.
@@ -479,23 +535,23 @@ async fn on_paid<C: ConnectionTrait>(
     paid: &PaidEntry,
     tx_hash: &str,
     now: DateTime<Utc>,
-) -> Result<(), BackgroundError> {
+) -> Result<Option<Credit>, BackgroundError> {
     let address = address_text(paid.contributor);
     let Some(w) = worker::Entity::find()
         .filter(worker::Column::Address.eq(address.clone()))
         .one(txn)
         .await?
     else {
-        return Ok(());
+        return Ok(None);
     };
     // `earnings_wei` counts ether: a payout in an ERC-20 is in that token's units, and the
     // credit per asset is read from the escrow (`shardwork worker earnings`).
-    let earnings = U256::from_str_radix(&w.earnings_wei, 10).unwrap_or_default()
-        + if job.staked_in_ether() {
-            paid.amount
-        } else {
-            U256::ZERO
-        };
+    let earned = if job.staked_in_ether() {
+        paid.amount
+    } else {
+        U256::ZERO
+    };
+    let earnings = U256::from_str_radix(&w.earnings_wei, 10).unwrap_or_default() + earned;
     let reputation = i64::from(paid.reputation);
     worker::Entity::update_many()
         .col_expr(
@@ -522,7 +578,11 @@ async fn on_paid<C: ConnectionTrait>(
     })
     .exec(txn)
     .await?;
-    Ok(())
+    Ok(Some(Credit {
+        worker_id: w.id,
+        earned_wei: earned.to_string(),
+        reputation_delta: reputation - w.reputation,
+    }))
 }
 
 /// Unix seconds as a UTC time (for chain timestamps).

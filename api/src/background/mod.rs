@@ -10,6 +10,7 @@ pub mod leadership;
 pub mod loops;
 pub mod outbox;
 pub mod reaper;
+pub mod rewind;
 pub mod wakeups;
 
 pub use error::BackgroundError;

@@ -66,15 +66,16 @@ pub fn next(from: JobStatus, transition: Transition) -> Result<JobStatus, String
 }
 
 /// Appends `event` to `job_id`'s feed; `needs_dispatch` marks it for the outbox
-/// (`crate::background::outbox`), which turns it into a queue publish or a chain call.
+/// (`crate::background::outbox`), which turns it into a queue publish or a chain call. Returns
+/// the event's id.
 pub async fn record_event<C: ConnectionTrait>(
     db: &C,
     job_id: Uuid,
     event: &JobEvent,
     needs_dispatch: bool,
     now: DateTime<Utc>,
-) -> Result<(), DomainError> {
-    job_event::Entity::insert(job_event::ActiveModel {
+) -> Result<i64, DomainError> {
+    let inserted = job_event::Entity::insert(job_event::ActiveModel {
         job_id: Set(job_id),
         kind: Set(event.kind().to_owned()),
         payload: Set(event.payload()),
@@ -87,6 +88,23 @@ pub async fn record_event<C: ConnectionTrait>(
     })
     .exec(db)
     .await?;
+    Ok(inserted.last_insert_id)
+}
+
+/// Marks event `event_id` for the outbox again, as if just recorded: for an effect whose
+/// result was taken away (a chain call mined in blocks a reorg replaced). The outbox's chain
+/// effects read the escrow before they act, so sending one again is safe.
+pub async fn dispatch_again<C: ConnectionTrait>(db: &C, event_id: i64) -> Result<(), DomainError> {
+    job_event::Entity::update_many()
+        .col_expr(job_event::Column::NeedsDispatch, Expr::value(true))
+        .col_expr(
+            job_event::Column::DispatchedAt,
+            Expr::value(Option::<DateTime<Utc>>::None),
+        )
+        .col_expr(job_event::Column::DispatchAttempts, Expr::value(0))
+        .filter(job_event::Column::Id.eq(event_id))
+        .exec(db)
+        .await?;
     Ok(())
 }
 
@@ -100,6 +118,18 @@ pub async fn apply<C: ConnectionTrait>(
     event: impl FnOnce(StatusChange) -> JobEvent,
     now: DateTime<Utc>,
 ) -> Result<JobStatus, DomainError> {
+    Ok(apply_recorded(txn, job, transition, event, now).await?.0)
+}
+
+/// [`apply`], also returning the id of the event it recorded (for whoever may have to take the
+/// transition back: the chain follower over a reorg).
+pub async fn apply_recorded<C: ConnectionTrait>(
+    txn: &C,
+    job: &job::Model,
+    transition: Transition,
+    event: impl FnOnce(StatusChange) -> JobEvent,
+    now: DateTime<Utc>,
+) -> Result<(JobStatus, i64), DomainError> {
     let from = job.status;
     let to = next(from, transition).map_err(DomainError::Conflict)?;
     let updated = job::Entity::update_many()
@@ -120,8 +150,8 @@ pub async fn apply<C: ConnectionTrait>(
     debug_assert_eq!(event.kind(), transition.event_kind());
     // Transitions cause no effect elsewhere by themselves: the events that do (a round's tasks
     // to publish, a payout or refund to send) are written beside them by `crate::domain::flow`.
-    record_event(txn, job.id, &event, false, now).await?;
-    Ok(to)
+    let event_id = record_event(txn, job.id, &event, false, now).await?;
+    Ok((to, event_id))
 }
 
 #[cfg(test)]

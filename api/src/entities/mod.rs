@@ -1,6 +1,8 @@
 //! sea-orm entities over the tables of `shardwork-migrations`.
 
+pub mod chain_block;
 pub mod chain_cursor;
+pub mod chain_log;
 pub mod chain_transaction;
 pub mod content_claim;
 pub mod job;

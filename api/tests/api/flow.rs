@@ -33,7 +33,7 @@ pub(crate) fn post_json(token: &str, uri: &str, body: Value) -> TestRequest {
 }
 
 /// The worker behind `token` registering a CPU with 2 GiB, enough for the test jobs.
-fn register_cpu_worker(token: &str) -> TestRequest {
+pub(crate) fn register_cpu_worker(token: &str) -> TestRequest {
     post_json(
         token,
         "/v1/workers/register",

@@ -60,6 +60,10 @@ pub enum JobEvent {
     AbortDue(AbortDue),
     /// The refund was mined.
     Refunded(Refunded),
+    /// A reorg deeper than the confirmation depth took away an escrow event the API had acted
+    /// on: what the event did to the job was undone, and the new history is read in its place
+    /// (the same transaction mined again is applied again).
+    Reorganised(Reorganised),
 }
 
 impl JobEvent {
@@ -85,6 +89,7 @@ impl JobEvent {
             JobEvent::RefundDue(_) => "refund_due",
             JobEvent::AbortDue(_) => "abort_due",
             JobEvent::Refunded(_) => "refunded",
+            JobEvent::Reorganised(_) => "reorganised",
         }
     }
 
@@ -478,6 +483,20 @@ pub struct Refunded {
     /// Why: the deadline passed, or why the validator ended the job early.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// Payload of `reorganised`: an escrow event the API acted on is no longer on chain.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reorganised {
+    /// The escrow event taken away (`JobCreated`, `ContributorsPaid`, …).
+    pub event: String,
+    /// The block it was read in, before the reorg.
+    pub block: u64,
+    /// Its transaction (0x-hex).
+    pub tx_hash: String,
+    /// What was undone, as a sentence.
+    pub undone: String,
 }
 
 #[cfg(test)]

@@ -1326,6 +1326,15 @@ export type components = {
             kind: "refunded";
             /** @description The refund was mined. */
             payload: components["schemas"]["Refunded"];
+        } | {
+            /** @enum {string} */
+            kind: "reorganised";
+            /**
+             * @description A reorg deeper than the confirmation depth took away an escrow event the API had acted
+             *     on: what the event did to the job was undone, and the new history is read in its place
+             *     (the same transaction mined again is applied again).
+             */
+            payload: components["schemas"]["Reorganised"];
         };
         /**
          * @description Single-contributor LoRA, or federated over shards and rounds.
@@ -1945,6 +1954,20 @@ export type components = {
             attempt_returned: boolean;
             /** @description `queued` for another worker, or `failed` when a counted release used up its attempts. */
             status: components["schemas"]["TaskStatus"];
+        };
+        /** @description Payload of `reorganised`: an escrow event the API acted on is no longer on chain. */
+        Reorganised: {
+            /**
+             * Format: int64
+             * @description The block it was read in, before the reorg.
+             */
+            block: number;
+            /** @description The escrow event taken away (`JobCreated`, `ContributorsPaid`, …). */
+            event: string;
+            /** @description Its transaction (0x-hex). */
+            tx_hash: string;
+            /** @description What was undone, as a sentence. */
+            undone: string;
         };
         /** @description One file of the final adapter. */
         ResultFile: {

@@ -183,6 +183,7 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
       case 'refund_due':
       case 'abort_due':
       case 'paid':
+      case 'reorganised':
         p.other.push(event);
         break;
       default:

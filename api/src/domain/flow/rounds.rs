@@ -4,7 +4,9 @@
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
-use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use sea_orm::{
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{JobEvent, events};
 use uuid::Uuid;
@@ -14,8 +16,8 @@ pub use shardwork_core::protocol::node::Aggregate;
 use super::payout;
 use super::tasks::TaskStatus;
 use crate::domain::error::DomainError;
-use crate::domain::lifecycle::record_event;
-use crate::entities::{job, round, shard, task};
+use crate::domain::lifecycle::{dispatch_again, record_event};
+use crate::entities::{job, job_event, round, shard, task};
 
 pub use shardwork_core::protocol::RoundStatus;
 
@@ -85,7 +87,65 @@ pub async fn open_round<C: ConnectionTrait>(
         true,
         now,
     )
-    .await
+    .await?;
+    Ok(())
+}
+
+/// Sends on a job that is funded again after a chain reorganisation took its first funding
+/// away (decision 0041): its rounds and work stand, so no round is opened. Round 1's opening
+/// is dispatched again, which marks the new escrow job started (the outbox reads the escrow
+/// first), and the current round's queued tasks are published again as new publications:
+/// workers dropped their messages while the job waited for its funding.
+pub async fn resume_funded<C: ConnectionTrait>(
+    txn: &C,
+    job: &job::Model,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
+    let openings = job_event::Entity::find()
+        .filter(job_event::Column::JobId.eq(job.id))
+        .filter(job_event::Column::Kind.eq("round_opened"))
+        .order_by_asc(job_event::Column::Id)
+        .all(txn)
+        .await?;
+    for row in openings {
+        if let Ok(JobEvent::RoundOpened(opened)) = JobEvent::from_parts(&row.kind, row.payload)
+            && opened.round == 1
+        {
+            dispatch_again(txn, row.id).await?;
+            break;
+        }
+    }
+    let queued = task::Entity::find()
+        .filter(task::Column::JobId.eq(job.id))
+        .filter(task::Column::Round.eq(job.current_round))
+        .filter(task::Column::Status.eq(TaskStatus::Queued))
+        .all(txn)
+        .await?;
+    for t in queued {
+        // A new release count is a new publication key: the queue would drop a message with
+        // the key it already published.
+        task::Entity::update_many()
+            .col_expr(task::Column::Releases, Expr::value(t.releases + 1))
+            .col_expr(task::Column::UpdatedAt, Expr::value(now))
+            .filter(task::Column::Id.eq(t.id))
+            .exec(txn)
+            .await?;
+        record_event(
+            txn,
+            job.id,
+            &JobEvent::TaskRequeued(events::TaskAttempt {
+                task_id: t.id,
+                round: t.round as u32,
+                attempts: t.attempts as u32,
+                max_attempts: t.max_attempts as u32,
+                reason: "the job was funded again after a chain reorganisation".into(),
+            }),
+            true,
+            now,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Round `number` of job `job_id`, or [`DomainError::NotFound`].

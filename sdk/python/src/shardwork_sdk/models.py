@@ -835,6 +835,23 @@ class ReleaseRequest(BaseModel):
     ]
 
 
+class Reorganised(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    block: Annotated[
+        int, Field(description='The block it was read in, before the reorg.', ge=0)
+    ]
+    event: Annotated[
+        str,
+        Field(
+            description='The escrow event taken away (`JobCreated`, `ContributorsPaid`, …).'
+        ),
+    ]
+    tx_hash: Annotated[str, Field(description='Its transaction (0x-hex).')]
+    undone: Annotated[str, Field(description='What was undone, as a sentence.')]
+
+
 class ResultFile(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -1674,6 +1691,19 @@ class EventViewRefunded(BaseModel):
     payload: Annotated[Refunded, Field(description='The refund was mined.')]
 
 
+class EventViewReorganised(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['reorganised']
+    payload: Annotated[
+        Reorganised,
+        Field(
+            description='A reorg deeper than the confirmation depth took away an escrow event the API had acted\non: what the event did to the job was undone, and the new history is read in its place\n(the same transaction mined again is applied again).'
+        ),
+    ]
+
+
 class EventView2(EventViewCreated, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -1759,6 +1789,12 @@ class EventView18(EventViewRefundDue, EventView1):
 
 
 class EventView20(EventViewRefunded, EventView1):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+
+
+class EventView21(EventViewReorganised, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -1948,6 +1984,19 @@ class JobEventRefunded(BaseModel):
     )
     kind: Literal['refunded']
     payload: Annotated[Refunded, Field(description='The refund was mined.')]
+
+
+class JobEventReorganised(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['reorganised']
+    payload: Annotated[
+        Reorganised,
+        Field(
+            description='A reorg deeper than the confirmation depth took away an escrow event the API had acted\non: what the event did to the job was undone, and the new history is read in its place\n(the same transaction mined again is applied again).'
+        ),
+    ]
 
 
 class JobResult(BaseModel):
@@ -2344,10 +2393,11 @@ class JobEvent(
         | JobEventRefundDue
         | JobEventAbortDue
         | JobEventRefunded
+        | JobEventReorganised
     ]
 ):
     root: Annotated[
-        JobEventCreated | JobEventCancelled | JobEventFunded | JobEventFundingIgnored | JobEventStarted | JobEventRoundOpened | JobEventTaskClaimed | JobEventSubmitted | JobEventVerdict | JobEventTaskRequeued | JobEventTaskFailed | JobEventRoundReady | JobEventAggregated | JobEventFinalize | JobEventPaid | JobEventCompleted | JobEventRefundDue | JobEventAbortDue | JobEventRefunded,
+        JobEventCreated | JobEventCancelled | JobEventFunded | JobEventFundingIgnored | JobEventStarted | JobEventRoundOpened | JobEventTaskClaimed | JobEventSubmitted | JobEventVerdict | JobEventTaskRequeued | JobEventTaskFailed | JobEventRoundReady | JobEventAggregated | JobEventFinalize | JobEventPaid | JobEventCompleted | JobEventRefundDue | JobEventAbortDue | JobEventRefunded | JobEventReorganised,
         Field(description='Something that happened to a job.'),
     ]
 
@@ -2562,7 +2612,7 @@ class EventPage(BaseModel):
         populate_by_name=True,
     )
     events: Annotated[
-        list[EventView2 | EventView3 | EventView4 | EventView5 | EventView6 | EventView7 | EventView8 | EventView9 | EventView10 | EventView11 | EventView12 | EventView13 | EventView14 | EventView15 | EventView16 | EventView17 | EventView18 | EventView19 | EventView20],
+        list[EventView2 | EventView3 | EventView4 | EventView5 | EventView6 | EventView7 | EventView8 | EventView9 | EventView10 | EventView11 | EventView12 | EventView13 | EventView14 | EventView15 | EventView16 | EventView17 | EventView18 | EventView19 | EventView20 | EventView21],
         Field(description='The events, oldest first.'),
     ]
     next_after: Annotated[
