@@ -19,7 +19,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use shardwork_client::ApiClient;
-use shardwork_core::protocol::{EventView, JobEvent, events};
+use shardwork_core::protocol::{EventView, JobEvent, JobStatus, events};
 use shardwork_node::content::{StoreBlobs, put_bundle};
 use uuid::Uuid;
 
@@ -141,7 +141,7 @@ pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
     } else {
         print_report(&report);
     }
-    if report.status != "completed" {
+    if report.status != JobStatus::Completed.as_str() {
         bail!("the demo job ended {}", report.status);
     }
     Ok(())

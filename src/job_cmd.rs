@@ -141,7 +141,11 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&job)?);
             } else {
-                println!("job {id} {}", job["status"].as_str().unwrap_or("cancelled"));
+                let status = job["status"].as_str();
+                println!(
+                    "job {id} {}",
+                    status.unwrap_or(JobStatus::Cancelled.as_str())
+                );
             }
         }
         JobCommand::Result { id, out } => {

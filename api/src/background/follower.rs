@@ -21,7 +21,7 @@ use sea_orm::{
 };
 use shardwork_contracts::bindings::JobEscrow::{self, JobEscrowEvents};
 use shardwork_contracts::ledger::EscrowEvent;
-use shardwork_core::protocol::{JobEvent, events};
+use shardwork_core::protocol::{EventKind, JobEvent, events};
 use uuid::Uuid;
 
 use crate::background::error::BackgroundError;
@@ -247,7 +247,7 @@ async fn apply<C: ConnectionTrait>(
             let mut paid = Vec::new();
             for row in job_event::Entity::find()
                 .filter(job_event::Column::JobId.eq(job.id))
-                .filter(job_event::Column::Kind.eq("paid"))
+                .filter(job_event::Column::Kind.eq(EventKind::Paid.as_str()))
                 .order_by_asc(job_event::Column::Id)
                 .all(txn)
                 .await?

@@ -6,7 +6,7 @@ use sea_orm::{
     ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter, QuerySelect,
     TransactionTrait,
 };
-use shardwork_core::protocol::{JobEvent, events};
+use shardwork_core::protocol::{EventKind, JobEvent, events};
 
 use crate::background::error::BackgroundError;
 use crate::domain::DomainError;
@@ -84,7 +84,7 @@ pub async fn reap_once(
         } else {
             let already = job_event::Entity::find()
                 .filter(job_event::Column::JobId.eq(j.id))
-                .filter(job_event::Column::Kind.eq("refund_due"))
+                .filter(job_event::Column::Kind.eq(EventKind::RefundDue.as_str()))
                 .count(&txn)
                 .await?;
             if already > 0 {

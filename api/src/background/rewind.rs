@@ -18,7 +18,7 @@ use sea_orm::{
     QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{JobEvent, events};
+use shardwork_core::protocol::{EventKind, JobEvent, events};
 use uuid::Uuid;
 
 use crate::background::error::BackgroundError;
@@ -441,13 +441,17 @@ async fn send_again<C: ConnectionTrait>(
     if job.status == JobStatus::AwaitingFunding {
         return Ok(());
     }
-    let kinds: &[&str] = match what {
-        Resend::Start => &["round_opened"],
-        Resend::Ending => &["finalize", "abort_due", "refund_due"],
+    let kinds: &[EventKind] = match what {
+        Resend::Start => &[EventKind::RoundOpened],
+        Resend::Ending => &[
+            EventKind::Finalize,
+            EventKind::AbortDue,
+            EventKind::RefundDue,
+        ],
     };
     let rows = job_event::Entity::find()
         .filter(job_event::Column::JobId.eq(job_id))
-        .filter(job_event::Column::Kind.is_in(kinds.iter().copied()))
+        .filter(job_event::Column::Kind.is_in(kinds.iter().map(|k| k.as_str())))
         .order_by_asc(job_event::Column::Id)
         .all(txn)
         .await?;

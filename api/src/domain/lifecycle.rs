@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
-use shardwork_core::protocol::{JobEvent, StatusChange};
+use shardwork_core::protocol::{EventKind, JobEvent, StatusChange};
 use uuid::Uuid;
 
 use crate::domain::error::DomainError;
@@ -34,13 +34,12 @@ pub enum Transition {
 
 impl Transition {
     /// The event kind recorded for this transition.
-    pub fn event_kind(self) -> &'static str {
+    pub fn event_kind(self) -> EventKind {
         match self {
-            Transition::Cancel => "cancelled",
-            Transition::Fund => "funded",
-            Transition::Complete => "completed",
-            Transition::Refund => "refunded",
-            Transition::CancelOnChain => "cancelled",
+            Transition::Cancel | Transition::CancelOnChain => EventKind::Cancelled,
+            Transition::Fund => EventKind::Funded,
+            Transition::Complete => EventKind::Completed,
+            Transition::Refund => EventKind::Refunded,
         }
     }
 }
@@ -147,7 +146,7 @@ pub async fn apply_recorded<C: ConnectionTrait>(
         )));
     }
     let event = event(StatusChange { from, to });
-    debug_assert_eq!(event.kind(), transition.event_kind());
+    debug_assert_eq!(event.event_kind(), transition.event_kind());
     // Transitions cause no effect elsewhere by themselves: the events that do (a round's tasks
     // to publish, a payout or refund to send) are written beside them by `crate::domain::flow`.
     let event_id = record_event(txn, job.id, &event, false, now).await?;

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter};
-use shardwork_core::protocol::JobEvent;
+use shardwork_core::protocol::{EventKind, JobEvent};
 use uuid::Uuid;
 
 use crate::domain::content::{Readers, readers};
@@ -83,7 +83,7 @@ impl Audience {
         let address = caller.sub.to_string();
         let claims = job_event::Entity::find()
             .filter(job_event::Column::JobId.eq(job.id))
-            .filter(job_event::Column::Kind.eq("task_claimed"))
+            .filter(job_event::Column::Kind.eq(EventKind::TaskClaimed.as_str()))
             .all(db)
             .await?;
         let mut tasks = BTreeSet::new();

@@ -66,30 +66,140 @@ pub enum JobEvent {
     Reorganised(Reorganised),
 }
 
+/// The kind of a [`JobEvent`] without its payload: what the feed's `kind` column holds, for
+/// queries over the feed. The one place each kind's text is written; `JobEvent`'s serde tags
+/// are checked against it (`every_kind_is_its_serde_tag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    /// [`JobEvent::Created`].
+    Created,
+    /// [`JobEvent::Cancelled`].
+    Cancelled,
+    /// [`JobEvent::Funded`].
+    Funded,
+    /// [`JobEvent::FundingIgnored`].
+    FundingIgnored,
+    /// [`JobEvent::Started`].
+    Started,
+    /// [`JobEvent::RoundOpened`].
+    RoundOpened,
+    /// [`JobEvent::TaskClaimed`].
+    TaskClaimed,
+    /// [`JobEvent::Submitted`].
+    Submitted,
+    /// [`JobEvent::Verdict`].
+    Verdict,
+    /// [`JobEvent::TaskRequeued`].
+    TaskRequeued,
+    /// [`JobEvent::TaskFailed`].
+    TaskFailed,
+    /// [`JobEvent::RoundReady`].
+    RoundReady,
+    /// [`JobEvent::Aggregated`].
+    Aggregated,
+    /// [`JobEvent::Finalize`].
+    Finalize,
+    /// [`JobEvent::Paid`].
+    Paid,
+    /// [`JobEvent::Completed`].
+    Completed,
+    /// [`JobEvent::RefundDue`].
+    RefundDue,
+    /// [`JobEvent::AbortDue`].
+    AbortDue,
+    /// [`JobEvent::Refunded`].
+    Refunded,
+    /// [`JobEvent::Reorganised`].
+    Reorganised,
+}
+
+impl EventKind {
+    /// Every kind, in the order `JobEvent` lists them.
+    pub const ALL: [EventKind; 20] = [
+        EventKind::Created,
+        EventKind::Cancelled,
+        EventKind::Funded,
+        EventKind::FundingIgnored,
+        EventKind::Started,
+        EventKind::RoundOpened,
+        EventKind::TaskClaimed,
+        EventKind::Submitted,
+        EventKind::Verdict,
+        EventKind::TaskRequeued,
+        EventKind::TaskFailed,
+        EventKind::RoundReady,
+        EventKind::Aggregated,
+        EventKind::Finalize,
+        EventKind::Paid,
+        EventKind::Completed,
+        EventKind::RefundDue,
+        EventKind::AbortDue,
+        EventKind::Refunded,
+        EventKind::Reorganised,
+    ];
+
+    /// The text stored and sent (`round_opened`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Created => "created",
+            EventKind::Cancelled => "cancelled",
+            EventKind::Funded => "funded",
+            EventKind::FundingIgnored => "funding_ignored",
+            EventKind::Started => "started",
+            EventKind::RoundOpened => "round_opened",
+            EventKind::TaskClaimed => "task_claimed",
+            EventKind::Submitted => "submitted",
+            EventKind::Verdict => "verdict",
+            EventKind::TaskRequeued => "task_requeued",
+            EventKind::TaskFailed => "task_failed",
+            EventKind::RoundReady => "round_ready",
+            EventKind::Aggregated => "aggregated",
+            EventKind::Finalize => "finalize",
+            EventKind::Paid => "paid",
+            EventKind::Completed => "completed",
+            EventKind::RefundDue => "refund_due",
+            EventKind::AbortDue => "abort_due",
+            EventKind::Refunded => "refunded",
+            EventKind::Reorganised => "reorganised",
+        }
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl JobEvent {
     /// The event's kind, as stored and sent (`round_opened`).
     pub fn kind(&self) -> &'static str {
+        self.event_kind().as_str()
+    }
+
+    /// The event's kind as a value.
+    pub fn event_kind(&self) -> EventKind {
         match self {
-            JobEvent::Created(_) => "created",
-            JobEvent::Cancelled(_) => "cancelled",
-            JobEvent::Funded(_) => "funded",
-            JobEvent::FundingIgnored(_) => "funding_ignored",
-            JobEvent::Started(_) => "started",
-            JobEvent::RoundOpened(_) => "round_opened",
-            JobEvent::TaskClaimed(_) => "task_claimed",
-            JobEvent::Submitted(_) => "submitted",
-            JobEvent::Verdict(_) => "verdict",
-            JobEvent::TaskRequeued(_) => "task_requeued",
-            JobEvent::TaskFailed(_) => "task_failed",
-            JobEvent::RoundReady(_) => "round_ready",
-            JobEvent::Aggregated(_) => "aggregated",
-            JobEvent::Finalize(_) => "finalize",
-            JobEvent::Paid(_) => "paid",
-            JobEvent::Completed(_) => "completed",
-            JobEvent::RefundDue(_) => "refund_due",
-            JobEvent::AbortDue(_) => "abort_due",
-            JobEvent::Refunded(_) => "refunded",
-            JobEvent::Reorganised(_) => "reorganised",
+            JobEvent::Created(_) => EventKind::Created,
+            JobEvent::Cancelled(_) => EventKind::Cancelled,
+            JobEvent::Funded(_) => EventKind::Funded,
+            JobEvent::FundingIgnored(_) => EventKind::FundingIgnored,
+            JobEvent::Started(_) => EventKind::Started,
+            JobEvent::RoundOpened(_) => EventKind::RoundOpened,
+            JobEvent::TaskClaimed(_) => EventKind::TaskClaimed,
+            JobEvent::Submitted(_) => EventKind::Submitted,
+            JobEvent::Verdict(_) => EventKind::Verdict,
+            JobEvent::TaskRequeued(_) => EventKind::TaskRequeued,
+            JobEvent::TaskFailed(_) => EventKind::TaskFailed,
+            JobEvent::RoundReady(_) => EventKind::RoundReady,
+            JobEvent::Aggregated(_) => EventKind::Aggregated,
+            JobEvent::Finalize(_) => EventKind::Finalize,
+            JobEvent::Paid(_) => EventKind::Paid,
+            JobEvent::Completed(_) => EventKind::Completed,
+            JobEvent::RefundDue(_) => EventKind::RefundDue,
+            JobEvent::AbortDue(_) => EventKind::AbortDue,
+            JobEvent::Refunded(_) => EventKind::Refunded,
+            JobEvent::Reorganised(_) => EventKind::Reorganised,
         }
     }
 
@@ -620,5 +730,30 @@ mod tests {
             );
         }
         assert!(JobEvent::from_parts("no_such_kind", json!({})).is_err());
+    }
+
+    /// Each kind's text is the tag serde reads: a payload stored under `EventKind::X.as_str()`
+    /// reads back as `JobEvent::X` (checked through the error serde gives a wrong payload,
+    /// which names the variant it tried, and that an unknown tag is refused outright).
+    #[test]
+    fn every_kind_is_its_serde_tag() {
+        for kind in EventKind::ALL {
+            let error = JobEvent::from_parts(kind.as_str(), json!({"no": "fields"}))
+                .expect_err("an empty payload fits no kind")
+                .to_string();
+            assert!(
+                !error.contains("unknown variant"),
+                "{kind}: serde knows no such tag ({error})"
+            );
+        }
+        let paid = JobEvent::Paid(Paid {
+            tx_hash: "0x1".into(),
+            payouts: Vec::new(),
+        });
+        assert_eq!(paid.event_kind(), EventKind::Paid);
+        assert_eq!(
+            JobEvent::from_parts(EventKind::Paid.as_str(), paid.payload()).unwrap(),
+            paid
+        );
     }
 }

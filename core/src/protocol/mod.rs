@@ -24,7 +24,7 @@ pub mod validation;
 
 pub use adapter::{ADAPTER_FORMAT_PEFT, AdapterMeta};
 pub use bundle::Bundle;
-pub use events::{EventView, JobEvent, StatusChange};
+pub use events::{EventKind, EventView, JobEvent, StatusChange};
 pub use ids::{ContentId, EthAddress, WeiAmount};
 pub use job_spec::{
     Aggregation, Architecture, BaseModel, JobKind, JobSpec, LoraSpec, LrSchedule, ModelFormat,

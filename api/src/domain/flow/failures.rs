@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{JobEvent, events};
+use shardwork_core::protocol::{EventKind, JobEvent, events};
 use uuid::Uuid;
 
 use crate::domain::error::DomainError;
@@ -85,7 +85,7 @@ pub(crate) async fn abort_job<C: ConnectionTrait>(
 ) -> Result<bool, DomainError> {
     let already = job_event::Entity::find()
         .filter(job_event::Column::JobId.eq(job_id))
-        .filter(job_event::Column::Kind.eq("abort_due"))
+        .filter(job_event::Column::Kind.eq(EventKind::AbortDue.as_str()))
         .count(txn)
         .await?;
     if already > 0 {

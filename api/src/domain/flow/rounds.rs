@@ -8,7 +8,7 @@ use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
 };
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{JobEvent, events};
+use shardwork_core::protocol::{EventKind, JobEvent, events};
 use uuid::Uuid;
 
 pub use shardwork_core::protocol::node::Aggregate;
@@ -103,7 +103,7 @@ pub async fn resume_funded<C: ConnectionTrait>(
 ) -> Result<(), DomainError> {
     let openings = job_event::Entity::find()
         .filter(job_event::Column::JobId.eq(job.id))
-        .filter(job_event::Column::Kind.eq("round_opened"))
+        .filter(job_event::Column::Kind.eq(EventKind::RoundOpened.as_str()))
         .order_by_asc(job_event::Column::Id)
         .all(txn)
         .await?;

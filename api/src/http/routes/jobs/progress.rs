@@ -10,7 +10,7 @@ use sea_orm::sea_query::Query;
 use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::job_spec::MAX_ROUNDS;
-use shardwork_core::protocol::{JobEvent, TaskStatus};
+use shardwork_core::protocol::{EventKind, JobEvent, TaskStatus};
 use uuid::Uuid;
 
 use crate::domain::flow::progress::MAX_POINTS_PER_TASK;
@@ -229,7 +229,7 @@ pub async fn progress(
 
     let aggregated = job_event::Entity::find()
         .filter(job_event::Column::JobId.eq(job.id))
-        .filter(job_event::Column::Kind.eq("aggregated"))
+        .filter(job_event::Column::Kind.eq(EventKind::Aggregated.as_str()))
         .order_by_asc(job_event::Column::Id)
         .all(&state.db)
         .await?;
