@@ -2,6 +2,7 @@
 // repository root):
 //   src/api/schema.d.ts     the typed API client's types
 //   src/api/spec-limits.ts  the job spec's numeric limits and defaults, for the form's checks
+//   src/api/enums.ts        every string enum's values (job statuses, …), for lists and filters
 //
 //   node scripts/gen-api.mjs           write both
 //   node scripts/gen-api.mjs --check   fail if a committed file differs from what the spec gives
@@ -19,6 +20,7 @@ const frontend = resolve(here, '..');
 const specPath = resolve(frontend, '..', 'openapi', 'openapi.json');
 const schemaPath = resolve(frontend, 'src', 'api', 'schema.d.ts');
 const limitsPath = resolve(frontend, 'src', 'api', 'spec-limits.ts');
+const enumsPath = resolve(frontend, 'src', 'api', 'enums.ts');
 const check = process.argv.includes('--check');
 
 const HEADER =
@@ -69,6 +71,7 @@ async function main() {
   const outputs = [
     { path: schemaPath, text: HEADER + astToString(ast) },
     { path: limitsPath, text: HEADER + specLimitsModule(spec) },
+    { path: enumsPath, text: HEADER + enumsModule(spec) },
   ];
 
   if (!check) {
@@ -130,6 +133,27 @@ function specLimitsModule(spec) {
       lines.push(`    ${key(prop)}: { ${limits.map(([k, v]) => `${k}: ${JSON.stringify(v)}`).join(', ')} },`);
     }
     lines.push('  },');
+  }
+  lines.push('} as const;', '');
+  return lines.join('\n');
+}
+
+/**
+ * `ENUMS`: the values of every schema that is a string enum, keyed by schema name in the order
+ * the server lists them, so the portal lists and filters by the server's own words (a status
+ * added or renamed there shows up here, and a removed one fails the typecheck where it is named).
+ */
+function enumsModule(spec) {
+  const schemas = spec.components?.schemas ?? {};
+  const names = Object.keys(schemas)
+    .filter((name) => schemas[name].type === 'string' && Array.isArray(schemas[name].enum))
+    .sort();
+  const lines = [
+    '/** The values of each string enum of the API, in the order the server lists them. */',
+    'export const ENUMS = {',
+  ];
+  for (const name of names) {
+    lines.push(`  ${key(name)}: [${schemas[name].enum.map((v) => JSON.stringify(v)).join(', ')}],`);
   }
   lines.push('} as const;', '');
   return lines.join('\n');

@@ -1,6 +1,7 @@
 // Names for the generated schema types the portal uses, in one place: when the spec renames a
 // schema, this file is the one to follow.
 import type { components } from './schema';
+import { ENUMS } from './enums';
 import type { Funding } from '../wallet/escrow';
 
 type Schemas = components['schemas'];
@@ -30,8 +31,9 @@ export function fundingOf(job: JobView, chain: { chainId: number | null; escrowA
   return { ...terms, chain_id: chain.chainId, escrow_address: escrow };
 }
 
-export const JOB_STATUSES = ['awaiting_funding', 'open', 'completed', 'cancelled', 'refunded'] as const;
-export type JobStatus = (typeof JOB_STATUSES)[number];
+/** Every job status, in the server's order (generated from the API's document). */
+export const JOB_STATUSES = ENUMS.JobStatus;
+export type JobStatus = Schemas['JobStatus'];
 
 export function isTerminal(status: string): boolean {
   return status === 'completed' || status === 'cancelled' || status === 'refunded';
