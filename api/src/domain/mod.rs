@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod lifecycle;
 pub mod models;
 pub mod pipeline;
+pub mod posting;
 pub mod sealing;
 pub mod sizing;
 

@@ -4,7 +4,10 @@
 //! waits for its deadline while holding its requester's stake and its workers' time.
 
 use chrono::{DateTime, Utc};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
+    TransactionTrait,
+};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{EventKind, JobEvent, events};
 use uuid::Uuid;
@@ -35,8 +38,20 @@ pub struct ModelFailureOutcome {
 }
 
 /// Records that job `job_id` cannot be run because its model does not load, which ends it:
-/// validated, then written in one transaction by the caller.
-pub async fn report_model_failure<C: ConnectionTrait>(
+/// validated, then written in one transaction.
+pub async fn report_model_failure(
+    db: &DatabaseConnection,
+    job_id: Uuid,
+    failure: &ModelFailure,
+    now: DateTime<Utc>,
+) -> Result<ModelFailureOutcome, DomainError> {
+    let txn = db.begin().await?;
+    let outcome = end_for_model_failure(&txn, job_id, failure, now).await?;
+    txn.commit().await?;
+    Ok(outcome)
+}
+
+async fn end_for_model_failure<C: ConnectionTrait>(
     txn: &C,
     job_id: Uuid,
     failure: &ModelFailure,

@@ -5,7 +5,8 @@
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
+    QueryOrder, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{EventKind, JobEvent, events};
@@ -16,7 +17,7 @@ pub use shardwork_core::protocol::node::Aggregate;
 use super::payout;
 use super::tasks::TaskStatus;
 use crate::domain::error::DomainError;
-use crate::domain::lifecycle::{dispatch_again, record_event};
+use crate::domain::lifecycle::{JobStatus, dispatch_again, record_event};
 use crate::entities::{job, job_event, round, shard, task};
 
 pub use shardwork_core::protocol::RoundStatus;
@@ -214,10 +215,27 @@ pub enum AggregateOutcome {
     FinalizationQueued,
 }
 
-/// Records the merge of round `number` and moves the job on, in the caller's transaction.
+/// [`record_aggregate`] in a transaction of its own: what the validator's merge route calls.
+pub async fn merge_round(
+    db: &DatabaseConnection,
+    job_id: Uuid,
+    number: i32,
+    aggregate: &Aggregate,
+    max_attempts: i32,
+    now: DateTime<Utc>,
+) -> Result<AggregateOutcome, DomainError> {
+    let txn = db.begin().await?;
+    let outcome = record_aggregate(&txn, job_id, number, aggregate, max_attempts, now).await?;
+    txn.commit().await?;
+    Ok(outcome)
+}
+
+/// Records the merge of round `number` of job `job_id` and moves the job on, in the caller's
+/// transaction. Only an open job's round is merged: a job that ended (refunded, aborted) while
+/// its validator merged is a conflict.
 pub async fn record_aggregate<C: ConnectionTrait>(
     txn: &C,
-    job: &job::Model,
+    job_id: Uuid,
     number: i32,
     aggregate: &Aggregate,
     max_attempts: i32,
@@ -228,6 +246,13 @@ pub async fn record_aggregate<C: ConnectionTrait>(
             "metric",
             "metric and base_metric must be finite numbers",
         ));
+    }
+    let job = &crate::domain::jobs::find_job(txn, job_id).await?;
+    if job.status != JobStatus::Open {
+        return Err(DomainError::Conflict(format!(
+            "job {job_id} is {}; nothing to merge",
+            job.status
+        )));
     }
     let round = find_round(txn, job.id, number).await?;
     if round.status != RoundStatus::Aggregating {

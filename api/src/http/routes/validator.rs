@@ -5,15 +5,12 @@
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::{HttpResponse, web};
 use chrono::Utc;
-use sea_orm::TransactionTrait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::flow::failures::{self, ModelFailure, ModelFailureOutcome};
 use crate::domain::flow::rounds::{self, Aggregate, AggregateOutcome};
 use crate::domain::flow::verdicts::{self, PendingValidation, ReadyRound, Verdict};
-use crate::domain::jobs::find_job;
-use crate::domain::lifecycle::JobStatus;
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::ValidatorRole;
 use crate::http::extract::Json;
@@ -175,24 +172,15 @@ pub async fn aggregate(
             ),
         ));
     }
-    let txn = state.db.begin().await?;
-    let job = find_job(&txn, job_id).await?;
-    if job.status != JobStatus::Open {
-        return Err(ApiError::conflict(format!(
-            "job {job_id} is {}; nothing to merge",
-            job.status
-        )));
-    }
-    let outcome = rounds::record_aggregate(
-        &txn,
-        &job,
+    let outcome = rounds::merge_round(
+        &state.db,
+        job_id,
         number,
         &body,
         state.config.task_max_attempts,
         Utc::now(),
     )
     .await?;
-    txn.commit().await?;
     tracing::info!(job = %job_id, round = number, ?outcome, validator = %caller.claims.sub, "round merged");
     Ok(HttpResponse::Ok().json(AggregateResponse { outcome }))
 }
@@ -224,9 +212,7 @@ pub async fn model_failure(
     Json(body): Json<ModelFailure>,
 ) -> Result<HttpResponse, ApiError> {
     let job_id = id.into_inner();
-    let txn = state.db.begin().await?;
-    let outcome = failures::report_model_failure(&txn, job_id, &body, Utc::now()).await?;
-    txn.commit().await?;
+    let outcome = failures::report_model_failure(&state.db, job_id, &body, Utc::now()).await?;
     tracing::warn!(job = %job_id, reason = %body.reason, recorded = outcome.abort_recorded,
         validator = %caller.claims.sub, "the job's model cannot be loaded; the job is ended");
     Ok(HttpResponse::Accepted().json(outcome))
