@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alloy::primitives::U256;
+use alloy::primitives::{Address, U256};
 use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Statement};
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use shardwork_api::background::error::BackgroundError;
 use shardwork_api::background::follower::follow_once;
 use shardwork_api::background::outbox::Dispatcher;
-use shardwork_api::chain::address_text;
+use shardwork_api::chain::{Chain, address_text};
 use shardwork_api::entities::{job_event, task, worker};
 use shardwork_contracts::Ledger;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
@@ -114,40 +114,9 @@ async fn a_reorg_is_rewound_and_the_new_history_read(backend: Backend) {
     };
     let ledger = connect(&anvil).await;
     let dev = ledger.accounts();
-    let escrow = ledger
-        .deploy_escrow(
-            dev[0],
-            &DeployParams {
-                admin: dev[0],
-                validator: dev[1],
-                fee_manager: dev[0],
-                treasury: dev[0],
-                fee_bps: 250,
-            },
-        )
-        .await
-        .expect("deploy the escrow");
-    let chain = shardwork_api::chain::Chain {
-        ledger: ledger.clone(),
-        chain_id: 31337,
-        escrow,
-        operator: dev[1],
-        dev_funder: Some(dev[3]),
-        poll_interval: Duration::from_millis(50),
-        confirmations: 0,
-        start_block: 0,
-        payout_limits: Default::default(),
-    };
-    let rpc = |method: &'static str, params: Value| {
-        let ledger = ledger.clone();
-        async move {
-            ledger
-                .provider()
-                .raw_request::<_, Value>(method.into(), params)
-                .await
-                .unwrap_or_else(|e| panic!("{method}: {e}"))
-        }
-    };
+    let chain = escrow_on(&ledger, Some(dev[3])).await;
+    let escrow = chain.escrow;
+    let rpc = |method: &'static str, params: Value| anvil_rpc(&ledger, method, params);
     let service = app.service().await;
     let requester = access_token(&service, &requester_key(), &[]).await;
     let other = access_token(&service, &PrivateKeySigner::random(), &[]).await;
@@ -289,43 +258,10 @@ async fn a_reorg_below_every_kept_block_stops_the_follower(backend: Backend) {
         return;
     };
     let ledger = connect(&anvil).await;
-    let dev = ledger.accounts();
-    let rpc = |method: &'static str, params: Value| {
-        let ledger = ledger.clone();
-        async move {
-            ledger
-                .provider()
-                .raw_request::<_, Value>(method.into(), params)
-                .await
-                .unwrap_or_else(|e| panic!("{method}: {e}"))
-        }
-    };
+    let rpc = |method: &'static str, params: Value| anvil_rpc(&ledger, method, params);
     // Everything the follower will read, the escrow's deployment included, is replaced.
     let snapshot = rpc("evm_snapshot", json!([])).await;
-    let escrow = ledger
-        .deploy_escrow(
-            dev[0],
-            &DeployParams {
-                admin: dev[0],
-                validator: dev[1],
-                fee_manager: dev[0],
-                treasury: dev[0],
-                fee_bps: 250,
-            },
-        )
-        .await
-        .expect("deploy the escrow");
-    let chain = shardwork_api::chain::Chain {
-        ledger: ledger.clone(),
-        chain_id: 31337,
-        escrow,
-        operator: dev[1],
-        dev_funder: None,
-        poll_interval: Duration::from_millis(50),
-        confirmations: 0,
-        start_block: 0,
-        payout_limits: Default::default(),
-    };
+    let chain = escrow_on(&ledger, None).await;
     let height = ledger.block_number().await.unwrap();
     follow_once(&app.db, &chain, 3).await.expect("follow");
     let (next, kept) = cursor(&app).await;
@@ -354,6 +290,45 @@ async fn a_reorg_below_every_kept_block_stops_the_follower(backend: Backend) {
         (next, Some(read)),
         "the cursor stays put"
     );
+}
+
+/// An escrow deployed on `ledger`'s chain (development account 0 its admin, 1 its validator)
+/// and the API's view of it, read with no confirmation depth.
+async fn escrow_on(ledger: &Arc<RpcLedger>, dev_funder: Option<Address>) -> Chain {
+    let dev = ledger.accounts();
+    let escrow = ledger
+        .deploy_escrow(
+            dev[0],
+            &DeployParams {
+                admin: dev[0],
+                validator: dev[1],
+                fee_manager: dev[0],
+                treasury: dev[0],
+                fee_bps: 250,
+            },
+        )
+        .await
+        .expect("deploy the escrow");
+    Chain {
+        ledger: ledger.clone(),
+        chain_id: 31337,
+        escrow,
+        operator: dev[1],
+        dev_funder,
+        poll_interval: Duration::from_millis(50),
+        confirmations: 0,
+        start_block: 0,
+        payout_limits: Default::default(),
+    }
+}
+
+/// One of anvil's own JSON-RPC methods (`evm_snapshot`, `evm_revert`, `evm_mine`).
+async fn anvil_rpc(ledger: &RpcLedger, method: &'static str, params: Value) -> Value {
+    ledger
+        .provider()
+        .raw_request::<_, Value>(method.into(), params)
+        .await
+        .unwrap_or_else(|e| panic!("{method}: {e}"))
 }
 
 /// A ledger on `anvil` with the development accounts' keys.
