@@ -25,7 +25,7 @@ use shardwork_core::protocol::{EventKind, JobEvent, events};
 use uuid::Uuid;
 
 use crate::background::error::BackgroundError;
-use crate::background::rewind::{self, Credit, Undo, block_hash_text};
+use crate::background::rewind::{self, Credit, Undo, block_hash_text, event_name};
 use crate::chain::{Chain, MAX_LOG_RANGE, address_text};
 use crate::domain::flow::rounds::{open_round, resume_funded};
 use crate::domain::lifecycle::{self, JobStatus, Transition, record_event};
@@ -139,21 +139,6 @@ async fn job_by_escrow_id<C: ConnectionTrait>(
         .filter(job::Column::EscrowJobId.eq(id.to_string()))
         .one(txn)
         .await?)
-}
-
-/// The escrow event's name, as `chain_logs.kind` keeps it.
-fn event_name(event: &JobEscrowEvents) -> &'static str {
-    match event {
-        JobEscrowEvents::JobCreated(_) => "JobCreated",
-        JobEscrowEvents::JobStarted(_) => "JobStarted",
-        JobEscrowEvents::PayoutStarted(_) => "PayoutStarted",
-        JobEscrowEvents::ContributorsPaid(_) => "ContributorsPaid",
-        JobEscrowEvents::JobCompleted(_) => "JobCompleted",
-        JobEscrowEvents::JobAborted(_) => "JobAborted",
-        JobEscrowEvents::JobRefunded(_) => "JobRefunded",
-        JobEscrowEvents::JobCancelled(_) => "JobCancelled",
-        _ => "other",
-    }
 }
 
 /// Applies one escrow event; returns the job it acted on and how to undo that, if it acted.

@@ -18,6 +18,7 @@ use sea_orm::{
     QueryFilter, QueryOrder, QuerySelect, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
+use shardwork_contracts::bindings::JobEscrow::JobEscrowEvents;
 use shardwork_core::protocol::{EventKind, JobEvent, events};
 use uuid::Uuid;
 
@@ -405,6 +406,21 @@ async fn uncredit<C: ConnectionTrait>(
     .exec(txn)
     .await?;
     Ok(())
+}
+
+/// The escrow event's name, as `chain_logs.kind` keeps it (and [`Resend::after`] reads it).
+pub fn event_name(event: &JobEscrowEvents) -> &'static str {
+    match event {
+        JobEscrowEvents::JobCreated(_) => "JobCreated",
+        JobEscrowEvents::JobStarted(_) => "JobStarted",
+        JobEscrowEvents::PayoutStarted(_) => "PayoutStarted",
+        JobEscrowEvents::ContributorsPaid(_) => "ContributorsPaid",
+        JobEscrowEvents::JobCompleted(_) => "JobCompleted",
+        JobEscrowEvents::JobAborted(_) => "JobAborted",
+        JobEscrowEvents::JobRefunded(_) => "JobRefunded",
+        JobEscrowEvents::JobCancelled(_) => "JobCancelled",
+        _ => "other",
+    }
 }
 
 /// Which of the job's chain calls to send again after a rewind took its mined effect away.

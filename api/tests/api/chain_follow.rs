@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alloy::primitives::{Address, U256};
+use alloy::primitives::U256;
 use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Statement};
@@ -15,13 +15,11 @@ use serde_json::{Value, json};
 use shardwork_api::background::error::BackgroundError;
 use shardwork_api::background::follower::follow_once;
 use shardwork_api::background::outbox::Dispatcher;
-use shardwork_api::chain::{Chain, address_text};
+use shardwork_api::chain::address_text;
 use shardwork_api::entities::{job_event, task, worker};
 use shardwork_contracts::Ledger;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
-use shardwork_contracts::ledger::{
-    Contribution, DeployParams, ETH, FederatedCompletion, JobKind, NewJob,
-};
+use shardwork_contracts::ledger::{Contribution, ETH, FederatedCompletion, JobKind, NewJob};
 use shardwork_contracts::testkit::anvil::Anvil;
 use shardwork_core::protocol::TASK_QUEUE;
 use shardwork_core::queue::QueueOptions;
@@ -114,7 +112,7 @@ async fn a_reorg_is_rewound_and_the_new_history_read(backend: Backend) {
     };
     let ledger = connect(&anvil).await;
     let dev = ledger.accounts();
-    let chain = escrow_on(&ledger, Some(dev[3])).await;
+    let chain = chain_with_escrow(ledger.clone(), Some(dev[3])).await;
     let escrow = chain.escrow;
     let rpc = |method: &'static str, params: Value| anvil_rpc(&ledger, method, params);
     let service = app.service().await;
@@ -261,7 +259,7 @@ async fn a_reorg_below_every_kept_block_stops_the_follower(backend: Backend) {
     let rpc = |method: &'static str, params: Value| anvil_rpc(&ledger, method, params);
     // Everything the follower will read, the escrow's deployment included, is replaced.
     let snapshot = rpc("evm_snapshot", json!([])).await;
-    let chain = escrow_on(&ledger, None).await;
+    let chain = chain_with_escrow(ledger.clone(), None).await;
     let height = ledger.block_number().await.unwrap();
     follow_once(&app.db, &chain, 3).await.expect("follow");
     let (next, kept) = cursor(&app).await;
@@ -290,36 +288,6 @@ async fn a_reorg_below_every_kept_block_stops_the_follower(backend: Backend) {
         (next, Some(read)),
         "the cursor stays put"
     );
-}
-
-/// An escrow deployed on `ledger`'s chain (development account 0 its admin, 1 its validator)
-/// and the API's view of it, read with no confirmation depth.
-async fn escrow_on(ledger: &Arc<RpcLedger>, dev_funder: Option<Address>) -> Chain {
-    let dev = ledger.accounts();
-    let escrow = ledger
-        .deploy_escrow(
-            dev[0],
-            &DeployParams {
-                admin: dev[0],
-                validator: dev[1],
-                fee_manager: dev[0],
-                treasury: dev[0],
-                fee_bps: 250,
-            },
-        )
-        .await
-        .expect("deploy the escrow");
-    Chain {
-        ledger: ledger.clone(),
-        chain_id: 31337,
-        escrow,
-        operator: dev[1],
-        dev_funder,
-        poll_interval: Duration::from_millis(50),
-        confirmations: 0,
-        start_block: 0,
-        payout_limits: Default::default(),
-    }
 }
 
 /// One of anvil's own JSON-RPC methods (`evm_snapshot`, `evm_revert`, `evm_mine`).

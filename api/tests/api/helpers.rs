@@ -91,12 +91,21 @@ pub fn config() -> ApiConfig {
     }
 }
 
-/// An in-memory chain with a freshly deployed escrow.
+/// An in-memory chain with a freshly deployed escrow and development funding from dev
+/// account 2.
 pub async fn test_chain() -> shardwork_api::chain::Chain {
-    use shardwork_contracts::Ledger;
-    use shardwork_contracts::ledger::DeployParams;
     use shardwork_contracts::ledger::embedded::EmbeddedLedger;
-    let ledger = Arc::new(EmbeddedLedger::in_memory());
+    let dev = shardwork_contracts::dev_keys::dev_addresses();
+    chain_with_escrow(Arc::new(EmbeddedLedger::in_memory()), Some(dev[2])).await
+}
+
+/// An escrow deployed on `ledger`'s chain (development account 0 its admin, 1 its validator)
+/// and the API's view of it, read with no confirmation depth; `dev_funder` may fund any job.
+pub async fn chain_with_escrow(
+    ledger: Arc<dyn shardwork_contracts::Ledger>,
+    dev_funder: Option<alloy::primitives::Address>,
+) -> shardwork_api::chain::Chain {
+    use shardwork_contracts::ledger::DeployParams;
     let dev = shardwork_contracts::dev_keys::dev_addresses();
     let escrow = ledger
         .deploy_escrow(
@@ -116,7 +125,7 @@ pub async fn test_chain() -> shardwork_api::chain::Chain {
         chain_id: 31337,
         escrow,
         operator: dev[1],
-        dev_funder: Some(dev[2]),
+        dev_funder,
         poll_interval: std::time::Duration::from_millis(50),
         confirmations: 0,
         start_block: 0,
