@@ -19,7 +19,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use shardwork_client::ApiClient;
-use shardwork_core::protocol::{EventView, JobEvent, JobStatus, events};
+use shardwork_core::protocol::{EventView, JobEvent, JobStatus, ProofStatus, events};
 use shardwork_node::content::{StoreBlobs, put_bundle};
 use uuid::Uuid;
 
@@ -91,6 +91,56 @@ pub struct DemoReport {
     /// Chat SFT only: a held-out question answered by the base model and by the final adapter.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample_answer: Option<SampleAnswer>,
+    /// The proofs of training the validators checked after the verdicts.
+    pub proofs: ProofsReport,
+}
+
+/// The proofs of training checked, from the job's `proof_checked` events.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct ProofsReport {
+    /// Proofs checked.
+    pub checked: u32,
+    /// Of them, failed (the worker forfeited the job).
+    pub failed: u32,
+    /// Stretches of runs trained again.
+    pub stretches: u32,
+    /// Seconds spent replaying them.
+    pub replay_seconds: f64,
+    /// Checks per validator address.
+    pub by_validator: BTreeMap<String, u32>,
+    /// Per round, when its last proof was decided, in seconds after the round's merge (negative:
+    /// before it).
+    pub last_check_after_merge_seconds: BTreeMap<u32, f64>,
+}
+
+impl ProofsReport {
+    fn of(events: &[EventView]) -> ProofsReport {
+        let mut merged: BTreeMap<u32, DateTime<Utc>> = BTreeMap::new();
+        let mut last_check: BTreeMap<u32, DateTime<Utc>> = BTreeMap::new();
+        let mut report = ProofsReport::default();
+        for e in events {
+            match &e.event {
+                JobEvent::Aggregated(a) => {
+                    merged.insert(a.round, e.created_at);
+                }
+                JobEvent::ProofChecked(p) => {
+                    report.checked += 1;
+                    report.failed += u32::from(p.proof != ProofStatus::Passed);
+                    report.stretches += p.stretches.len() as u32;
+                    report.replay_seconds += p.stretches.iter().map(|s| s.seconds).sum::<f64>();
+                    *report.by_validator.entry(p.validator.clone()).or_default() += 1;
+                    let at = last_check.entry(p.round).or_insert(e.created_at);
+                    *at = (*at).max(e.created_at);
+                }
+                _ => {}
+            }
+        }
+        report.last_check_after_merge_seconds = last_check
+            .into_iter()
+            .filter_map(|(round, at)| Some((round, seconds_between(*merged.get(&round)?, at))))
+            .collect();
+        report
+    }
 }
 
 /// Why a job was refunded instead of completed.
@@ -657,6 +707,7 @@ fn summarise(
             _ => None,
         }),
         sample_answer: None,
+        proofs: ProofsReport::of(events),
     }
 }
 
@@ -728,5 +779,24 @@ fn print_report(r: &DemoReport) {
             .join(" + "),
         o.claim_skew_seconds,
         o.client_seconds
+    );
+    let p = &r.proofs;
+    println!(
+        "proofs of training: {} checked after their verdicts ({} failed), {} stretches replayed \
+         in {:.1} s, by {}; each round's last check {} after its merge",
+        p.checked,
+        p.failed,
+        p.stretches,
+        p.replay_seconds,
+        p.by_validator
+            .iter()
+            .map(|(v, n)| format!("{v} ({n})"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        p.last_check_after_merge_seconds
+            .iter()
+            .map(|(round, s)| format!("round {round}: {s:+.1} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
 }

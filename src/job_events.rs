@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use shardwork_client::ApiClient;
-use shardwork_core::protocol::{EventView, JobEvent, JobStatus};
+use shardwork_core::protocol::{EventView, JobEvent, JobStatus, ProofStatus};
 use uuid::Uuid;
 
 /// Follows job `id` until it reaches a terminal status, which it returns: `on_event` sees every
@@ -55,7 +55,7 @@ pub fn describe(event: &JobEvent) -> String {
             e.round, e.shard, e.samples
         ),
         JobEvent::Verdict(e) => format!(
-            "round {} verdict on {}: {}{}",
+            "round {} verdict on {}: {}{}{}",
             e.round,
             e.worker,
             if e.accepted {
@@ -66,7 +66,32 @@ pub fn describe(event: &JobEvent) -> String {
             e.reason
                 .as_deref()
                 .map(|r| format!(" ({r})"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if e.proof == ProofStatus::Pending {
+                "; proof of training to be replayed"
+            } else {
+                ""
+            }
+        ),
+        JobEvent::ProofChecked(e) => format!(
+            "round {} proof of training of {} {} by {}{}; {} still to check",
+            e.round,
+            e.worker,
+            if e.proof == ProofStatus::Passed {
+                "replayed and matched"
+            } else {
+                "FAILED (the worker forfeits the job)"
+            },
+            e.validator,
+            e.reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default(),
+            e.pending
+        ),
+        JobEvent::AwaitingProofs(e) => format!(
+            "last round merged; the payout waits for {} proofs of training",
+            e.pending
         ),
         JobEvent::Aggregated(e) => format!(
             "round {} merged: held-out {} {:.4} (base {:.4})",

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 pub use shardwork_core::protocol::node::{
     AcceptedAdapter, Aggregate, EarlierSubmission, Lease, LeaseKeys, PendingValidation, Progress,
-    ReadyRound, Verdict,
+    ProofCheck, ReadyRound, StretchReplay, Verdict,
 };
 use shardwork_core::protocol::problem::ProblemType;
 use shardwork_core::protocol::siwe::SiweMessage;
@@ -514,6 +514,36 @@ impl ApiClient {
                 "POST",
                 &format!("/v1/validator/submissions/{submission_id}/verdict"),
                 Some(serde_json::to_value(verdict).unwrap_or_default()),
+                None,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Submissions whose proofs of training are due, oldest verdict first (validator role).
+    pub async fn pending_proofs(&self, limit: u32) -> Result<Vec<PendingValidation>> {
+        #[derive(Deserialize)]
+        struct Page {
+            submissions: Vec<PendingValidation>,
+        }
+        let page: Page = self
+            .call(
+                "GET",
+                &format!("/v1/validator/proofs?limit={limit}"),
+                None,
+                None,
+            )
+            .await?;
+        Ok(page.submissions)
+    }
+
+    /// Records the check of a submission's proof of training (validator role).
+    pub async fn proof(&self, submission_id: Uuid, check: &ProofCheck) -> Result<()> {
+        let _: serde_json::Value = self
+            .call(
+                "POST",
+                &format!("/v1/validator/submissions/{submission_id}/proof"),
+                Some(serde_json::to_value(check).unwrap_or_default()),
                 None,
             )
             .await?;

@@ -596,6 +596,9 @@ async function main() {
       await training.getByTestId('held-out').filter({ hasText: 'Held-out accuracy (higher is better)' }).waitFor({ timeout: 15_000 });
       await training.getByTestId('loss-chart').getByText('earlier attempt').waitFor();
       await page.getByRole('heading', { name: 'Payouts' }).waitFor();
+      // Each scored submission's proof of training was replayed after its verdict, by the
+      // validator the page names, before the payout.
+      await page.getByText(/^replayed by 0x/).first().waitFor({ timeout: 15_000 });
       const result = page.getByTestId('result');
       await result.getByRole('button', { name: /^Download / }).first().waitFor({ timeout: 15_000 });
       const download = page.waitForEvent('download');

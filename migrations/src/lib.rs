@@ -18,6 +18,7 @@ mod m20261208_000008_chain_cursor_hash;
 mod m20261208_000008_content_claims;
 mod m20261208_000009_lease_bounds;
 mod m20261209_000010_chain_rewind;
+mod m20261210_000011_proof_after_verdict;
 
 /// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;
@@ -38,6 +39,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261208_000009_lease_bounds::Migration),
             Box::new(m20261208_000008_chain_cursor_hash::Migration),
             Box::new(m20261209_000010_chain_rewind::Migration),
+            Box::new(m20261210_000011_proof_after_verdict::Migration),
         ]
     }
 }

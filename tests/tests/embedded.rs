@@ -117,8 +117,9 @@ async fn checked_payouts(dir: &std::path::Path, report: &Value) -> (Value, Vec<S
         "{adversary_row}"
     );
     assert_eq!(adversary_row["quality_bps"], 0, "{adversary_row}");
+    // Caught by a rule (rejected) or by its proof (forfeited: its verdicts stand).
     assert!(
-        adversary_row["rejected"].as_u64().unwrap() >= 1,
+        adversary_row["rejected"].as_u64().unwrap() >= 1 || adversary_row["forfeited"] == true,
         "{adversary_row}"
     );
     assert_eq!(adversary_row["paid_wei"], "0");
@@ -166,30 +167,56 @@ async fn checked_payouts(dir: &std::path::Path, report: &Value) -> (Value, Vec<S
         .query_all_raw(Statement::from_string(
             db.get_database_backend(),
             format!(
-                "SELECT s.reject_reason FROM submissions s JOIN workers w ON w.id = s.worker_id \
-                 WHERE w.address = '{cheat}' AND s.verdict = 'rejected'"
+                "SELECT s.reject_reason, json_extract(s.proof_report, '$.reason') \
+                 FROM submissions s JOIN workers w ON w.id = s.worker_id \
+                 WHERE w.address = '{cheat}' \
+                 AND (s.verdict = 'rejected' OR s.proof_status = 'failed')"
             ),
         ))
         .await
         .unwrap();
+    // What a rule said and what the replay after the verdict said, together.
     let reasons: Vec<String> = rows
         .iter()
-        .map(|r| r.try_get_by_index::<String>(0).unwrap())
+        .map(|r| {
+            let rule = r.try_get_by_index::<Option<String>>(0).unwrap();
+            let proof = r.try_get_by_index::<Option<String>>(1).unwrap();
+            [rule, proof]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
         .collect();
+    let events_due = db
+        .query_all_raw(Statement::from_string(
+            db.get_database_backend(),
+            format!(
+                "SELECT (s.verdict = 'rejected') + (s.proof_status = 'failed') \
+                 FROM submissions s JOIN workers w ON w.id = s.worker_id \
+                 WHERE w.address = '{cheat}'"
+            ),
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.try_get_by_index::<i64>(0).unwrap())
+        .sum::<i64>();
     let penalties = db
         .query_all_raw(Statement::from_string(
             db.get_database_backend(),
             format!(
                 "SELECT r.delta FROM reputation_events r JOIN workers w ON w.id = r.worker_id \
-                 WHERE w.address = '{cheat}' AND r.reason LIKE 'adapter rejected%'"
+                 WHERE w.address = '{cheat}' \
+                 AND (r.reason LIKE 'adapter rejected%' OR r.reason LIKE 'proof of training failed%')"
             ),
         ))
         .await
         .unwrap();
     assert_eq!(
-        penalties.len(),
-        reasons.len(),
-        "one reputation event per rejection"
+        penalties.len() as i64,
+        events_due,
+        "one reputation event per rejection and per failed proof"
     );
     // Whatever the cheat sent, the validator measured every honest submission: a rejection of
     // one for the validator's own failure to score it means the cheat's file sank it.

@@ -28,7 +28,7 @@ use shardwork_contracts::Ledger;
 use shardwork_contracts::ledger::ETH;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::testkit::anvil::Anvil;
-use shardwork_core::protocol::JobEvent;
+use shardwork_core::protocol::{EventKind, JobEvent, ProofStatus};
 use shardwork_core::testkit::services::{Service, record_skip, service_url, services_required};
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
 use shardwork_node::content::{ApiBlobs, put_bundle};
@@ -364,9 +364,37 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
     assert!(verdicts.len() >= 6, "three tasks per round: {verdicts:?}");
     for v in &verdicts {
         assert!(v.accepted, "an honest submission was rejected: {v:?}");
-        let replayed = v.report["proof_of_training"].as_array().unwrap();
-        assert!(!replayed.is_empty(), "no stretch replayed: {v:?}");
-        println!("round {} proof of training: {replayed:?}", v.round);
+        assert_eq!(
+            v.proof,
+            ProofStatus::Pending,
+            "a scored adapter's proof is due: {v:?}"
+        );
+    }
+    // Each proof was checked after its verdict, passed, and before the payout was computed.
+    let position = |kind: EventKind| events.iter().rposition(|e| e.event.event_kind() == kind);
+    let finalize = position(EventKind::Finalize).expect("the payout was queued");
+    let proofs: Vec<_> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match &e.event {
+            JobEvent::ProofChecked(p) => Some((i, p.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        proofs.len(),
+        verdicts.len(),
+        "one check per verdict: {proofs:?}"
+    );
+    for (i, p) in &proofs {
+        assert_eq!(
+            p.proof,
+            ProofStatus::Passed,
+            "an honest proof failed: {p:?}"
+        );
+        assert!(!p.stretches.is_empty(), "no stretch replayed: {p:?}");
+        assert!(*i < finalize, "a proof decided after the payout: {p:?}");
+        println!("round {} proof of training: {:?}", p.round, p.stretches);
     }
 
     let claimants: Vec<&str> = events

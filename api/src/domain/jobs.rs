@@ -1,7 +1,9 @@
 //! Finding jobs: by id inside a transaction, or through the coalesced reads that serve the
 //! hot `GET /v1/jobs/{id}` (see `crate::coalesce`).
 
+use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter};
 use uuid::Uuid;
 
@@ -15,6 +17,27 @@ pub async fn find_job<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<job::Model
         .one(db)
         .await?
         .ok_or_else(|| job_not_found(id))
+}
+
+/// The job `id`, read after writing its row in the caller's transaction, so that every other
+/// transaction that locks the same job waits until this one ends. The verdicts, merges and
+/// proof checks of one job lock it first: each then sees what the others committed (the last
+/// verdict of a round sees every other task accepted; the last proof sees the merge), which
+/// PostgreSQL's read-committed snapshots alone would not give two of them running at once.
+pub async fn lock_job<C: ConnectionTrait>(
+    txn: &C,
+    id: Uuid,
+    now: DateTime<Utc>,
+) -> Result<job::Model, DomainError> {
+    let locked = job::Entity::update_many()
+        .col_expr(job::Column::UpdatedAt, Expr::value(now))
+        .filter(job::Column::Id.eq(id))
+        .exec(txn)
+        .await?;
+    if locked.rows_affected != 1 {
+        return Err(job_not_found(id));
+    }
+    find_job(txn, id).await
 }
 
 /// The error for a job id that names no job.

@@ -1,7 +1,7 @@
 //! `submissions`: what a worker handed in for a task, and the validator's verdict on it.
 
 use sea_orm::entity::prelude::*;
-use shardwork_core::protocol::VerdictStatus;
+use shardwork_core::protocol::{ProofStatus, VerdictStatus};
 
 /// A row of `submissions`.
 #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
@@ -32,6 +32,16 @@ pub struct Model {
     pub validated_at: Option<DateTimeUtc>,
     /// The validator's measurements behind the verdict (metric, base metric, norms…).
     pub report: Option<Json>,
+    /// The validator that gave the verdict.
+    pub validated_by: Option<String>,
+    /// Its proof of training: due once a scored verdict is in, decided by a later replay.
+    pub proof_status: ProofStatus,
+    /// The replayed stretches and, for a failure, why.
+    pub proof_report: Option<Json>,
+    /// When the proof was decided.
+    pub proof_checked_at: Option<DateTimeUtc>,
+    /// The validator that decided it.
+    pub proof_checked_by: Option<String>,
 }
 
 /// None declared: related rows are queried by id.

@@ -180,6 +180,14 @@ fn routes(cfg: &mut web::ServiceConfig) {
                     vec![web::post().to(validator::verdict)],
                 ))
                 .service(resource(
+                    "/validator/proofs",
+                    vec![web::get().to(validator::pending_proofs)],
+                ))
+                .service(resource(
+                    "/validator/submissions/{id}/proof",
+                    vec![web::post().to(validator::proof)],
+                ))
+                .service(resource(
                     "/validator/rounds",
                     vec![web::get().to(validator::ready_rounds)],
                 )),

@@ -116,6 +116,8 @@ pub const BEARER: &str = "bearer";
         routes::tasks::submit,
         routes::validator::pending,
         routes::validator::verdict,
+        routes::validator::pending_proofs,
+        routes::validator::proof,
         routes::validator::ready_rounds,
         routes::validator::aggregate,
         routes::validator::model_failure,

@@ -447,17 +447,20 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     let r = send(&service, post_json(&worker_a, &format!("/v1/tasks/{}/submit", retry[0].task_id),
         json!({"version": 1, "task_id": retry[0].task_id, "lease_token": lease, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
     assert_eq!(r.status, 201, "{}", r.text);
-    let id = r.body["id"].as_str().unwrap();
+    let id = r.body["id"].as_str().unwrap().to_owned();
+    // The last verdict leaves its proof of training due: the round is merged without waiting
+    // for the replay, and the payout waits for it.
     let v = send(
         &service,
         post_json(
             &validator,
             &format!("/v1/validator/submissions/{id}/verdict"),
-            json!({"accepted": true, "quality": 0.7}),
+            json!({"accepted": true, "quality": 0.7, "proof_due": true}),
         ),
     )
     .await;
     assert_eq!(v.status, 200, "{}", v.text);
+    assert_eq!(v.body["proof"], "pending", "{}", v.text);
 
     // The last merge is paid out on chain; the follower completes the job from the chain.
     send(
@@ -477,7 +480,33 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     .await;
     let agg = send(&service, post_json(&validator, &format!("/v1/jobs/{job_id}/rounds/2/aggregate"),
         json!({"adapter_cid": merged_2, "metric": 0.93, "base_metric": 0.5, "metric_name": "accuracy"}))).await;
-    assert_eq!(agg.body["outcome"], "finalization_queued", "{}", agg.text);
+    assert_eq!(agg.body["outcome"], "payout_awaits_proofs", "{}", agg.text);
+    step(&app, &mut dispatcher).await;
+    let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
+    assert_eq!(
+        job.body["status"], "open",
+        "no payout before the proof: {}",
+        job.text
+    );
+    let proofs = send(&service, get(&validator, "/v1/validator/proofs")).await;
+    assert_eq!(proofs.body["submissions"][0]["submission_id"], id.as_str());
+    let checked = send(
+        &service,
+        post_json(
+            &validator,
+            &format!("/v1/validator/submissions/{id}/proof"),
+            json!({"passed": true, "stretches": [{"stretch": 1, "steps": [3, 4], "cosine": 1.0,
+                "norm_ratio": 1.0, "loss_gap": 0.0, "seconds": 0.5}]}),
+        ),
+    )
+    .await;
+    assert_eq!(checked.status, 200, "{}", checked.text);
+    assert_eq!(
+        checked.body["finalization_queued"], true,
+        "{}",
+        checked.text
+    );
+    assert_eq!(checked.body["pending"], 0, "{}", checked.text);
     step(&app, &mut dispatcher).await;
     let job = send(&service, get(&requester, &format!("/v1/jobs/{job_id}"))).await;
     assert_eq!(job.body["status"], "completed", "{}", job.text);
@@ -521,6 +550,26 @@ async fn federated_job_runs_from_funding_to_payout(backend: Backend) {
     )
     .await;
     let events = events.body["events"].as_array().unwrap().clone();
+    let position = |kind: &str| {
+        events
+            .iter()
+            .rposition(|e| e["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} event"))
+    };
+    // The verdict, the merge, the wait, the proof, then the payout.
+    assert!(
+        position("verdict") < position("aggregated")
+            && position("aggregated") < position("awaiting_proofs")
+            && position("awaiting_proofs") < position("proof_checked")
+            && position("proof_checked") < position("finalize"),
+        "{events:?}"
+    );
+    let proof_event = &events[position("proof_checked")]["payload"];
+    assert_eq!(
+        proof_event["validator"],
+        address(&validator_key()).to_string()
+    );
+    assert_eq!(proof_event["proof"], "passed");
     let completed = events
         .iter()
         .find(|e| e["kind"] == "completed")
@@ -966,10 +1015,10 @@ async fn workers_cannot_read_the_held_out_set_or_the_raw_dataset(backend: Backen
     );
 }
 
-/// A worker whose proof of training failed a replay (the validator's verdict says the job is
-/// forfeited) is leased none of the job's other tasks: it would be paid nothing for them, so
-/// they go to another worker. Only the verdict's `forfeits_job` does it: a plain rejection
-/// bars the worker from that task alone.
+/// A worker whose proof of training failed a replay (checked after its verdict) is leased none
+/// of the job's other tasks: it would be paid nothing for them, so they go to another worker.
+/// Only a failed proof does it: a plain rejection bars the worker from that task alone. The
+/// proof route refuses a proof that is not due, a failure without a reason, and a second check.
 async fn a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks(backend: Backend) {
     let Some(app) = TestApp::with_chain(backend).await else {
         return;
@@ -1008,15 +1057,29 @@ async fn a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks(backend: Backe
         assert_eq!(r.status, 201, "{}", r.text);
         submissions.push(r.body["id"].as_str().unwrap().to_owned());
     }
-    let verdict = |id: &str, report: Value| {
+    let verdict = |id: &str, proof_due: bool| {
         post_json(
             &validator,
             &format!("/v1/validator/submissions/{id}/verdict"),
             json!({"accepted": false, "quality": 0.0, "reason": "does not beat the start",
-                "report": report}),
+                "report": {"metric": 0.4}, "proof_due": proof_due}),
         )
     };
-    let plain = send(&service, verdict(&submissions[0], json!({"metric": 0.4}))).await;
+    let proof = |id: &str, body: Value| {
+        post_json(
+            &validator,
+            &format!("/v1/validator/submissions/{id}/proof"),
+            body,
+        )
+    };
+    let plain = send(&service, verdict(&submissions[0], false)).await;
+    assert_eq!(plain.body["proof"], "not_due", "{}", plain.text);
+    send(
+        &service,
+        proof(&submissions[0], json!({"passed": true, "stretches": []})),
+    )
+    .await
+    .problem(409, "conflict");
     assert_eq!(plain.status, 200, "{}", plain.text);
     let third = format!("/v1/tasks/{}/claim", tasks[2].task_id);
     let claim = send(&service, post_json(&cheat, &third, json!({}))).await;
@@ -1036,15 +1099,45 @@ async fn a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks(backend: Backe
     )
     .await;
     assert_eq!(released.status, 200, "{}", released.text);
+    let scored = send(&service, verdict(&submissions[1], true)).await;
+    assert_eq!(scored.status, 200, "{}", scored.text);
+    assert_eq!(scored.body["proof"], "pending", "{}", scored.text);
+    let pending = send(&service, get(&validator, "/v1/validator/proofs")).await;
+    assert_eq!(pending.status, 200, "{}", pending.text);
+    assert_eq!(
+        pending.body["submissions"][0]["submission_id"], submissions[1],
+        "{}",
+        pending.text
+    );
+    send(
+        &service,
+        proof(&submissions[1], json!({"passed": false, "stretches": []})),
+    )
+    .await
+    .problem(422, "validation");
+    let stretch = json!({"stretch": 2, "steps": [4, 6], "cosine": 0.1, "norm_ratio": 3.0,
+        "loss_gap": 0.5, "seconds": 1.5});
     let forged = send(
         &service,
-        verdict(
+        proof(
             &submissions[1],
-            json!({"forfeits_job": true, "proof_of_training": []}),
+            json!({"passed": false, "reason": "steps 4..=6 do not end where it says",
+                "stretches": [stretch]}),
         ),
     )
     .await;
     assert_eq!(forged.status, 200, "{}", forged.text);
+    assert_eq!(
+        forged.body["submission"]["proof"], "failed",
+        "{}",
+        forged.text
+    );
+    send(
+        &service,
+        proof(&submissions[1], json!({"passed": true, "stretches": []})),
+    )
+    .await
+    .problem(409, "conflict");
     step(&app, &mut dispatcher).await;
     let refused = send(&service, post_json(&cheat, &third, json!({}))).await;
     refused.problem(403, "forbidden");

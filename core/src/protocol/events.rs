@@ -12,7 +12,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::protocol::JobStatus;
+use crate::protocol::node::StretchReplay;
+use crate::protocol::{JobStatus, ProofStatus};
 
 /// Something that happened to a job.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -38,6 +39,9 @@ pub enum JobEvent {
     Submitted(Submitted),
     /// The validator judged a submission.
     Verdict(VerdictRecorded),
+    /// A validator replayed a stretch of a scored submission's run: its proof of training
+    /// passed, or failed and the worker forfeits the job.
+    ProofChecked(ProofChecked),
     /// A task went back to the queue (lease expired, or its adapter was rejected).
     TaskRequeued(TaskAttempt),
     /// A task used up its attempts.
@@ -46,6 +50,9 @@ pub enum JobEvent {
     RoundReady(RoundReady),
     /// The validator merged a round.
     Aggregated(Aggregated),
+    /// The last round was merged while proofs of training were still being checked: the
+    /// payout is computed when the last of them is decided.
+    AwaitingProofs(AwaitingProofs),
     /// The last round was merged: the payout is being sent on chain.
     Finalize(Finalize),
     /// One batch of the payout was mined (a payout too large for one transaction comes in
@@ -89,6 +96,8 @@ pub enum EventKind {
     Submitted,
     /// [`JobEvent::Verdict`].
     Verdict,
+    /// [`JobEvent::ProofChecked`].
+    ProofChecked,
     /// [`JobEvent::TaskRequeued`].
     TaskRequeued,
     /// [`JobEvent::TaskFailed`].
@@ -97,6 +106,8 @@ pub enum EventKind {
     RoundReady,
     /// [`JobEvent::Aggregated`].
     Aggregated,
+    /// [`JobEvent::AwaitingProofs`].
+    AwaitingProofs,
     /// [`JobEvent::Finalize`].
     Finalize,
     /// [`JobEvent::Paid`].
@@ -115,7 +126,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in the order `JobEvent` lists them.
-    pub const ALL: [EventKind; 20] = [
+    pub const ALL: [EventKind; 22] = [
         EventKind::Created,
         EventKind::Cancelled,
         EventKind::Funded,
@@ -125,10 +136,12 @@ impl EventKind {
         EventKind::TaskClaimed,
         EventKind::Submitted,
         EventKind::Verdict,
+        EventKind::ProofChecked,
         EventKind::TaskRequeued,
         EventKind::TaskFailed,
         EventKind::RoundReady,
         EventKind::Aggregated,
+        EventKind::AwaitingProofs,
         EventKind::Finalize,
         EventKind::Paid,
         EventKind::Completed,
@@ -150,10 +163,12 @@ impl EventKind {
             EventKind::TaskClaimed => "task_claimed",
             EventKind::Submitted => "submitted",
             EventKind::Verdict => "verdict",
+            EventKind::ProofChecked => "proof_checked",
             EventKind::TaskRequeued => "task_requeued",
             EventKind::TaskFailed => "task_failed",
             EventKind::RoundReady => "round_ready",
             EventKind::Aggregated => "aggregated",
+            EventKind::AwaitingProofs => "awaiting_proofs",
             EventKind::Finalize => "finalize",
             EventKind::Paid => "paid",
             EventKind::Completed => "completed",
@@ -189,10 +204,12 @@ impl JobEvent {
             JobEvent::TaskClaimed(_) => EventKind::TaskClaimed,
             JobEvent::Submitted(_) => EventKind::Submitted,
             JobEvent::Verdict(_) => EventKind::Verdict,
+            JobEvent::ProofChecked(_) => EventKind::ProofChecked,
             JobEvent::TaskRequeued(_) => EventKind::TaskRequeued,
             JobEvent::TaskFailed(_) => EventKind::TaskFailed,
             JobEvent::RoundReady(_) => EventKind::RoundReady,
             JobEvent::Aggregated(_) => EventKind::Aggregated,
+            JobEvent::AwaitingProofs(_) => EventKind::AwaitingProofs,
             JobEvent::Finalize(_) => EventKind::Finalize,
             JobEvent::Paid(_) => EventKind::Paid,
             JobEvent::Completed(_) => EventKind::Completed,
@@ -210,6 +227,7 @@ impl JobEvent {
             JobEvent::TaskClaimed(e) => Some(&e.worker),
             JobEvent::Submitted(e) => Some(&e.worker),
             JobEvent::Verdict(e) => Some(&e.worker),
+            JobEvent::ProofChecked(e) => Some(&e.worker),
             _ => None,
         }
     }
@@ -220,6 +238,7 @@ impl JobEvent {
             JobEvent::TaskClaimed(e) => Some(e.task_id),
             JobEvent::Submitted(e) => Some(e.task_id),
             JobEvent::Verdict(e) => Some(e.task_id),
+            JobEvent::ProofChecked(e) => Some(e.task_id),
             JobEvent::TaskRequeued(e) | JobEvent::TaskFailed(e) => Some(e.task_id),
             _ => None,
         }
@@ -437,6 +456,49 @@ pub struct VerdictRecorded {
     /// The measurements behind the verdict (metric, base metric, norms…).
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub report: serde_json::Value,
+    /// The validator that judged it; absent in events recorded before validators were named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validator: Option<String>,
+    /// Its proof of training: `pending` when a stretch is still to be replayed (the payout
+    /// waits), `not_due` when the adapter was not scored.
+    #[serde(default = "proof_not_due")]
+    pub proof: ProofStatus,
+}
+
+fn proof_not_due() -> ProofStatus {
+    ProofStatus::NotDue
+}
+
+/// Payload of `proof_checked`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProofChecked {
+    /// The submission whose run was replayed.
+    pub submission_id: Uuid,
+    /// Its task.
+    pub task_id: Uuid,
+    /// The task's round.
+    pub round: u32,
+    /// The address of the worker who trained the adapter.
+    pub worker: String,
+    /// The address of the validator that replayed it.
+    pub validator: String,
+    /// `passed` or `failed` (the worker forfeits the job).
+    pub proof: ProofStatus,
+    /// Why it failed.
+    pub reason: Option<String>,
+    /// The stretches replayed.
+    pub stretches: Vec<StretchReplay>,
+    /// The job's proofs still to be checked after this one.
+    pub pending: u32,
+}
+
+/// Payload of `awaiting_proofs`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AwaitingProofs {
+    /// Proofs of training still to be checked before the payout is computed.
+    pub pending: u32,
 }
 
 /// A task that went back to the queue or failed, with its attempts so far.
@@ -699,6 +761,18 @@ mod tests {
         );
     }
 
+    /// A verdict stored before proofs were checked apart reads back with no validator and no
+    /// proof due, so old feeds still parse.
+    #[test]
+    fn a_verdict_recorded_before_proofs_moved_reads_back() {
+        let old = json!({"submission_id": Uuid::nil(), "task_id": Uuid::nil(), "round": 1,
+            "worker": "0x1", "accepted": true, "quality": 0.5, "reason": null, "report": {}});
+        let Ok(JobEvent::Verdict(v)) = JobEvent::from_parts("verdict", old) else {
+            panic!("an old verdict reads back");
+        };
+        assert_eq!((v.validator, v.proof), (None, ProofStatus::NotDue));
+    }
+
     #[test]
     fn every_kind_names_the_variant_serde_writes() {
         let verdict = JobEvent::Verdict(VerdictRecorded {
@@ -710,6 +784,8 @@ mod tests {
             quality: 0.0,
             reason: Some("no gain".into()),
             report: json!({"metric": 0.5}),
+            validator: None,
+            proof: ProofStatus::NotDue,
         });
         let refund = JobEvent::RefundDue(RefundDue {
             deadline: DateTime::<Utc>::from_timestamp(0, 0).unwrap(),

@@ -32,7 +32,7 @@ pub use job_spec::{
 };
 pub use manifest::{HeldOutRef, ShardManifest, ShardRef};
 pub use records::{ChatMessage, DatasetRecord, Label, RecordError};
-pub use status::{JobStatus, RoundStatus, TaskStatus, VerdictStatus};
+pub use status::{JobStatus, ProofStatus, RoundStatus, TaskStatus, VerdictStatus};
 pub use submission::{Submission, SubmissionMetrics};
 pub use task::{TASK_QUEUE, TaskMessage};
 pub use validation::{FieldError, SpecErrors};

@@ -123,20 +123,48 @@ pub struct Verdict {
     /// The measurements behind the verdict (metric, base metric, norms…).
     #[serde(default)]
     pub report: serde_json::Value,
+    /// Whether the submission's proof of training is to be checked (it was scored, so its run
+    /// has an end to replay to), whatever the verdict: a forgery that also fails a rule must
+    /// still forfeit the job. The proof comes later, in a [`ProofCheck`]; the payout waits.
+    #[serde(default)]
+    pub proof_due: bool,
 }
 
-/// The key of a verdict's `report` that, set to `true`, says the submission's proof of training
-/// did not hold up: the worker sent work it did not do, and forfeits its pay for the whole job,
-/// rounds it did honestly included (docs/decisions/0033). One unchecked corner cut would
-/// otherwise cost a cheat only that task's pay, and only when the replay draws that corner.
-pub const FORFEITS_JOB: &str = "forfeits_job";
+/// The validator's check of a submission's proof of training, sent after its verdict (the
+/// round does not wait for it; the job's payout does).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProofCheck {
+    /// Whether every replayed stretch ended where the submission said. `false` forfeits the
+    /// worker's whole job, rounds it did honestly included (docs/decisions/0033): one unchecked
+    /// corner cut would otherwise cost a cheat only that task's pay, and only when drawn.
+    pub passed: bool,
+    /// Why the proof failed; required when it did.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The stretches replayed, in the order they were.
+    #[serde(default)]
+    pub stretches: Vec<StretchReplay>,
+}
 
-/// Whether a verdict's `report` says the worker forfeits the job ([`FORFEITS_JOB`]).
-pub fn forfeits_job(report: &serde_json::Value) -> bool {
-    report
-        .get(FORFEITS_JOB)
-        .and_then(serde_json::Value::as_bool)
-        == Some(true)
+/// One replayed stretch of a run and how its end compared with the claimed one.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StretchReplay {
+    /// Which stretch of the run, from 0.
+    pub stretch: u32,
+    /// Its first and last optimiser step.
+    pub steps: [u64; 2],
+    /// Cosine between the claimed and the replayed update; null when not finite.
+    pub cosine: Option<f64>,
+    /// Norm of the claimed update over the replayed one's; null when not finite.
+    pub norm_ratio: Option<f64>,
+    /// The largest relative gap between claimed and replayed losses; null when not finite.
+    pub loss_gap: Option<f64>,
+    /// How long the replay took, in seconds.
+    pub seconds: f64,
 }
 
 /// Rounds whose adapters are all accepted and wait for the validator's merge.

@@ -126,6 +126,30 @@ status_enum! {
     }
 }
 
+status_enum! {
+    /// Where a submission's proof of training stands. The verdict does not wait for it: the
+    /// replay runs after the verdict, off the round's critical path, and the job's payout waits
+    /// until every due proof is decided (docs/decisions/0042).
+    pub enum ProofStatus {
+        /// No proof is checked: the adapter was not scored (malformed, not finite, oversized),
+        /// so there is no run's end to replay to, or no verdict yet.
+        NotDue = "not_due",
+        /// Scored: a stretch of its run is to be trained again; the payout waits for it.
+        Pending = "pending",
+        /// The replayed stretches ended where the submission said.
+        Passed = "passed",
+        /// The proof is missing, malformed or does not replay: the worker forfeits the job.
+        Failed = "failed",
+    }
+}
+
+impl ProofStatus {
+    /// Whether the proof is decided (passed, failed, or never due).
+    pub fn is_decided(self) -> bool {
+        self != ProofStatus::Pending
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,6 +171,9 @@ mod tests {
         }
         for s in VerdictStatus::ALL {
             assert_eq!(VerdictStatus::parse(s.as_str()), Some(s));
+        }
+        for s in ProofStatus::ALL {
+            assert_eq!(ProofStatus::parse(s.as_str()), Some(s));
         }
         assert_eq!(JobStatus::parse("running"), None);
     }

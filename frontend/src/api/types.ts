@@ -34,6 +34,8 @@ export function fundingOf(job: JobView, chain: { chainId: number | null; escrowA
 /** Every job status, in the server's order (generated from the API's document). */
 export const JOB_STATUSES = ENUMS.JobStatus;
 export type JobStatus = Schemas['JobStatus'];
+/** Where a submission's proof of training stands: checked after its verdict, before the payout. */
+export type ProofStatus = Schemas['ProofStatus'];
 
 export function isTerminal(status: string): boolean {
   return status === 'completed' || status === 'cancelled' || status === 'refunded';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { EventView, JobEvent } from '../api/types';
-import { applyEvents, EMPTY_PROGRESS, metricName, metricSeries, roundDone } from './progress';
+import { applyEvents, EMPTY_PROGRESS, metricName, metricSeries, pendingProofs, roundDone } from './progress';
 
 let id = 0;
 /** An event of `kind` as the feed serves it, with the next id. */
@@ -64,7 +64,17 @@ describe('applyEvents', () => {
     const r = p.rounds[0]!;
     expect(r.claims).toHaveLength(2);
     expect(r.submissions.map((s) => s.verdict?.accepted)).toEqual([true, false]);
-    expect(r.submissions[0]!.verdict).toEqual({ accepted: true, quality: 0.8, reason: null, metric: 0.7, base_metric: 0.5 });
+    expect(r.submissions[0]!.verdict).toEqual({
+      accepted: true,
+      quality: 0.8,
+      reason: null,
+      metric: 0.7,
+      base_metric: 0.5,
+      validator: null,
+      proof: 'not_due',
+      proof_by: null,
+      proof_reason: null,
+    });
     expect(r.submissions[1]!.verdict?.reason).toBe('no improvement');
     expect(r.aggregated).toEqual({ adapter_cid: 'bafyA', metric: 0.72, base_metric: 0.5, metric_name: 'accuracy' });
     expect(metricName(p)).toBe('accuracy');
@@ -73,6 +83,56 @@ describe('applyEvents', () => {
     expect(p.completed?.payouts).toEqual([{ address: '0xa', amount_wei: '900', reputation: 120 }]);
     expect(p.other.map((e) => e.kind)).toEqual(['started', 'finalize']);
     expect(p.lastEventId).toBe(id);
+  });
+
+  it('follows proofs of training checked after their verdicts, up to the payout', () => {
+    const verdict = (submission_id: string, task: 0 | 1, worker: string) =>
+      ev('verdict', {
+        task_id: TASK[task],
+        round: 1,
+        submission_id,
+        worker,
+        accepted: true,
+        quality: 0.9,
+        reason: null,
+        report: {},
+        validator: '0xv1',
+        proof: 'pending',
+      });
+    const checked = (submission_id: string, task: 0 | 1, worker: string, passed: boolean, pending: number) =>
+      ev('proof_checked', {
+        submission_id,
+        task_id: TASK[task],
+        round: 1,
+        worker,
+        validator: '0xv2',
+        proof: passed ? 'passed' : 'failed',
+        reason: passed ? null : 'stretch 2 does not replay',
+        stretches: [{ stretch: 1, steps: [3, 4], cosine: 1, norm_ratio: 1, loss_gap: 0, seconds: 2.5 }],
+        pending,
+      });
+    let p = applyEvents(EMPTY_PROGRESS, [
+      opened(1, 2),
+      ev('submitted', { task_id: TASK[0], round: 1, shard: 0, worker: '0xa', submission_id: 's1', samples: 3, adapter_cid: 'bafy1' }),
+      ev('submitted', { task_id: TASK[1], round: 1, shard: 1, worker: '0xb', submission_id: 's2', samples: 3, adapter_cid: 'bafy2' }),
+      verdict('s1', 0, '0xa'),
+      verdict('s2', 1, '0xb'),
+    ]);
+    expect(pendingProofs(p)).toBe(2);
+    expect(p.awaitingProofs).toBeNull();
+    p = applyEvents(p, [
+      checked('s1', 0, '0xa', true, 1),
+      ev('aggregated', { round: 1, adapter_cid: 'bafyA', metric: 0.7, base_metric: 0.5, metric_name: 'accuracy', details: {} }),
+      ev('awaiting_proofs', { pending: 1 }),
+    ]);
+    expect(p.awaitingProofs).toBe(1);
+    expect(pendingProofs(p)).toBe(1);
+    p = applyEvents(p, [checked('s2', 1, '0xb', false, 0)]);
+    const [s1, s2] = p.rounds[0]!.submissions;
+    expect(s1!.verdict).toMatchObject({ validator: '0xv1', proof: 'passed', proof_by: '0xv2' });
+    expect(s2!.verdict).toMatchObject({ proof: 'failed', proof_reason: 'stretch 2 does not replay' });
+    expect(p.awaitingProofs).toBe(0);
+    expect(pendingProofs(p)).toBe(0);
   });
 
   it('reads a verdict report without the scores as unmeasured', () => {

@@ -1,7 +1,7 @@
 // A job's story, folded from its event feed (`GET /v1/jobs/{id}/events`, and the same events
 // live over SSE). Event kinds and payloads are the API's generated types; a kind those types do
 // not name is kept and shown as it is, so a newer server never hides what happened.
-import type { EventView } from '../api/types';
+import type { EventView, ProofStatus } from '../api/types';
 
 export interface Claim {
   shard: number;
@@ -24,6 +24,14 @@ export interface Verdict {
   /** From the verdict's free-form `report`: null where the validator did not measure it. */
   metric: number | null;
   base_metric: number | null;
+  /** The validator that judged it (null in events recorded before validators were named). */
+  validator: string | null;
+  /** Its proof of training: `pending` until a validator replays a stretch of the run, after the verdict. */
+  proof: ProofStatus;
+  /** The validator that replayed it, once decided. */
+  proof_by: string | null;
+  /** Why the proof failed. */
+  proof_reason: string | null;
 }
 
 export interface RoundView {
@@ -49,6 +57,8 @@ export interface JobProgress {
   /** The refund, with why: the deadline passed, or the job was ended early (a task used up its attempts). */
   refunded: { tx_hash: string; reason: string | null; stake_wei: string } | null;
   cancelled: boolean;
+  /** Proofs of training the payout still waits for, once the last round is merged; null before. */
+  awaitingProofs: number | null;
   /** Events of kinds not modelled here, in order. */
   other: EventView[];
   lastEventId: number | null;
@@ -60,6 +70,7 @@ export const EMPTY_PROGRESS: JobProgress = {
   completed: null,
   refunded: null,
   cancelled: false,
+  awaitingProofs: null,
   other: [],
   lastEventId: null,
 };
@@ -138,12 +149,28 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
           // The validator's scores travel in the verdict's `report`, a free-form object.
           metric: reported(d.report.metric),
           base_metric: reported(d.report.base_metric),
+          validator: d.validator ?? null,
+          proof: d.proof ?? 'not_due',
+          proof_by: null,
+          proof_reason: null,
         };
         const target = p.rounds.flatMap((r) => r.submissions).find((s) => s.submission_id === d.submission_id);
         if (target) target.verdict = verdict;
         else p.other.push(event);
         break;
       }
+      case 'proof_checked': {
+        const d = event.payload;
+        const target = p.rounds.flatMap((r) => r.submissions).find((s) => s.submission_id === d.submission_id);
+        if (target?.verdict) {
+          target.verdict = { ...target.verdict, proof: d.proof, proof_by: d.validator, proof_reason: d.reason ?? null };
+        } else p.other.push(event);
+        if (p.awaitingProofs !== null) p.awaitingProofs = d.pending;
+        break;
+      }
+      case 'awaiting_proofs':
+        p.awaitingProofs = event.payload.pending;
+        break;
       case 'aggregated': {
         const d = event.payload;
         round(p, d.round).aggregated = {
@@ -197,6 +224,11 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
 export function roundDone(r: RoundView): { done: number; total: number | null } {
   const accepted = new Set(r.submissions.filter((s) => s.verdict?.accepted).map((s) => s.shard));
   return { done: accepted.size, total: r.tasks };
+}
+
+/** Submissions whose proofs of training are still to be replayed: the payout waits for them. */
+export function pendingProofs(progress: JobProgress): number {
+  return progress.rounds.flatMap((r) => r.submissions).filter((s) => s.verdict?.proof === 'pending').length;
 }
 
 /** The name of the held-out metric the validator scores merges by (`accuracy`, `loss`), once a round is merged. */

@@ -13,7 +13,7 @@ import { MetricChart } from '../components/MetricChart';
 import { Training } from '../components/Training';
 import { capitalise, fixed, shortAddress, statusLabel, when } from '../format';
 import { heldOutLabel, trainingByRound } from '../jobs/curves';
-import { applyEvents, EMPTY_PROGRESS, metricName, metricSeries, roundDone, type JobProgress } from '../jobs/progress';
+import { applyEvents, EMPTY_PROGRESS, metricName, metricSeries, pendingProofs, roundDone, type JobProgress, type Verdict } from '../jobs/progress';
 import { errorMessage, usePortal } from '../state';
 import { escrowJobId, ETH, waitForReceipt, type Funding } from '../wallet/escrow';
 import { assetOf, formatAmount, fundingRevertMessage, sendFunding, stakeAssetOf, tokenStanding, type TokenStanding } from '../wallet/stake';
@@ -244,6 +244,7 @@ export function JobPage({ id }: { id: string }) {
                         <th scope="col">Verdict</th>
                         <th scope="col">Quality</th>
                         <th scope="col">Metric (base)</th>
+                        <th scope="col">Proof of training</th>
                       </tr>
                     </thead>
                     <tbody>
@@ -266,6 +267,9 @@ export function JobPage({ id }: { id: string }) {
                             {fixed(s.verdict?.metric, 4)}
                             {s.verdict?.base_metric !== null && s.verdict?.base_metric !== undefined && ` (${fixed(s.verdict.base_metric, 4)})`}
                           </td>
+                          <td>
+                            <ProofCell verdict={s.verdict} />
+                          </td>
                         </tr>
                       ))}
                     </tbody>
@@ -276,6 +280,19 @@ export function JobPage({ id }: { id: string }) {
           ))
         )}
       </section>
+
+      {!progress.completed && !progress.refunded && progress.awaitingProofs !== null && (
+        <Alert kind="info">
+          Every round is merged. The payout waits for {progress.awaitingProofs} proof
+          {progress.awaitingProofs === 1 ? '' : 's'} of training still to be replayed.
+        </Alert>
+      )}
+      {!progress.completed && !progress.refunded && progress.awaitingProofs === null && pendingProofs(progress) > 0 && (
+        <p className="muted" role="status">
+          {pendingProofs(progress)} proof{pendingProofs(progress) === 1 ? '' : 's'} of training being replayed while the job
+          trains; the payout waits for them.
+        </p>
+      )}
 
       {progress.completed && (
         <section className="card" aria-labelledby="payout-title">
@@ -386,6 +403,22 @@ function useTraining(id: string, enabled: boolean, running: boolean, reload: str
   }, [p.api, id, enabled, running, reload]);
   const rounds = useMemo(() => (data ? trainingByRound(data) : null), [data]);
   return { data: rounds, error };
+}
+
+/** A submission's proof of training: replayed after its verdict, by which validator, and how it ended. */
+function ProofCell({ verdict }: { verdict: Verdict | null }) {
+  if (verdict === null || verdict.proof === 'not_due') return <span className="muted">—</span>;
+  if (verdict.proof === 'pending') return <span className="muted">to be replayed</span>;
+  const by = verdict.proof_by ? ` by ${shortAddress(verdict.proof_by)}` : '';
+  return verdict.proof === 'passed' ? (
+    <span className="verdict verdict--ok" title={verdict.proof_by ?? undefined}>
+      replayed{by}
+    </span>
+  ) : (
+    <span className="verdict verdict--no" title={verdict.proof_reason ?? undefined}>
+      failed{by}: the worker forfeits the job
+    </span>
+  );
 }
 
 function TxLink({ chainId, hash }: { chainId: number | null; hash: string }) {

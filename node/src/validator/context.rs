@@ -184,10 +184,17 @@ impl Contexts {
         }
     }
 
-    /// The job's last round is merged: its context is not needed any more.
+    /// The job's last round is merged: no more verdicts or merges, and idle preparation skips
+    /// it. Its context stays for the proofs still due ([`Contexts::release_finished`]).
     pub fn finish(&mut self, job_id: Uuid) {
-        self.loaded.remove(&job_id);
         self.finished.insert(job_id);
+    }
+
+    /// Drops the contexts of finished jobs none of whose proofs are in `due`.
+    pub fn release_finished(&mut self, due: &BTreeSet<Uuid>) {
+        let finished = &self.finished;
+        self.loaded
+            .retain(|id, _| !finished.contains(id) || due.contains(id));
     }
 
     /// While idle, loads the context (model, held-out set, base score) of one open job that

@@ -8,7 +8,15 @@
 //! * [`replay`]: the proof of training, checked by training a stretch of the run again;
 //! * [`context`]: each job's model, held-out set and base score, loaded once (ahead of time
 //!   while idle);
-//! * this module: the poll loop, scoring a submission and merging a round.
+//! * this module: the poll loop, scoring a submission, merging a round and checking a proof.
+//!
+//! ## Proofs after verdicts
+//! A verdict waits only for what protects the requester's result: the held-out score and the
+//! rules. The proof of training (a replayed stretch of the run) is checked after it, while the
+//! next round trains: each pass first judges every pending submission and merges every ready
+//! round, and only a pass that found none of that replays one due proof. A round's merge and
+//! the next round's tasks never wait for a replay; the job's payout does (the API computes it
+//! when the last proof is decided). Docs: decisions/0042.
 //!
 //! ## Never stalled by one submission or one job
 //! Whatever is wrong with a submission (unfetchable, unloadable, a configuration or shape that
@@ -44,9 +52,8 @@ use crate::models::WorkDir;
 use context::{Contexts, JobContext, JobRef, Loader};
 use replay::StretchCheck;
 pub use rules::{Nearest, Rules, Scores, judge};
-use shardwork_client::{Aggregate, ApiClient, PendingValidation, ReadyRound, Verdict};
+use shardwork_client::{Aggregate, ApiClient, PendingValidation, ProofCheck, ReadyRound, Verdict};
 use shardwork_core::protocol::Aggregation;
-use shardwork_core::protocol::node::FORFEITS_JOB;
 use shardwork_core::store::keys::Sealed;
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
@@ -103,21 +110,31 @@ pub struct ValidatorNode {
 }
 
 impl ValidatorNode {
-    /// Runs passes until `shutdown` turns true, preparing job contexts while idle; a failed pass
-    /// is logged and retried at the next poll, not fatal.
+    /// Runs passes until `shutdown` turns true: verdicts and merges first, then, when there
+    /// were none, one due proof of training; job contexts are prepared while idle. A failed
+    /// pass is logged and retried at the next poll, not fatal.
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> Result<(), NodeError> {
         let mut contexts = Contexts::default();
         loop {
             if *shutdown.borrow() {
                 return Ok(());
             }
-            let worked = match self.pass(&mut contexts).await {
+            let mut worked = match self.pass(&mut contexts).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "validator pass failed");
                     0
                 }
             };
+            if worked == 0 {
+                worked = match self.proof_pass(&mut contexts).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "proof pass failed");
+                        0
+                    }
+                };
+            }
             if worked == 0 {
                 contexts.prepare_one(&self.loader()).await;
                 tokio::select! {
@@ -137,8 +154,9 @@ impl ValidatorNode {
         }
     }
 
-    /// Judges every pending submission and merges every ready round once; returns how many
-    /// verdicts and merges the API took. Only failing to list the work fails the pass: a
+    /// Judges every pending submission and merges every ready round once (no proof is
+    /// replayed here: see [`ValidatorNode::proof_pass`]); returns how many verdicts and merges
+    /// the API took. Only failing to list the work fails the pass: a
     /// submission or round that cannot be handled now is logged and left for the next pass
     /// while the others go on.
     pub async fn pass(&self, contexts: &mut Contexts) -> Result<usize, NodeError> {
@@ -167,7 +185,8 @@ impl ValidatorNode {
                 }
             };
             tracing::info!(submission = %pending.submission_id, worker = %pending.worker,
-                accepted = verdict.accepted, quality = verdict.quality, reason = ?verdict.reason, "verdict");
+                accepted = verdict.accepted, quality = verdict.quality, reason = ?verdict.reason,
+                proof_due = verdict.proof_due, "verdict");
             match self.api.verdict(pending.submission_id, &verdict).await {
                 Ok(()) => worked += 1,
                 Err(e) if e.is_conflict() => {}
@@ -213,6 +232,88 @@ impl ValidatorNode {
             }
         }
         Ok(worked)
+    }
+
+    /// Checks the oldest due proof of training this validator can check: replays the stretch of
+    /// its run drawn for it and reports the outcome. Returns 1 when the API took a check, 0
+    /// when none was due (or none could be checked now: each is logged and left for a later
+    /// pass). One proof per pass, so a verdict that arrives meanwhile waits one replay at most.
+    pub async fn proof_pass(&self, contexts: &mut Contexts) -> Result<usize, NodeError> {
+        let loader = self.loader();
+        let due = self.api.pending_proofs(50).await?;
+        // Contexts of merged jobs are kept for their proofs, and released after the last.
+        contexts.release_finished(&due.iter().map(|p| p.job_id).collect());
+        for pending in due {
+            let job = JobRef {
+                job_id: pending.job_id,
+                spec_cid: pending.job_spec_cid.as_deref(),
+                held_out_cid: pending.held_out_cid.as_deref(),
+            };
+            let context = match contexts.get(&loader, job).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(job = %pending.job_id, submission = %pending.submission_id,
+                        error = %e, "job cannot be replayed now; its proofs wait");
+                    continue;
+                }
+            };
+            let check = match self.prove(&context, &pending).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(submission = %pending.submission_id, error = %e,
+                        "proof not checked this pass");
+                    continue;
+                }
+            };
+            tracing::info!(submission = %pending.submission_id, worker = %pending.worker,
+                passed = check.passed, reason = ?check.reason, "proof of training checked");
+            return match self.api.proof(pending.submission_id, &check).await {
+                Ok(()) => Ok(1),
+                // Decided meanwhile (another validator) or the job ended: nothing to record.
+                Err(e) if e.is_conflict() => Ok(1),
+                Err(e) => {
+                    tracing::warn!(submission = %pending.submission_id, error = %e,
+                        "proof check not recorded; checked again next pass");
+                    Ok(0)
+                }
+            };
+        }
+        Ok(0)
+    }
+
+    /// The check of `pending`'s proof of training: its adapter bundle (with the run's trace)
+    /// fetched and the drawn stretch replayed. `Err` only for what is not the submission's
+    /// fault; a bundle that no longer opens is the worker's (it opened for the verdict).
+    async fn prove(
+        &self,
+        context: &Arc<JobContext>,
+        pending: &PendingValidation,
+    ) -> Result<ProofCheck, NodeError> {
+        let dir = self.work_dir.scratch("proof-")?;
+        let adapter_dir = dir.path().join("submitted");
+        let sealed_to = context.submission_seal(pending.task_id, &pending.worker);
+        if let Err(e) = fetch_bundle(
+            self.blobs.as_ref(),
+            &pending.adapter_cid,
+            &adapter_dir,
+            Some(&sealed_to),
+        )
+        .await
+        {
+            return Ok(ProofCheck {
+                passed: false,
+                reason: Some(format!(
+                    "proof of training: the adapter's bundle could not be fetched: {e}"
+                )),
+                stretches: Vec::new(),
+            });
+        }
+        let proof = self.check_proof(context, pending, &adapter_dir).await?;
+        Ok(ProofCheck {
+            passed: proof.failure.is_none(),
+            reason: proof.failure,
+            stretches: proof.checks.iter().map(StretchCheck::replay).collect(),
+        })
     }
 
     /// The round's starting adapter (none in round 1) and its held-out score (the base
@@ -277,6 +378,7 @@ impl ValidatorNode {
             quality: 0.0,
             reason: Some(reason),
             report: json!({ "base_metric": base_metric, "metric_name": metric_name }),
+            proof_due: false,
         };
         // Byte-for-byte replays and copies are told by their CIDs, before anything is fetched.
         if pending.previous_adapter_cid.as_deref() == Some(pending.adapter_cid.as_str()) {
@@ -332,8 +434,6 @@ impl ValidatorNode {
                     "earlier submission not comparable"),
             }
         }
-        let submitted_dir = adapter_dir.clone();
-        let job_context = context.clone();
         let context = context.clone();
         let device = self.device.clone();
         let rules = self.rules;
@@ -369,6 +469,7 @@ impl ValidatorNode {
                     quality: 0.0,
                     reason: Some(format!("the adapter could not be scored: {e}")),
                     report: json!({ "base_metric": base_metric, "metric_name": metric_name }),
+                    proof_due: false,
                 },
                 scored: false,
             })
@@ -379,32 +480,14 @@ impl ValidatorNode {
             verdict: mut judged,
             scored,
         } = measured;
-        // A scored adapter's proof is replayed whatever its verdict: were only accepted ones
+        // A scored adapter's proof is due whatever its verdict: were only accepted ones
         // replayed, a forgery that also fails a rule (a lazy run below the minimum gain, a
         // copy) would lose that task's pay and keep the job's, and forging would cost a cheat
         // nothing more than honest failure. An unscored one (malformed, NaN, oversized) is not:
         // there is no run's end to compare, and an honest run that diverged would replay to
-        // the same NaN and be called a forgery.
-        if !judged.accepted && !scored {
-            return Ok(judged);
-        }
-        let proof = self
-            .check_proof(&job_context, pending, &submitted_dir)
-            .await?;
-        judged.report["proof_of_training"] =
-            proof.checks.iter().map(StretchCheck::report).collect();
-        if let Some(failure) = proof.failure {
-            judged.reason = Some(match judged.reason.take() {
-                Some(rule) if !judged.accepted => format!("{failure}; besides, {rule}"),
-                _ => failure,
-            });
-            judged.accepted = false;
-            judged.quality = 0.0;
-            // Work claimed and not done costs the whole job's pay, not this task's alone: with
-            // one stretch in four replayed, a cheat that forged one would otherwise lose a
-            // task's pay a quarter of the time for a quarter of the work saved, about even.
-            judged.report[FORFEITS_JOB] = json!(true);
-        }
+        // the same NaN and be called a forgery. The replay comes after the verdict
+        // (`proof_pass`), off the round's critical path.
+        judged.proof_due = scored;
         Ok(judged)
     }
 
@@ -512,6 +595,7 @@ fn measure(
             quality: 0.0,
             reason: Some(reason),
             report: json!({}),
+            proof_due: false,
         },
         scored: false,
     };
@@ -595,6 +679,7 @@ fn measure(
                 "cosine": finite_or_null(n.cosine), "norm_ratio": finite_or_null(n.norm_ratio),
             })),
         }),
+        proof_due: false,
     };
     Ok(Measured { verdict, scored })
 }

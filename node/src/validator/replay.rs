@@ -8,7 +8,8 @@
 //! whole run checked, at the cost of training the task again.
 //!
 //! Every scored submission is replayed, rejected or not, so that failing a rule never shelters
-//! a forgery from forfeiting the job.
+//! a forgery from forfeiting the job. The replay runs after the verdict, off the round's
+//! critical path (docs/decisions/0042); the job's payout waits for it.
 //!
 //! Why it catches lazy work without training every task again: a worker that did less than a
 //! stretch's worth of the steps cannot say where any stretch ends, so whichever is drawn
@@ -18,8 +19,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::json;
-use shardwork_client::PendingValidation;
+use shardwork_client::{PendingValidation, StretchReplay};
 use shardwork_core::protocol::ShardManifest;
 use shardwork_core::protocol::submission::{TRACE_FILE, TRACE_SEGMENTS};
 use shardwork_trainer::peft::Adapter;
@@ -84,17 +84,17 @@ impl StretchCheck {
         })
     }
 
-    /// The check as the verdict's report shows it.
-    pub fn report(&self) -> serde_json::Value {
+    /// The check as the API records it.
+    pub fn replay(&self) -> StretchReplay {
         let finite = |x: f64| x.is_finite().then_some(x);
-        json!({
-            "stretch": self.index,
-            "steps": [self.from + 1, self.until],
-            "cosine": finite(self.divergence.cosine),
-            "norm_ratio": finite(self.divergence.norm_ratio),
-            "loss_gap": finite(self.loss_gap),
-            "seconds": self.seconds,
-        })
+        StretchReplay {
+            stretch: self.index as u32,
+            steps: [self.from as u64 + 1, self.until as u64],
+            cosine: finite(self.divergence.cosine),
+            norm_ratio: finite(self.divergence.norm_ratio),
+            loss_gap: finite(self.loss_gap),
+            seconds: self.seconds,
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod failures;
 pub mod payout;
 pub mod progress;
+pub mod proofs;
 pub mod rounds;
 pub mod tasks;
 pub mod verdicts;

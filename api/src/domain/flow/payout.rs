@@ -13,17 +13,16 @@
 //! 0.8 scores 8,000; one with a third of its samples, a third of that. A worker whose adapters
 //! were all rejected is listed with 0: it is paid nothing and the chain lowers its reputation.
 //!
-//! A worker one of whose verdicts says it forfeits the job (its proof of training did not
-//! replay: [`FORFEITS_JOB`](shardwork_core::protocol::node::FORFEITS_JOB)) scores 0 too,
+//! A worker one of whose submissions failed its proof of training (a replayed stretch did not
+//! end where it said: [`ProofStatus::Failed`]) forfeits the job and scores 0 too,
 //! whatever else it had accepted, and its samples leave the largest-contributor count, so the
 //! honest are scored as if it had never taken part.
 
 use std::collections::BTreeMap;
 
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
-use shardwork_core::protocol::VerdictStatus;
 pub use shardwork_core::protocol::events::Contribution;
-use shardwork_core::protocol::node::forfeits_job;
+use shardwork_core::protocol::{ProofStatus, VerdictStatus};
 use uuid::Uuid;
 
 use crate::domain::error::DomainError;
@@ -43,14 +42,14 @@ struct Tally {
 }
 
 impl Tally {
-    /// Counts one submission: its verdict, the samples it trained on, its quality and its
-    /// verdict's report.
+    /// Counts one submission: its verdict, the samples it trained on, its quality and where
+    /// its proof of training stands.
     fn add(
         &mut self,
         verdict: VerdictStatus,
         samples: u64,
         quality: Option<f64>,
-        report: Option<&serde_json::Value>,
+        proof: ProofStatus,
     ) {
         match verdict {
             VerdictStatus::Accepted => {
@@ -61,7 +60,7 @@ impl Tally {
             VerdictStatus::Rejected => self.rejected += 1,
             VerdictStatus::Pending => {}
         }
-        self.forfeited |= report.is_some_and(forfeits_job);
+        self.forfeited |= proof == ProofStatus::Failed;
     }
 }
 
@@ -126,7 +125,7 @@ async fn contributions_in<C: ConnectionTrait>(
             s.verdict,
             s.sample_count.max(0) as u64,
             s.quality,
-            s.report.as_ref(),
+            s.proof_status,
         );
     }
     let scores = scores(&tallies);
@@ -163,7 +162,6 @@ fn score(weighted: f64, max_samples: u64) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardwork_core::protocol::node::FORFEITS_JOB;
 
     #[test]
     fn the_largest_perfect_contributor_scores_the_maximum() {
@@ -178,18 +176,18 @@ mod tests {
     fn a_worker_caught_forging_a_proof_forfeits_every_round() {
         let (honest, cheat) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let mut tallies: BTreeMap<Uuid, Tally> = BTreeMap::new();
-        let caught = serde_json::json!({ FORFEITS_JOB: true, "proof_of_training": [] });
-        let fine = serde_json::json!({ FORFEITS_JOB: false });
-        for (worker, verdict, samples, report) in [
-            (honest, VerdictStatus::Accepted, 100, None),
-            (honest, VerdictStatus::Accepted, 100, Some(&fine)),
-            (cheat, VerdictStatus::Accepted, 300, None),
-            (cheat, VerdictStatus::Rejected, 300, Some(&caught)),
+        // The forgery was accepted on the held-out rules (its verdict stands) and caught by
+        // the replay that came after.
+        for (worker, verdict, samples, proof) in [
+            (honest, VerdictStatus::Accepted, 100, ProofStatus::Passed),
+            (honest, VerdictStatus::Accepted, 100, ProofStatus::NotDue),
+            (cheat, VerdictStatus::Accepted, 300, ProofStatus::Passed),
+            (cheat, VerdictStatus::Accepted, 300, ProofStatus::Failed),
         ] {
             tallies
                 .entry(worker)
                 .or_default()
-                .add(verdict, samples, Some(0.5), report);
+                .add(verdict, samples, Some(0.5), proof);
         }
         let scores = scores(&tallies);
         assert_eq!(scores[&cheat], 0);
@@ -198,7 +196,7 @@ mod tests {
             "half the way, from the largest honest sample"
         );
         assert!(tallies[&cheat].forfeited && !tallies[&honest].forfeited);
-        assert_eq!(tallies[&cheat].accepted, 1, "its honest round still shows");
+        assert_eq!(tallies[&cheat].accepted, 2, "its verdicts still show");
     }
 
     #[test]

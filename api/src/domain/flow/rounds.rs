@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 pub use shardwork_core::protocol::node::Aggregate;
 
-use super::payout;
 use super::tasks::TaskStatus;
+use super::{payout, proofs};
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, dispatch_again, record_event};
 use crate::entities::{job, job_event, round, shard, task};
@@ -213,6 +213,9 @@ pub enum AggregateOutcome {
     NextRoundOpened,
     /// That was the job's last round: completing the job on chain, with its payouts, is queued.
     FinalizationQueued,
+    /// That was the job's last round, and proofs of training are still being checked: the
+    /// payout is computed and queued when the last of them is decided.
+    PayoutAwaitsProofs,
 }
 
 /// [`record_aggregate`] in a transaction of its own: what the validator's merge route calls.
@@ -247,7 +250,9 @@ pub async fn record_aggregate<C: ConnectionTrait>(
             "metric and base_metric must be finite numbers",
         ));
     }
-    let job = &crate::domain::jobs::find_job(txn, job_id).await?;
+    // Locked first: a proof decided at the same time either sees this merge or is seen by it,
+    // so the payout is queued exactly once.
+    let job = &crate::domain::jobs::lock_job(txn, job_id, now).await?;
     if job.status != JobStatus::Open {
         return Err(DomainError::Conflict(format!(
             "job {job_id} is {}; nothing to merge",
@@ -306,6 +311,31 @@ pub async fn record_aggregate<C: ConnectionTrait>(
         open_round(txn, job, number + 1, Some(adapter_cid), max_attempts, now).await?;
         return Ok(AggregateOutcome::NextRoundOpened);
     }
+    let pending = proofs::pending_in_job(txn, job.id).await?;
+    if pending > 0 {
+        record_event(
+            txn,
+            job.id,
+            &JobEvent::AwaitingProofs(events::AwaitingProofs { pending }),
+            false,
+            now,
+        )
+        .await?;
+        return Ok(AggregateOutcome::PayoutAwaitsProofs);
+    }
+    queue_finalization(txn, job, adapter_cid, now).await?;
+    Ok(AggregateOutcome::FinalizationQueued)
+}
+
+/// Queues the job's payout with `adapter_cid` (its last round's merge) as the result: the
+/// `finalize` event, which the outbox sends on chain, with every contributor's score. Called
+/// once every proof of training of the job is decided, by the last merge or the last proof.
+pub(super) async fn queue_finalization<C: ConnectionTrait>(
+    txn: &C,
+    job: &job::Model,
+    adapter_cid: String,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
     let contributions = payout::contributions(txn, job.id).await?;
     record_event(
         txn,
@@ -319,5 +349,5 @@ pub async fn record_aggregate<C: ConnectionTrait>(
         now,
     )
     .await?;
-    Ok(AggregateOutcome::FinalizationQueued)
+    Ok(())
 }

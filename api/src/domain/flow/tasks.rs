@@ -9,13 +9,14 @@
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::{Expr, Query};
 use sea_orm::{
-    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter,
-    TransactionTrait,
+    ActiveValue::Set, ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait,
+    PaginatorTrait, QueryFilter, TransactionTrait,
 };
 
-use shardwork_core::protocol::node::forfeits_job;
 pub use shardwork_core::protocol::node::{Lease, Progress};
-use shardwork_core::protocol::{JobEvent, Submission, TaskMessage, VerdictStatus, events};
+use shardwork_core::protocol::{
+    JobEvent, ProofStatus, Submission, TaskMessage, VerdictStatus, events,
+};
 use uuid::Uuid;
 
 use crate::domain::error::DomainError;
@@ -125,8 +126,8 @@ pub async fn task_message<C: ConnectionTrait>(
     })
 }
 
-/// Whether one of `worker_id`'s verdicts in job `job_id` forfeits the job
-/// ([`forfeits_job`]).
+/// Whether one of `worker_id`'s submissions in job `job_id` failed its proof of training,
+/// which forfeits the job.
 async fn forfeited_job<C: ConnectionTrait>(
     db: &C,
     job_id: Uuid,
@@ -138,15 +139,13 @@ async fn forfeited_job<C: ConnectionTrait>(
         .from(task::Entity)
         .and_where(task::Column::JobId.eq(job_id))
         .to_owned();
-    let rejected = submission::Entity::find()
+    let failed = submission::Entity::find()
         .filter(submission::Column::TaskId.in_subquery(tasks))
         .filter(submission::Column::WorkerId.eq(worker_id))
-        .filter(submission::Column::Verdict.eq(VerdictStatus::Rejected))
-        .all(db)
+        .filter(submission::Column::ProofStatus.eq(ProofStatus::Failed))
+        .count(db)
         .await?;
-    Ok(rejected
-        .iter()
-        .any(|s| s.report.as_ref().is_some_and(forfeits_job)))
+    Ok(failed > 0)
 }
 
 /// Grants `worker` the lease on `task_id`. A worker re-claiming a task it already holds (a
@@ -590,10 +589,15 @@ pub async fn submit(
         )));
     }
     // A worker whose earlier adapter for this task was rejected submits again as a new row.
+    // A rejected row whose proof is still to be checked, or failed, stays: it is what forfeits
+    // the worker's job, and resubmitting must not wipe it.
     submission::Entity::delete_many()
         .filter(submission::Column::TaskId.eq(task.id))
         .filter(submission::Column::WorkerId.eq(worker.id))
         .filter(submission::Column::Verdict.eq(VerdictStatus::Rejected))
+        .filter(
+            submission::Column::ProofStatus.is_not_in([ProofStatus::Pending, ProofStatus::Failed]),
+        )
         .exec(&txn)
         .await?;
     let row = submission::ActiveModel {
@@ -611,6 +615,11 @@ pub async fn submit(
         created_at: Set(now),
         validated_at: Set(None),
         report: Set(None),
+        validated_by: Set(None),
+        proof_status: Set(ProofStatus::NotDue),
+        proof_report: Set(None),
+        proof_checked_at: Set(None),
+        proof_checked_by: Set(None),
     };
     let id = row.id.clone().unwrap();
     submission::Entity::insert(row).exec(&txn).await?;

@@ -11,7 +11,7 @@ use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, TransactionTrait,
 };
-use shardwork_core::protocol::{JobEvent, VerdictStatus, events};
+use shardwork_core::protocol::{JobEvent, ProofStatus, VerdictStatus, events};
 use uuid::Uuid;
 
 pub use shardwork_core::protocol::node::{
@@ -38,43 +38,63 @@ pub async fn pending<C: ConnectionTrait>(
         .await?;
     let mut out = Vec::with_capacity(rows.len());
     for s in rows {
-        let task = find_task(db, s.task_id).await?;
-        let Some(job) = job::Entity::find_by_id(task.job_id).one(db).await? else {
-            continue;
-        };
-        if job.status != JobStatus::Open {
-            continue;
+        if let Some(p) = describe(db, s, true).await? {
+            out.push(p);
         }
-        let shard_index = shard::Entity::find_by_id(task.shard_id)
-            .one(db)
-            .await?
-            .map(|s| s.index)
-            .unwrap_or_default();
-        let round = rounds::find_round(db, job.id, task.round).await?;
-        let worker = worker_address(db, s.worker_id).await?;
-        let earlier_submissions = earlier_in_round(db, &s, job.id, task.round).await?;
-        out.push(PendingValidation {
-            submission_id: s.id,
-            job_id: job.id,
-            task_id: task.id,
-            round: task.round,
-            shard_index,
-            worker,
-            adapter_cid: s.adapter_cid,
-            metrics_cid: s.metrics_cid,
-            samples: s.sample_count,
-            submitted_at: s.created_at,
-            job_spec_cid: job.spec_cid,
-            manifest_cid: job.manifest_cid,
-            held_out_cid: job.heldout_cid,
-            previous_adapter_cid: round.base_adapter_cid,
-            earlier_submissions,
-        });
     }
     Ok(out)
 }
 
-async fn worker_address<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<String, DomainError> {
+/// Submission `s` with everything a validator fetches to judge it or replay its run, when its
+/// job is open (`None` otherwise). `with_earlier`: list the round's earlier submissions, which
+/// only the verdict's copy rule reads.
+pub(super) async fn describe<C: ConnectionTrait>(
+    db: &C,
+    s: submission::Model,
+    with_earlier: bool,
+) -> Result<Option<PendingValidation>, DomainError> {
+    let task = find_task(db, s.task_id).await?;
+    let Some(job) = job::Entity::find_by_id(task.job_id).one(db).await? else {
+        return Ok(None);
+    };
+    if job.status != JobStatus::Open {
+        return Ok(None);
+    }
+    let shard_index = shard::Entity::find_by_id(task.shard_id)
+        .one(db)
+        .await?
+        .map(|s| s.index)
+        .unwrap_or_default();
+    let round = rounds::find_round(db, job.id, task.round).await?;
+    let worker = worker_address(db, s.worker_id).await?;
+    let earlier_submissions = if with_earlier {
+        earlier_in_round(db, &s, job.id, task.round).await?
+    } else {
+        Vec::new()
+    };
+    Ok(Some(PendingValidation {
+        submission_id: s.id,
+        job_id: job.id,
+        task_id: task.id,
+        round: task.round,
+        shard_index,
+        worker,
+        adapter_cid: s.adapter_cid,
+        metrics_cid: s.metrics_cid,
+        samples: s.sample_count,
+        submitted_at: s.created_at,
+        job_spec_cid: job.spec_cid,
+        manifest_cid: job.manifest_cid,
+        held_out_cid: job.heldout_cid,
+        previous_adapter_cid: round.base_adapter_cid,
+        earlier_submissions,
+    }))
+}
+
+pub(super) async fn worker_address<C: ConnectionTrait>(
+    db: &C,
+    id: Uuid,
+) -> Result<String, DomainError> {
     Ok(worker::Entity::find_by_id(id)
         .one(db)
         .await?
@@ -157,15 +177,26 @@ pub fn validate_verdict(verdict: &Verdict) -> Result<(), DomainError> {
 /// quality 0, and the worker's reputation is the chain's again from then on.
 pub const REJECTION_REPUTATION_DELTA: i64 = -500;
 
-/// Records `verdict` on submission `id`. A second verdict on the same submission is a 409.
+/// Records `verdict` on submission `id`, given by `validator` (its address). A second verdict
+/// on the same submission is a 409. A verdict with `proof_due` leaves the submission's proof
+/// of training pending: the round moves on without it, the job's payout waits for it.
 pub async fn record(
     db: &DatabaseConnection,
     id: Uuid,
     verdict: &Verdict,
+    validator: &str,
     now: DateTime<Utc>,
 ) -> Result<submission::Model, DomainError> {
     validate_verdict(verdict)?;
     let txn = db.begin().await?;
+    let s = submission::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| DomainError::NotFound(format!("no submission {id}")))?;
+    let task = find_task(&txn, s.task_id).await?;
+    // Locked first: the round's other verdicts and its merge wait for this one, so the last
+    // verdict of a round sees every other task accepted and closes it.
+    let job = crate::domain::jobs::lock_job(&txn, task.job_id, now).await?;
     let s = submission::Entity::find_by_id(id)
         .one(&txn)
         .await?
@@ -177,7 +208,6 @@ pub async fn record(
         )));
     }
     let task = find_task(&txn, s.task_id).await?;
-    let job = crate::domain::jobs::find_job(&txn, task.job_id).await?;
     if job.status != JobStatus::Open {
         return Err(DomainError::Conflict(format!(
             "job {} is {}; its submissions are no longer judged",
@@ -188,6 +218,11 @@ pub async fn record(
         (VerdictStatus::Accepted, verdict.quality)
     } else {
         (VerdictStatus::Rejected, 0.0)
+    };
+    let proof = if verdict.proof_due {
+        ProofStatus::Pending
+    } else {
+        ProofStatus::NotDue
     };
     let updated = submission::Entity::update_many()
         .col_expr(submission::Column::Verdict, Expr::value(label.as_str()))
@@ -201,6 +236,8 @@ pub async fn record(
             Expr::value(verdict.report.clone()),
         )
         .col_expr(submission::Column::ValidatedAt, Expr::value(now))
+        .col_expr(submission::Column::ValidatedBy, Expr::value(validator))
+        .col_expr(submission::Column::ProofStatus, Expr::value(proof.as_str()))
         .filter(submission::Column::Id.eq(id))
         .filter(submission::Column::Verdict.eq(VerdictStatus::Pending))
         .exec(&txn)
@@ -210,11 +247,7 @@ pub async fn record(
             "submission {id} was judged concurrently"
         )));
     }
-    let worker = worker::Entity::find_by_id(s.worker_id)
-        .one(&txn)
-        .await?
-        .map(|w| w.address)
-        .unwrap_or_default();
+    let worker = worker_address(&txn, s.worker_id).await?;
     record_event(
         &txn,
         job.id,
@@ -227,6 +260,8 @@ pub async fn record(
             quality,
             reason: verdict.reason.clone(),
             report: verdict.report.clone(),
+            validator: Some(validator.to_owned()),
+            proof,
         }),
         false,
         now,
@@ -254,31 +289,16 @@ pub async fn record(
         // The rejection costs reputation now, so a cheat loses eligibility for jobs that ask
         // for some before any payout; the chain's own value (quality 0 at payout) replaces it
         // when the job pays.
-        let before = worker::Entity::find_by_id(s.worker_id)
-            .one(&txn)
-            .await?
-            .map(|w| w.reputation)
-            .unwrap_or(0);
-        let after = (before + REJECTION_REPUTATION_DELTA).max(0);
-        worker::Entity::update_many()
-            .col_expr(worker::Column::Reputation, Expr::value(after))
-            .col_expr(worker::Column::UpdatedAt, Expr::value(now))
-            .filter(worker::Column::Id.eq(s.worker_id))
-            .exec(&txn)
-            .await?;
-        reputation_event::Entity::insert(reputation_event::ActiveModel {
-            worker_id: sea_orm::ActiveValue::Set(s.worker_id),
-            job_id: sea_orm::ActiveValue::Set(Some(job.id)),
-            delta: sea_orm::ActiveValue::Set(after - before),
-            reason: sea_orm::ActiveValue::Set(format!(
+        penalise(
+            &txn,
+            s.worker_id,
+            job.id,
+            format!(
                 "adapter rejected: {}",
                 verdict.reason.clone().unwrap_or_default()
-            )),
-            tx_hash: sea_orm::ActiveValue::Set(None),
-            created_at: sea_orm::ActiveValue::Set(now),
-            ..Default::default()
-        })
-        .exec(&txn)
+            ),
+            now,
+        )
         .await?;
         requeue(&txn, &task, "adapter rejected", now).await?;
     }
@@ -288,6 +308,41 @@ pub async fn record(
         .ok_or_else(|| DomainError::internal("verdict", "submission vanished"))?;
     txn.commit().await?;
     Ok(stored)
+}
+
+/// Lowers `worker_id`'s reputation by [`REJECTION_REPUTATION_DELTA`] (never below 0) for
+/// `reason`, recorded as a reputation event of job `job_id`, in the caller's transaction.
+pub(super) async fn penalise<C: ConnectionTrait>(
+    txn: &C,
+    worker_id: Uuid,
+    job_id: Uuid,
+    reason: String,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
+    let before = worker::Entity::find_by_id(worker_id)
+        .one(txn)
+        .await?
+        .map(|w| w.reputation)
+        .unwrap_or(0);
+    let after = (before + REJECTION_REPUTATION_DELTA).max(0);
+    worker::Entity::update_many()
+        .col_expr(worker::Column::Reputation, Expr::value(after))
+        .col_expr(worker::Column::UpdatedAt, Expr::value(now))
+        .filter(worker::Column::Id.eq(worker_id))
+        .exec(txn)
+        .await?;
+    reputation_event::Entity::insert(reputation_event::ActiveModel {
+        worker_id: sea_orm::ActiveValue::Set(worker_id),
+        job_id: sea_orm::ActiveValue::Set(Some(job_id)),
+        delta: sea_orm::ActiveValue::Set(after - before),
+        reason: sea_orm::ActiveValue::Set(reason),
+        tx_hash: sea_orm::ActiveValue::Set(None),
+        created_at: sea_orm::ActiveValue::Set(now),
+        ..Default::default()
+    })
+    .exec(txn)
+    .await?;
+    Ok(())
 }
 
 /// Rounds of open jobs whose adapters are all accepted and await the merge, oldest first, each

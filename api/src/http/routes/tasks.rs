@@ -5,7 +5,7 @@ use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::{HttpResponse, web};
 use chrono::{Duration, Utc};
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{Submission, TaskStatus, VerdictStatus};
+use shardwork_core::protocol::{ProofStatus, Submission, TaskStatus, VerdictStatus};
 use uuid::Uuid;
 
 use crate::domain::flow::tasks::{self, Lease, Progress};
@@ -249,6 +249,9 @@ pub struct SubmissionView {
     pub quality: Option<f64>,
     /// Why the validator rejected the adapter.
     pub reject_reason: Option<String>,
+    /// Its proof of training: `not_due` until a scored verdict, then `pending` until a
+    /// validator has replayed a stretch of the run, then `passed` or `failed`.
+    pub proof: ProofStatus,
     /// When the submission was recorded.
     pub created_at: chrono::DateTime<Utc>,
 }
@@ -264,6 +267,7 @@ impl From<crate::entities::submission::Model> for SubmissionView {
             verdict: m.verdict,
             quality: m.quality,
             reject_reason: m.reject_reason,
+            proof: m.proof_status,
             created_at: m.created_at,
         }
     }

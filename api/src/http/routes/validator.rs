@@ -1,6 +1,7 @@
-//! `/v1/validator/…`: the validator's work — submissions to score, verdicts, rounds ready to
-//! merge, the merge that opens the next round or queues the payout, and the report that a
-//! job's model cannot be loaded, which ends the job. Validator role only.
+//! `/v1/validator/…`: the validator's work — submissions to score, verdicts, proofs of training
+//! to replay and their outcomes, rounds ready to merge, the merge that opens the next round or
+//! queues the payout, and the report that a job's model cannot be loaded, which ends the job.
+//! Validator role only.
 
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::{HttpResponse, web};
@@ -9,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::domain::flow::failures::{self, ModelFailure, ModelFailureOutcome};
+use crate::domain::flow::proofs::{self, ProofCheck};
 use crate::domain::flow::rounds::{self, Aggregate, AggregateOutcome};
 use crate::domain::flow::verdicts::{self, PendingValidation, ReadyRound, Verdict};
 use crate::http::auth::Authenticated;
@@ -93,9 +95,109 @@ pub async fn verdict(
     id: web::Path<Uuid>,
     Json(body): Json<Verdict>,
 ) -> Result<HttpResponse, ApiError> {
-    let stored = verdicts::record(&state.db, id.into_inner(), &body, Utc::now()).await?;
+    let stored = verdicts::record(
+        &state.db,
+        id.into_inner(),
+        &body,
+        &caller.claims.sub.to_string(),
+        Utc::now(),
+    )
+    .await?;
     tracing::info!(submission = %stored.id, verdict = %stored.verdict, validator = %caller.claims.sub, "verdict recorded");
     Ok(HttpResponse::Ok().json(SubmissionView::from(stored)))
+}
+
+/// Submissions whose proofs of training wait for a replay.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ProofPage {
+    /// The submissions, in the order their verdicts were given.
+    pub submissions: Vec<PendingValidation>,
+}
+
+/// Submissions whose proofs of training are due, oldest verdict first: a validator replays a
+/// stretch of each run while the next round trains; the job's payout waits for them.
+#[utoipa::path(
+    get,
+    path = "/v1/validator/proofs",
+    operation_id = "pending_proofs",
+    tag = "validator",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    params(PendingQuery),
+    responses(
+        (status = 200, description = "Submissions whose proofs of training are due, oldest verdict first", body = ProofPage),
+        (status = 400, description = "A query parameter is malformed", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "`limit` is outside 1..=500", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The submissions could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn pending_proofs(
+    state: web::Data<AppState>,
+    _caller: Authenticated<ValidatorRole>,
+    query: web::Query<PendingQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("{limit} is outside 1..={MAX_LIMIT}"),
+        ));
+    }
+    let submissions = proofs::pending(&state.db, limit).await?;
+    Ok(HttpResponse::Ok().json(ProofPage { submissions }))
+}
+
+/// What recording a proof check led to.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ProofResponse {
+    /// The submission, with its proof decided.
+    pub submission: SubmissionView,
+    /// The job's proofs still to be checked.
+    pub pending: u32,
+    /// Whether this was the last proof the job's payout waited for, so it is now queued.
+    pub finalization_queued: bool,
+}
+
+/// Records the check of a submission's proof of training (once). A failed proof forfeits the
+/// worker's job; the last proof of a job whose last round is merged queues its payout.
+#[utoipa::path(
+    post,
+    path = "/v1/validator/submissions/{id}/proof",
+    operation_id = "record_proof",
+    tag = "validator",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    params(("id" = Uuid, Path, description = "The submission id")),
+    request_body = ProofCheck,
+    responses(
+        (status = 200, description = "The proof is decided", body = ProofResponse),
+        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No submission has this id", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "No proof is due for the submission, it is already decided, or its job is no longer open", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 422, description = "A failure without a reason, or stretches a run does not have", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The check could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn proof(
+    state: web::Data<AppState>,
+    caller: Authenticated<ValidatorRole>,
+    id: web::Path<Uuid>,
+    Json(body): Json<ProofCheck>,
+) -> Result<HttpResponse, ApiError> {
+    let recorded = proofs::record(
+        &state.db,
+        id.into_inner(),
+        &body,
+        &caller.claims.sub.to_string(),
+        Utc::now(),
+    )
+    .await?;
+    tracing::info!(submission = %recorded.submission.id, proof = %recorded.submission.proof_status,
+        pending = recorded.pending, validator = %caller.claims.sub, "proof of training checked");
+    Ok(HttpResponse::Ok().json(ProofResponse {
+        submission: SubmissionView::from(recorded.submission),
+        pending: recorded.pending,
+        finalization_queued: recorded.finalization_queued,
+    }))
 }
 
 /// Rounds ready to merge.
@@ -128,7 +230,7 @@ pub async fn ready_rounds(
 /// What recording the merge led to.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AggregateResponse {
-    /// Whether the next round opened or the payout was queued.
+    /// Whether the next round opened, the payout was queued, or it waits for proofs.
     pub outcome: AggregateOutcome,
 }
 
