@@ -639,6 +639,27 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v1/validator/proofs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Submissions whose proofs of training are due, oldest verdict first: a validator replays a
+         *     stretch of each run while the next round trains; the job's payout waits for them.
+         * @description **Role:** `validator` (configured addresses only).
+         */
+        get: operations["pending_proofs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/validator/rounds": {
         parameters: {
             query?: never;
@@ -673,6 +694,27 @@ export type paths = {
         get: operations["pending_validations"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/validator/submissions/{id}/proof": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Records the check of a submission's proof of training (once). A failed proof forfeits the
+         *     worker's job; the last proof of a job whose last round is merged queues its payout.
+         * @description **Role:** `validator` (configured addresses only).
+         */
+        post: operations["record_proof"];
         delete?: never;
         options?: never;
         head?: never;
@@ -868,10 +910,10 @@ export type components = {
          * @description What recording a merge led to.
          * @enum {string}
          */
-        AggregateOutcome: "next_round_opened" | "finalization_queued";
+        AggregateOutcome: "next_round_opened" | "finalization_queued" | "payout_awaits_proofs";
         /** @description What recording the merge led to. */
         AggregateResponse: {
-            /** @description Whether the next round opened or the payout was queued. */
+            /** @description Whether the next round opened, the payout was queued, or it waits for proofs. */
             outcome: components["schemas"]["AggregateOutcome"];
         };
         /**
@@ -884,6 +926,14 @@ export type components = {
          * @enum {string}
          */
         Architecture: "llama" | "bert";
+        /** @description Payload of `awaiting_proofs`. */
+        AwaitingProofs: {
+            /**
+             * Format: int32
+             * @description Proofs of training still to be checked before the payout is computed.
+             */
+            pending: number;
+        };
         /** @description The model the job adapts, and what the adapter learns to do with it. */
         BaseModel: {
             /** @description Its family (`llama` or `bert`). */
@@ -1272,6 +1322,14 @@ export type components = {
             payload: components["schemas"]["VerdictRecorded"];
         } | {
             /** @enum {string} */
+            kind: "proof_checked";
+            /**
+             * @description A validator replayed a stretch of a scored submission's run: its proof of training
+             *     passed, or failed and the worker forfeits the job.
+             */
+            payload: components["schemas"]["ProofChecked"];
+        } | {
+            /** @enum {string} */
             kind: "task_requeued";
             /** @description A task went back to the queue (lease expired, or its adapter was rejected). */
             payload: components["schemas"]["TaskAttempt"];
@@ -1290,6 +1348,14 @@ export type components = {
             kind: "aggregated";
             /** @description The validator merged a round. */
             payload: components["schemas"]["Aggregated"];
+        } | {
+            /** @enum {string} */
+            kind: "awaiting_proofs";
+            /**
+             * @description The last round was merged while proofs of training were still being checked: the
+             *     payout is computed when the last of them is decided.
+             */
+            payload: components["schemas"]["AwaitingProofs"];
         } | {
             /** @enum {string} */
             kind: "finalize";
@@ -1810,6 +1876,79 @@ export type components = {
              */
             total_steps: number;
         };
+        /**
+         * @description The validator's check of a submission's proof of training, sent after its verdict (the
+         *     round does not wait for it; the job's payout does).
+         */
+        ProofCheck: {
+            /**
+             * @description Whether every replayed stretch ended where the submission said. `false` forfeits the
+             *     worker's whole job, rounds it did honestly included (docs/decisions/0033): one unchecked
+             *     corner cut would otherwise cost a cheat only that task's pay, and only when drawn.
+             */
+            passed: boolean;
+            /** @description Why the proof failed; required when it did. */
+            reason?: string | null;
+            /** @description The stretches replayed, in the order they were. */
+            stretches?: components["schemas"]["StretchReplay"][];
+        };
+        /** @description Payload of `proof_checked`. */
+        ProofChecked: {
+            /**
+             * Format: int32
+             * @description The job's proofs still to be checked after this one.
+             */
+            pending: number;
+            /** @description `passed` or `failed` (the worker forfeits the job). */
+            proof: components["schemas"]["ProofStatus"];
+            /** @description Why it failed. */
+            reason?: string | null;
+            /**
+             * Format: int32
+             * @description The task's round.
+             */
+            round: number;
+            /** @description The stretches replayed. */
+            stretches: components["schemas"]["StretchReplay"][];
+            /**
+             * Format: uuid
+             * @description The submission whose run was replayed.
+             */
+            submission_id: string;
+            /**
+             * Format: uuid
+             * @description Its task.
+             */
+            task_id: string;
+            /** @description The address of the validator that replayed it. */
+            validator: string;
+            /** @description The address of the worker who trained the adapter. */
+            worker: string;
+        };
+        /** @description Submissions whose proofs of training wait for a replay. */
+        ProofPage: {
+            /** @description The submissions, in the order their verdicts were given. */
+            submissions: components["schemas"]["PendingValidation"][];
+        };
+        /** @description What recording a proof check led to. */
+        ProofResponse: {
+            /** @description Whether this was the last proof the job's payout waited for, so it is now queued. */
+            finalization_queued: boolean;
+            /**
+             * Format: int32
+             * @description The job's proofs still to be checked.
+             */
+            pending: number;
+            /** @description The submission, with its proof decided. */
+            submission: components["schemas"]["SubmissionView"];
+        };
+        /**
+         * @description Where a submission's proof of training stands. The verdict does not wait for it: the
+         *     replay runs after the verdict, off the round's critical path, and the job's payout waits
+         *     until every due proof is decided (docs/decisions/0042).
+         * @enum {string}
+         */
+        ProofStatus: "not_due" | "pending" | "passed" | "failed";
         /** @description A job to quote: its spec and the size of its dataset. */
         QuoteRequest: {
             /**
@@ -2069,6 +2208,36 @@ export type components = {
             /** @description The `markStarted` transaction (0x-hex). */
             tx_hash: string;
         };
+        /** @description One replayed stretch of a run and how its end compared with the claimed one. */
+        StretchReplay: {
+            /**
+             * Format: double
+             * @description Cosine between the claimed and the replayed update; null when not finite.
+             */
+            cosine?: number | null;
+            /**
+             * Format: double
+             * @description The largest relative gap between claimed and replayed losses; null when not finite.
+             */
+            loss_gap?: number | null;
+            /**
+             * Format: double
+             * @description Norm of the claimed update over the replayed one's; null when not finite.
+             */
+            norm_ratio?: number | null;
+            /**
+             * Format: double
+             * @description How long the replay took, in seconds.
+             */
+            seconds: number;
+            /** @description Its first and last optimiser step. */
+            steps: number[];
+            /**
+             * Format: int32
+             * @description Which stretch of the run, from 0.
+             */
+            stretch: number;
+        };
         /** @description What a worker hands in for a task it holds the lease on. */
         Submission: {
             /** @description The trained adapter's bundle. */
@@ -2130,6 +2299,11 @@ export type components = {
             id: string;
             /** @description The training metrics document (`metrics.json`) in the content store. */
             metrics_cid: string;
+            /**
+             * @description Its proof of training: `not_due` until a scored verdict, then `pending` until a
+             *     validator has replayed a stretch of the run, then `passed` or `failed`.
+             */
+            proof: components["schemas"]["ProofStatus"];
             /**
              * Format: double
              * @description The validator's score, 0..=1 (0 for a rejection); absent while pending.
@@ -2415,6 +2589,12 @@ export type components = {
             /** @description Whether the adapter is accepted. */
             accepted: boolean;
             /**
+             * @description Whether the submission's proof of training is to be checked (it was scored, so its run
+             *     has an end to replay to), whatever the verdict: a forgery that also fails a rule must
+             *     still forfeit the job. The proof comes later, in a [`ProofCheck`]; the payout waits.
+             */
+            proof_due?: boolean;
+            /**
              * Format: double
              * @description 0 ..= 1; ignored (stored as 0) for a rejection.
              */
@@ -2428,6 +2608,11 @@ export type components = {
         VerdictRecorded: {
             /** @description Whether the adapter was accepted. */
             accepted: boolean;
+            /**
+             * @description Its proof of training: `pending` when a stretch is still to be replayed (the payout
+             *     waits), `not_due` when the adapter was not scored.
+             */
+            proof?: components["schemas"]["ProofStatus"];
             /**
              * Format: double
              * @description 0 ..= 1; 0 for a rejection.
@@ -2452,6 +2637,8 @@ export type components = {
              * @description Its task.
              */
             task_id: string;
+            /** @description The validator that judged it; absent in events recorded before validators were named. */
+            validator?: string | null;
             /** @description The address of the worker who trained the adapter. */
             worker: string;
         };
@@ -4396,6 +4583,59 @@ export interface operations {
             };
         };
     };
+    pending_proofs: {
+        parameters: {
+            query?: {
+                /** @description At most this many submissions, 1..=500; 50 when absent. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Submissions whose proofs of training are due, oldest verdict first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProofPage"];
+                };
+            };
+            /** @description A query parameter is malformed */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description `limit` is outside 1..=500 */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["RateLimited"];
+            /** @description The submissions could not be read */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     ready_rounds: {
         parameters: {
             query?: never;
@@ -4471,6 +4711,90 @@ export interface operations {
             };
             429: components["responses"]["RateLimited"];
             /** @description The submissions could not be read */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    record_proof: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The submission id */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ProofCheck"];
+            };
+        };
+        responses: {
+            /** @description The proof is decided */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProofResponse"];
+                };
+            };
+            /** @description The body is not JSON or a field has the wrong type */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description No submission has this id */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No proof is due for the submission, it is already decided, or its job is no longer open */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body exceeds the JSON limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A failure without a reason, or stretches a run does not have */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["RateLimited"];
+            /** @description The check could not be written */
             500: {
                 headers: {
                     [name: string]: unknown;

@@ -68,6 +68,7 @@ class AcceptedAdapter(BaseModel):
 class AggregateOutcome(StrEnum):
     next_round_opened = 'next_round_opened'
     finalization_queued = 'finalization_queued'
+    payout_awaits_proofs = 'payout_awaits_proofs'
 
 
 class AggregateResponse(BaseModel):
@@ -76,7 +77,9 @@ class AggregateResponse(BaseModel):
     )
     outcome: Annotated[
         AggregateOutcome,
-        Field(description='Whether the next round opened or the payout was queued.'),
+        Field(
+            description='Whether the next round opened, the payout was queued, or it waits for proofs.'
+        ),
     ]
 
 
@@ -108,6 +111,19 @@ class Aggregation(StrEnum):
 class Architecture(StrEnum):
     llama = 'llama'
     bert = 'bert'
+
+
+class AwaitingProofs(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    pending: Annotated[
+        int,
+        Field(
+            description='Proofs of training still to be checked before the payout is computed.',
+            ge=0,
+        ),
+    ]
 
 
 class ContentId(RootModel[str]):
@@ -225,6 +241,19 @@ class EventViewAggregated(BaseModel):
     payload: Annotated[Aggregated, Field(description='The validator merged a round.')]
 
 
+class EventViewAwaitingProofs(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['awaiting_proofs']
+    payload: Annotated[
+        AwaitingProofs,
+        Field(
+            description='The last round was merged while proofs of training were still being checked: the\npayout is computed when the last of them is decided.'
+        ),
+    ]
+
+
 class EventViewAbortDue(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -249,13 +278,19 @@ class EventView1(BaseModel):
     ]
 
 
-class EventView14(EventViewAggregated, EventView1):
+class EventView15(EventViewAggregated, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView19(EventViewAbortDue, EventView1):
+class EventView16(EventViewAwaitingProofs, EventView1):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+
+
+class EventView21(EventViewAbortDue, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -390,6 +425,19 @@ class JobEventAggregated(BaseModel):
     )
     kind: Literal['aggregated']
     payload: Annotated[Aggregated, Field(description='The validator merged a round.')]
+
+
+class JobEventAwaitingProofs(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['awaiting_proofs']
+    payload: Annotated[
+        AwaitingProofs,
+        Field(
+            description='The last round was merged while proofs of training were still being checked: the\npayout is computed when the last of them is decided.'
+        ),
+    ]
 
 
 class JobEventFinalize(BaseModel):
@@ -729,6 +777,23 @@ class ProgressPoint(BaseModel):
     ]
 
 
+class ProofPage(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    submissions: Annotated[
+        list[PendingValidation],
+        Field(description='The submissions, in the order their verdicts were given.'),
+    ]
+
+
+class ProofStatus(StrEnum):
+    not_due = 'not_due'
+    pending = 'pending'
+    passed = 'passed'
+    failed = 'failed'
+
+
 class Readiness(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -959,6 +1024,44 @@ class Started(BaseModel):
     )
     tx_hash: Annotated[
         str, Field(description='The `markStarted` transaction (0x-hex).')
+    ]
+
+
+class Step(RootModel[int]):
+    root: Annotated[int, Field(ge=0)]
+
+
+class StretchReplay(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    cosine: Annotated[
+        float | None,
+        Field(
+            description='Cosine between the claimed and the replayed update; null when not finite.'
+        ),
+    ] = None
+    loss_gap: Annotated[
+        float | None,
+        Field(
+            description='The largest relative gap between claimed and replayed losses; null when not finite.'
+        ),
+    ] = None
+    norm_ratio: Annotated[
+        float | None,
+        Field(
+            description="Norm of the claimed update over the replayed one's; null when not finite."
+        ),
+    ] = None
+    seconds: Annotated[
+        float, Field(description='How long the replay took, in seconds.')
+    ]
+    steps: Annotated[
+        list[Step], Field(description='Its first and last optimiser step.')
+    ]
+    stretch: Annotated[
+        int, Field(description='Which stretch of the run, from 0.', ge=0)
     ]
 
 
@@ -1252,6 +1355,12 @@ class Verdict(BaseModel):
         populate_by_name=True,
     )
     accepted: Annotated[bool, Field(description='Whether the adapter is accepted.')]
+    proof_due: Annotated[
+        bool | None,
+        Field(
+            description="Whether the submission's proof of training is to be checked (it was scored, so its run\nhas an end to replay to), whatever the verdict: a forgery that also fails a rule must\nstill forfeit the job. The proof comes later, in a [`ProofCheck`]; the payout waits."
+        ),
+    ] = None
     quality: Annotated[
         float, Field(description='0 ..= 1; ignored (stored as 0) for a rejection.')
     ]
@@ -1271,6 +1380,12 @@ class VerdictRecorded(BaseModel):
         populate_by_name=True,
     )
     accepted: Annotated[bool, Field(description='Whether the adapter was accepted.')]
+    proof: Annotated[
+        ProofStatus | None,
+        Field(
+            description='Its proof of training: `pending` when a stretch is still to be replayed (the payout\nwaits), `not_due` when the adapter was not scored.'
+        ),
+    ] = None
     quality: Annotated[float, Field(description='0 ..= 1; 0 for a rejection.')]
     reason: Annotated[str | None, Field(description='Why it was rejected.')] = None
     report: Annotated[
@@ -1282,6 +1397,12 @@ class VerdictRecorded(BaseModel):
     round: Annotated[int, Field(description="The task's round.", ge=0)]
     submission_id: Annotated[UUID, Field(description='The submission judged.')]
     task_id: Annotated[UUID, Field(description='Its task.')]
+    validator: Annotated[
+        str | None,
+        Field(
+            description='The validator that judged it; absent in events recorded before validators were named.'
+        ),
+    ] = None
     worker: Annotated[
         str, Field(description='The address of the worker who trained the adapter.')
     ]
@@ -1752,49 +1873,49 @@ class EventView10(EventViewVerdict, EventView1):
     )
 
 
-class EventView11(EventViewTaskRequeued, EventView1):
+class EventView12(EventViewTaskRequeued, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView12(EventViewTaskFailed, EventView1):
+class EventView13(EventViewTaskFailed, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView13(EventViewRoundReady, EventView1):
+class EventView14(EventViewRoundReady, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView15(EventViewFinalize, EventView1):
+class EventView17(EventViewFinalize, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView17(EventViewCompleted, EventView1):
+class EventView19(EventViewCompleted, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView18(EventViewRefundDue, EventView1):
+class EventView20(EventViewRefundDue, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView20(EventViewRefunded, EventView1):
+class EventView22(EventViewRefunded, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView21(EventViewReorganised, EventView1):
+class EventView23(EventViewReorganised, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -2094,6 +2215,55 @@ class PendingPage(BaseModel):
     ]
 
 
+class ProofCheck(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    passed: Annotated[
+        bool,
+        Field(
+            description="Whether every replayed stretch ended where the submission said. `false` forfeits the\nworker's whole job, rounds it did honestly included (docs/decisions/0033): one unchecked\ncorner cut would otherwise cost a cheat only that task's pay, and only when drawn."
+        ),
+    ]
+    reason: Annotated[
+        str | None, Field(description='Why the proof failed; required when it did.')
+    ] = None
+    stretches: Annotated[
+        list[StretchReplay] | None,
+        Field(description='The stretches replayed, in the order they were.'),
+    ] = None
+
+
+class ProofChecked(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    pending: Annotated[
+        int,
+        Field(description="The job's proofs still to be checked after this one.", ge=0),
+    ]
+    proof: Annotated[
+        ProofStatus,
+        Field(description='`passed` or `failed` (the worker forfeits the job).'),
+    ]
+    reason: Annotated[str | None, Field(description='Why it failed.')] = None
+    round: Annotated[int, Field(description="The task's round.", ge=0)]
+    stretches: Annotated[
+        list[StretchReplay], Field(description='The stretches replayed.')
+    ]
+    submission_id: Annotated[
+        UUID, Field(description='The submission whose run was replayed.')
+    ]
+    task_id: Annotated[UUID, Field(description='Its task.')]
+    validator: Annotated[
+        str, Field(description='The address of the validator that replayed it.')
+    ]
+    worker: Annotated[
+        str, Field(description='The address of the worker who trained the adapter.')
+    ]
+
+
 class QuoteResponse(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -2238,6 +2408,12 @@ class SubmissionView(BaseModel):
             description='The training metrics document (`metrics.json`) in the content store.'
         ),
     ]
+    proof: Annotated[
+        ProofStatus,
+        Field(
+            description='Its proof of training: `not_due` until a scored verdict, then `pending` until a\nvalidator has replayed a stretch of the run, then `passed` or `failed`.'
+        ),
+    ]
     quality: Annotated[
         float | None,
         Field(
@@ -2334,6 +2510,19 @@ class EventViewFunded(BaseModel):
     ]
 
 
+class EventViewProofChecked(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['proof_checked']
+    payload: Annotated[
+        ProofChecked,
+        Field(
+            description="A validator replayed a stretch of a scored submission's run: its proof of training\npassed, or failed and the worker forfeits the job."
+        ),
+    ]
+
+
 class EventViewPaid(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -2353,10 +2542,29 @@ class EventView4(EventViewFunded, EventView1):
     )
 
 
-class EventView16(EventViewPaid, EventView1):
+class EventView11(EventViewProofChecked, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+
+
+class EventView18(EventViewPaid, EventView1):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+
+
+class JobEventProofChecked(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['proof_checked']
+    payload: Annotated[
+        ProofChecked,
+        Field(
+            description="A validator replayed a stretch of a scored submission's run: its proof of training\npassed, or failed and the worker forfeits the job."
+        ),
+    ]
 
 
 class JobEventPaid(BaseModel):
@@ -2383,10 +2591,12 @@ class JobEvent(
         | JobEventTaskClaimed
         | JobEventSubmitted
         | JobEventVerdict
+        | JobEventProofChecked
         | JobEventTaskRequeued
         | JobEventTaskFailed
         | JobEventRoundReady
         | JobEventAggregated
+        | JobEventAwaitingProofs
         | JobEventFinalize
         | JobEventPaid
         | JobEventCompleted
@@ -2397,7 +2607,7 @@ class JobEvent(
     ]
 ):
     root: Annotated[
-        JobEventCreated | JobEventCancelled | JobEventFunded | JobEventFundingIgnored | JobEventStarted | JobEventRoundOpened | JobEventTaskClaimed | JobEventSubmitted | JobEventVerdict | JobEventTaskRequeued | JobEventTaskFailed | JobEventRoundReady | JobEventAggregated | JobEventFinalize | JobEventPaid | JobEventCompleted | JobEventRefundDue | JobEventAbortDue | JobEventRefunded | JobEventReorganised,
+        JobEventCreated | JobEventCancelled | JobEventFunded | JobEventFundingIgnored | JobEventStarted | JobEventRoundOpened | JobEventTaskClaimed | JobEventSubmitted | JobEventVerdict | JobEventProofChecked | JobEventTaskRequeued | JobEventTaskFailed | JobEventRoundReady | JobEventAggregated | JobEventAwaitingProofs | JobEventFinalize | JobEventPaid | JobEventCompleted | JobEventRefundDue | JobEventAbortDue | JobEventRefunded | JobEventReorganised,
         Field(description='Something that happened to a job.'),
     ]
 
@@ -2556,6 +2766,24 @@ class JobView(BaseModel):
     ]
 
 
+class ProofResponse(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    finalization_queued: Annotated[
+        bool,
+        Field(
+            description="Whether this was the last proof the job's payout waited for, so it is now queued."
+        ),
+    ]
+    pending: Annotated[
+        int, Field(description="The job's proofs still to be checked.", ge=0)
+    ]
+    submission: Annotated[
+        SubmissionView, Field(description='The submission, with its proof decided.')
+    ]
+
+
 class QuoteRequest(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
@@ -2612,7 +2840,7 @@ class EventPage(BaseModel):
         populate_by_name=True,
     )
     events: Annotated[
-        list[EventView2 | EventView3 | EventView4 | EventView5 | EventView6 | EventView7 | EventView8 | EventView9 | EventView10 | EventView11 | EventView12 | EventView13 | EventView14 | EventView15 | EventView16 | EventView17 | EventView18 | EventView19 | EventView20 | EventView21],
+        list[EventView2 | EventView3 | EventView4 | EventView5 | EventView6 | EventView7 | EventView8 | EventView9 | EventView10 | EventView11 | EventView12 | EventView13 | EventView14 | EventView15 | EventView16 | EventView17 | EventView18 | EventView19 | EventView20 | EventView21 | EventView22 | EventView23],
         Field(description='The events, oldest first.'),
     ]
     next_after: Annotated[
