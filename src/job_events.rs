@@ -90,8 +90,9 @@ pub fn describe(event: &JobEvent) -> String {
             e.pending
         ),
         JobEvent::AwaitingProofs(e) => format!(
-            "last round merged; the payout waits for {} proofs of training",
-            e.pending
+            "last round merged; the payout waits for {} proof{} of training",
+            e.pending,
+            if e.pending == 1 { "" } else { "s" }
         ),
         JobEvent::Aggregated(e) => format!(
             "round {} merged: held-out {} {:.4} (base {:.4})",

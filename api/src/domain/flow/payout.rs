@@ -20,7 +20,8 @@
 
 use std::collections::BTreeMap;
 
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use sea_orm::sea_query::Query;
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter};
 pub use shardwork_core::protocol::events::Contribution;
 use shardwork_core::protocol::{ProofStatus, VerdictStatus};
 use uuid::Uuid;
@@ -149,6 +150,22 @@ async fn contributions_in<C: ConnectionTrait>(
         .collect();
     out.sort_by(|a, b| a.address.cmp(&b.address));
     Ok(out)
+}
+
+/// How many of job `job_id`'s proofs of training are still to be checked: its payout is
+/// computed only once none is.
+pub async fn pending_proofs<C: ConnectionTrait>(db: &C, job_id: Uuid) -> Result<u32, DomainError> {
+    let tasks = Query::select()
+        .column(task::Column::Id)
+        .from(task::Entity)
+        .and_where(task::Column::JobId.eq(job_id))
+        .to_owned();
+    let n = submission::Entity::find()
+        .filter(submission::Column::TaskId.in_subquery(tasks))
+        .filter(submission::Column::ProofStatus.eq(ProofStatus::Pending))
+        .count(db)
+        .await?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 fn score(weighted: f64, max_samples: u64) -> u16 {

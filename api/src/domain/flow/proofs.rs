@@ -8,10 +8,10 @@
 //! beat its round's start (decision 0042 measures what re-merging would buy).
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Expr, Query};
+use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter,
-    QueryOrder, QuerySelect, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, TransactionTrait,
 };
 use shardwork_core::protocol::submission::TRACE_SEGMENTS;
 use shardwork_core::protocol::{JobEvent, ProofStatus, RoundStatus, events};
@@ -19,12 +19,13 @@ use uuid::Uuid;
 
 pub use shardwork_core::protocol::node::{PendingValidation, ProofCheck};
 
+use super::payout::pending_proofs;
 use super::tasks::find_task;
 use super::verdicts::{describe, penalise, worker_address};
 use super::{rounds, rounds::queue_finalization};
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, record_event};
-use crate::entities::{submission, task};
+use crate::entities::submission;
 
 /// The oldest `limit` submissions of open jobs whose proofs of training are still to be
 /// checked, in the order their verdicts were given.
@@ -46,21 +47,6 @@ pub async fn pending<C: ConnectionTrait>(
         }
     }
     Ok(out)
-}
-
-/// How many of job `job_id`'s proofs of training are still to be checked.
-pub async fn pending_in_job<C: ConnectionTrait>(db: &C, job_id: Uuid) -> Result<u32, DomainError> {
-    let tasks = Query::select()
-        .column(task::Column::Id)
-        .from(task::Entity)
-        .and_where(task::Column::JobId.eq(job_id))
-        .to_owned();
-    let n = submission::Entity::find()
-        .filter(submission::Column::TaskId.in_subquery(tasks))
-        .filter(submission::Column::ProofStatus.eq(ProofStatus::Pending))
-        .count(db)
-        .await?;
-    Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 /// The most stretches a check may report: a run keeps [`TRACE_SEGMENTS`] of them.
@@ -200,7 +186,7 @@ pub async fn record(
         )
         .await?;
     }
-    let pending = pending_in_job(&txn, job.id).await?;
+    let pending = pending_proofs(&txn, job.id).await?;
     record_event(
         &txn,
         job.id,

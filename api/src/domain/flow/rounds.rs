@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 pub use shardwork_core::protocol::node::Aggregate;
 
+use super::payout;
 use super::tasks::TaskStatus;
-use super::{payout, proofs};
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, dispatch_again, record_event};
 use crate::entities::{job, job_event, round, shard, task};
@@ -311,7 +311,7 @@ pub async fn record_aggregate<C: ConnectionTrait>(
         open_round(txn, job, number + 1, Some(adapter_cid), max_attempts, now).await?;
         return Ok(AggregateOutcome::NextRoundOpened);
     }
-    let pending = proofs::pending_in_job(txn, job.id).await?;
+    let pending = payout::pending_proofs(txn, job.id).await?;
     if pending > 0 {
         record_event(
             txn,
