@@ -460,6 +460,42 @@ async fn completed_work(
     }))
 }
 
+/// Waits ([`BackgroundError::NotYet`]) while proofs of training of `job`'s completed rounds
+/// are still to be checked: the work of an early end is scored as a completion's is, and a
+/// forgery found later must still forfeit (decision 0042). Chain time `until` ends the wait:
+/// past it the escrow no longer pays the completed rounds.
+async fn proofs_decided(
+    db: &DatabaseConnection,
+    job: &job::Model,
+    now: u64,
+    until: u64,
+) -> Result<(), BackgroundError> {
+    let Some(last) = round::Entity::find()
+        .filter(round::Column::JobId.eq(job.id))
+        .filter(round::Column::Status.eq(RoundStatus::Completed.as_str()))
+        .order_by_desc(round::Column::Number)
+        .one(db)
+        .await?
+    else {
+        return Ok(());
+    };
+    let pending = payout::pending_proofs_through_round(db, job.id, last.number).await?;
+    if pending == 0 {
+        return Ok(());
+    }
+    Err(BackgroundError::NotYet {
+        what: format!(
+            "job {} ends early; {pending} proofs of training of its completed rounds are still \
+             to be checked before their work is paid",
+            job.id
+        ),
+        wait: Duration::from_secs((until.saturating_sub(now) + 1).min(PROOF_POLL_SECS)),
+    })
+}
+
+/// How often an early end looks again for the proofs it waits for.
+const PROOF_POLL_SECS: u64 = 5;
+
 /// Pays `work` on chain (one transaction, or begin + batches, resumed after a crash).
 async fn pay_work(
     db: &DatabaseConnection,
@@ -505,14 +541,21 @@ async fn abort(
     ) {
         return Ok(());
     }
-    if info.status != EscrowStatus::Open
-        && let Some(work) = completed_work(db, &job, id, &info, reason).await?
-    {
+    if info.status != EscrowStatus::Open {
         let now = chain.ledger.block_timestamp().await?;
-        if info.status == EscrowStatus::Paying || now <= pay_until(chain, &info).await? {
+        let until = pay_until(chain, &info).await?;
+        let payable = info.status == EscrowStatus::Paying || now <= until;
+        // Paying means the payout began, after its proofs were decided; otherwise the
+        // completed rounds' proofs of training are waited for while the escrow lets them pay.
+        if payable && info.status != EscrowStatus::Paying {
+            proofs_decided(db, &job, now, until).await?;
+        }
+        if payable && let Some(work) = completed_work(db, &job, id, &info, reason).await? {
             return pay_work(db, chain, job_id, &work).await;
         }
-        tracing::warn!(%job_id, "the escrow's window to pay the completed rounds has passed");
+        if !payable {
+            tracing::warn!(%job_id, "the escrow's window to pay the completed rounds has passed");
+        }
     }
     if info.status == EscrowStatus::Paying {
         // A payout under way that is not this job's completed work: refund_due handles it.
@@ -546,6 +589,7 @@ async fn refund(
             let now = chain.ledger.block_timestamp().await?;
             let until = pay_until(chain, &info).await?;
             if now <= until {
+                proofs_decided(db, &job, now, until).await?;
                 if let Some(work) = completed_work(db, &job, id, &info, reason).await? {
                     return pay_work(db, chain, job_id, &work).await;
                 }

@@ -1470,11 +1470,12 @@ async fn an_abort_pays_the_completed_rounds_and_refunds_only_the_rest(backend: B
         post_json(
             &validator,
             &format!("/v1/validator/submissions/{id}/verdict"),
-            json!({"accepted": true, "quality": 0.95, "report": {"metric": 0.95}}),
+            json!({"accepted": true, "quality": 0.95, "report": {"metric": 0.95}, "proof_due": true}),
         ),
     )
     .await;
     assert_eq!(v.status, 200, "{}", v.text);
+    let round_1_submission = id.to_owned();
     let merged = put(&app, "merged round 1").await;
     let agg = send(&service, post_json(&validator, &format!("/v1/jobs/{job_id}/rounds/1/aggregate"),
         json!({"adapter_cid": merged, "metric": 0.95, "base_metric": 0.5, "metric_name": "accuracy"}))).await;
@@ -1511,7 +1512,32 @@ async fn an_abort_pays_the_completed_rounds_and_refunds_only_the_rest(backend: B
             take_tasks(&app, 1).await;
         }
     }
-    // The task failed; the abort paid round 1 and refunded the rest.
+    // The task failed. Round 1's proof of training is still to be checked: the abort waits
+    // for it, since a forgery found later must still forfeit.
+    let info = chain.ledger.job(chain.escrow, escrow_id).await.unwrap();
+    assert_eq!(
+        info.status,
+        EscrowStatus::Started,
+        "the abort waits for the proof"
+    );
+    let checked = send(
+        &service,
+        post_json(
+            &validator,
+            &format!("/v1/validator/submissions/{round_1_submission}/proof"),
+            json!({"passed": true, "stretches": []}),
+        ),
+    )
+    .await;
+    assert_eq!(checked.status, 200, "{}", checked.text);
+    assert_eq!(
+        checked.body["finalization_queued"], false,
+        "{}",
+        checked.text
+    );
+    // A new dispatcher: the old one holds the waiting event back for its poll interval.
+    step(&app, &mut Dispatcher::default()).await;
+    // The abort paid round 1 and refunded the rest.
     let info = chain.ledger.job(chain.escrow, escrow_id).await.unwrap();
     assert_eq!(info.status, EscrowStatus::Aborted);
     let stake = info.stake;

@@ -155,11 +155,32 @@ async fn contributions_in<C: ConnectionTrait>(
 /// How many of job `job_id`'s proofs of training are still to be checked: its payout is
 /// computed only once none is.
 pub async fn pending_proofs<C: ConnectionTrait>(db: &C, job_id: Uuid) -> Result<u32, DomainError> {
-    let tasks = Query::select()
+    pending_proofs_in(db, job_id, None).await
+}
+
+/// [`pending_proofs`] of rounds `1 ..= last_round` only: what an early end, which pays those
+/// rounds, waits for.
+pub async fn pending_proofs_through_round<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    last_round: i32,
+) -> Result<u32, DomainError> {
+    pending_proofs_in(db, job_id, Some(last_round)).await
+}
+
+async fn pending_proofs_in<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    last_round: Option<i32>,
+) -> Result<u32, DomainError> {
+    let mut tasks = Query::select()
         .column(task::Column::Id)
         .from(task::Entity)
         .and_where(task::Column::JobId.eq(job_id))
         .to_owned();
+    if let Some(last) = last_round {
+        tasks.and_where(task::Column::Round.lte(last));
+    }
     let n = submission::Entity::find()
         .filter(submission::Column::TaskId.in_subquery(tasks))
         .filter(submission::Column::ProofStatus.eq(ProofStatus::Pending))
