@@ -432,15 +432,7 @@ async fn completed_work(
     if job.kind != JobKind::Federated {
         return Ok(None);
     }
-    // Rounds open one after another, each from the last one's merge, so the completed ones
-    // are 1 ..= the highest completed.
-    let Some(last) = round::Entity::find()
-        .filter(round::Column::JobId.eq(job.id))
-        .filter(round::Column::Status.eq(RoundStatus::Completed.as_str()))
-        .order_by_desc(round::Column::Number)
-        .one(db)
-        .await?
-    else {
+    let Some(last) = last_completed_round(db, job).await? else {
         return Ok(None);
     };
     let Some(earned) = earned_bps(last.number.max(0) as u32, job.rounds) else {
@@ -470,13 +462,7 @@ async fn proofs_decided(
     now: u64,
     until: u64,
 ) -> Result<(), BackgroundError> {
-    let Some(last) = round::Entity::find()
-        .filter(round::Column::JobId.eq(job.id))
-        .filter(round::Column::Status.eq(RoundStatus::Completed.as_str()))
-        .order_by_desc(round::Column::Number)
-        .one(db)
-        .await?
-    else {
+    let Some(last) = last_completed_round(db, job).await? else {
         return Ok(());
     };
     let pending = payout::pending_proofs_through_round(db, job.id, last.number).await?;
@@ -491,6 +477,20 @@ async fn proofs_decided(
         ),
         wait: Duration::from_secs((until.saturating_sub(now) + 1).min(PROOF_POLL_SECS)),
     })
+}
+
+/// `job`'s highest completed round. Rounds open one after another, each from the last one's
+/// merge, so the completed ones are 1 ..= that one.
+async fn last_completed_round(
+    db: &DatabaseConnection,
+    job: &job::Model,
+) -> Result<Option<round::Model>, BackgroundError> {
+    Ok(round::Entity::find()
+        .filter(round::Column::JobId.eq(job.id))
+        .filter(round::Column::Status.eq(RoundStatus::Completed.as_str()))
+        .order_by_desc(round::Column::Number)
+        .one(db)
+        .await?)
 }
 
 /// How often an early end looks again for the proofs it waits for.

@@ -21,7 +21,7 @@ pub use shardwork_core::protocol::node::{PendingValidation, ProofCheck};
 
 use super::payout::pending_proofs;
 use super::tasks::find_task;
-use super::verdicts::{describe, penalise, worker_address};
+use super::verdicts::{describe_all, penalise, worker_address};
 use super::{rounds, rounds::queue_finalization};
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, record_event};
@@ -40,13 +40,7 @@ pub async fn pending<C: ConnectionTrait>(
         .limit(limit)
         .all(db)
         .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for s in rows {
-        if let Some(p) = describe(db, s, false).await? {
-            out.push(p);
-        }
-    }
-    Ok(out)
+    describe_all(db, rows, false).await
 }
 
 /// The most stretches a check may report: a run keeps [`TRACE_SEGMENTS`] of them.

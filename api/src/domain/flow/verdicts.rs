@@ -36,9 +36,18 @@ pub async fn pending<C: ConnectionTrait>(
         .limit(limit)
         .all(db)
         .await?;
+    describe_all(db, rows, true).await
+}
+
+/// [`describe`] of each of `rows`, in order, leaving out those of jobs no longer open.
+pub(super) async fn describe_all<C: ConnectionTrait>(
+    db: &C,
+    rows: Vec<submission::Model>,
+    with_earlier: bool,
+) -> Result<Vec<PendingValidation>, DomainError> {
     let mut out = Vec::with_capacity(rows.len());
     for s in rows {
-        if let Some(p) = describe(db, s, true).await? {
+        if let Some(p) = describe(db, s, with_earlier).await? {
             out.push(p);
         }
     }
@@ -48,7 +57,7 @@ pub async fn pending<C: ConnectionTrait>(
 /// Submission `s` with everything a validator fetches to judge it or replay its run, when its
 /// job is open (`None` otherwise). `with_earlier`: list the round's earlier submissions, which
 /// only the verdict's copy rule reads.
-pub(super) async fn describe<C: ConnectionTrait>(
+async fn describe<C: ConnectionTrait>(
     db: &C,
     s: submission::Model,
     with_earlier: bool,

@@ -32,6 +32,20 @@ pub struct PendingQuery {
     pub limit: Option<u64>,
 }
 
+impl PendingQuery {
+    /// The limit asked for, or the default; a 422 outside `1..=MAX_LIMIT`.
+    fn limit(&self) -> Result<u64, ApiError> {
+        let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(ApiError::invalid(
+                "limit",
+                format!("{limit} is outside 1..={MAX_LIMIT}"),
+            ));
+        }
+        Ok(limit)
+    }
+}
+
 /// Submissions waiting for a verdict.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PendingPage {
@@ -59,13 +73,7 @@ pub async fn pending(
     _caller: Authenticated<ValidatorRole>,
     query: web::Query<PendingQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("{limit} is outside 1..={MAX_LIMIT}"),
-        ));
-    }
+    let limit = query.limit()?;
     let submissions = verdicts::pending(&state.db, limit).await?;
     Ok(HttpResponse::Ok().json(PendingPage { submissions }))
 }
@@ -135,13 +143,7 @@ pub async fn pending_proofs(
     _caller: Authenticated<ValidatorRole>,
     query: web::Query<PendingQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let limit = query.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("{limit} is outside 1..={MAX_LIMIT}"),
-        ));
-    }
+    let limit = query.limit()?;
     let submissions = proofs::pending(&state.db, limit).await?;
     Ok(HttpResponse::Ok().json(ProofPage { submissions }))
 }
