@@ -204,7 +204,12 @@ pub async fn record(
     // last round was accepted before it), so this happens once.
     let mut finalization_queued = false;
     if pending == 0 {
-        let last = rounds::find_round(&txn, job.id, job.rounds).await.ok();
+        // The last round may not be open yet (a proof of an earlier round): nothing to queue.
+        let last = match rounds::find_round(&txn, job.id, job.rounds).await {
+            Ok(round) => Some(round),
+            Err(DomainError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
         if let Some(last) = last.filter(|r| r.status == RoundStatus::Completed)
             && let Some(adapter_cid) = last.aggregate_adapter_cid
         {
