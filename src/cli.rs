@@ -33,6 +33,10 @@ pub enum Command {
         /// In-process workers (0..=5; with 0, only workers started separately train).
         #[arg(long, default_value_t = 2)]
         workers: usize,
+        /// In-process validators (1..=4), sharing the scoring, proof replays and merges
+        /// through leases; each signs in with its own generated key.
+        #[arg(long, default_value_t = 1)]
+        validators: usize,
     },
     /// Run the marketplace in one process and a sample federated job through it to payout.
     Demo(crate::demo::DemoArgs),
@@ -51,7 +55,8 @@ pub enum Command {
     /// Run one worker against a served API (its key in SHARDWORK_NODE_KEY or --key-file); or,
     /// with `earnings` / `withdraw`, see and withdraw what it earned.
     Worker(WorkerArgs),
-    /// Run the validator against a served API (its key in SHARDWORK_NODE_KEY or --key-file).
+    /// Run a validator against a served API (its key in SHARDWORK_NODE_KEY or --key-file).
+    /// Run one per configured validator address: they share the work through leases.
     Validator(NodeArgs),
     /// Run the API server on the configured adapters (secrets must be configured).
     Serve,
@@ -110,7 +115,10 @@ pub struct WorkerArgs {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
-        Command::Up { workers } => crate::up::run(config, workers).await,
+        Command::Up {
+            workers,
+            validators,
+        } => crate::up::run(config, validators, workers).await,
         Command::Demo(args) => crate::demo::run(config, args).await,
         Command::Job(args) => crate::job_cmd::run(args).await,
         Command::Train(args) => crate::train_cmd::train(args).await,

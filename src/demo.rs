@@ -31,6 +31,9 @@ pub struct DemoArgs {
     /// Workers to run (1..=5).
     #[arg(long, default_value_t = 3)]
     pub workers: usize,
+    /// Validators to run (1..=4), sharing the scoring, proof replays and merges.
+    #[arg(long, default_value_t = 1)]
+    pub validators: usize,
     /// Of them, how many are dishonest (the validator must reject them and pay them nothing).
     #[arg(long, default_value_t = 0)]
     pub adversaries: usize,
@@ -93,6 +96,49 @@ pub struct DemoReport {
     pub sample_answer: Option<SampleAnswer>,
     /// The proofs of training the validators checked after the verdicts.
     pub proofs: ProofsReport,
+    /// The validators' compute against the workers'.
+    pub compute: ComputeReport,
+}
+
+/// What the job's training and its validation cost, in seconds summed over every task and
+/// every piece of the validators' work, from the job's events.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct ComputeReport {
+    /// Every submitted task, claim to submission (fetches and uploads included).
+    pub training_seconds: f64,
+    /// Every verdict's scoring (fetches included), as the validator timed it.
+    pub scoring_seconds: f64,
+    /// Every replayed stretch.
+    pub replay_seconds: f64,
+    /// Every round's merge and its scoring.
+    pub merge_seconds: f64,
+    /// Scoring, replays and merges over training.
+    pub validation_share: f64,
+}
+
+impl ComputeReport {
+    fn of(events: &[EventView], rounds: &BTreeMap<u32, RoundTimes>) -> ComputeReport {
+        let seconds = |v: &Value| v["seconds"].as_f64().unwrap_or(0.0);
+        let mut report = ComputeReport {
+            training_seconds: rounds.values().map(|r| r.task_seconds).sum(),
+            ..ComputeReport::default()
+        };
+        for e in events {
+            match &e.event {
+                JobEvent::Verdict(v) => report.scoring_seconds += seconds(&v.report),
+                JobEvent::Aggregated(a) => report.merge_seconds += seconds(&a.details),
+                JobEvent::ProofChecked(p) => {
+                    report.replay_seconds += p.stretches.iter().map(|s| s.seconds).sum::<f64>();
+                }
+                _ => {}
+            }
+        }
+        let validation = report.scoring_seconds + report.replay_seconds + report.merge_seconds;
+        if report.training_seconds > 0.0 {
+            report.validation_share = validation / report.training_seconds;
+        }
+        report
+    }
 }
 
 /// The proofs of training checked, from the job's `proof_checked` events.
@@ -179,13 +225,7 @@ pub struct ContributorReport {
 }
 
 pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
-    let deployment =
-        crate::up::start(config, args.workers, (args.adversaries, args.adversary)).await?;
-    let outcome = drive(&deployment, &args).await;
-    let crate::up::Deployment { running, nodes, .. } = deployment;
-    nodes.stop().await;
-    running.handle().stop(true).await;
-    let report = outcome?;
+    let report = measure(config, &args).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -195,6 +235,23 @@ pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
         bail!("the demo job ended {}", report.status);
     }
     Ok(())
+}
+
+/// Starts the marketplace, runs the sample job `args` describes through it, stops it, and
+/// returns what the job's events measured (also `bench validation`'s runs).
+pub(crate) async fn measure(config: Config, args: &DemoArgs) -> anyhow::Result<DemoReport> {
+    let deployment = crate::up::start(
+        config,
+        args.validators,
+        args.workers,
+        (args.adversaries, args.adversary),
+    )
+    .await?;
+    let outcome = drive(&deployment, args).await;
+    let crate::up::Deployment { running, nodes, .. } = deployment;
+    nodes.stop().await;
+    running.handle().stop(true).await;
+    outcome
 }
 
 /// What a sample job looks like: which model, how it is cut.
@@ -552,6 +609,8 @@ struct RoundTimes {
     last_submission: Option<DateTime<Utc>>,
     /// The slowest task, claim to submission: the round's training on the critical path.
     slowest_task_seconds: f64,
+    /// Every submitted task, claim to submission, summed.
+    task_seconds: f64,
 }
 
 fn seconds_between(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
@@ -576,8 +635,9 @@ fn round_times(events: &[EventView]) -> BTreeMap<u32, RoundTimes> {
                 let round = rounds.entry(key.0).or_default();
                 round.last_submission = Some(round.last_submission.map_or(t, |l| l.max(t)));
                 if let Some(start) = claimed.get(&key) {
-                    round.slowest_task_seconds =
-                        round.slowest_task_seconds.max(seconds_between(*start, t));
+                    let took = seconds_between(*start, t);
+                    round.slowest_task_seconds = round.slowest_task_seconds.max(took);
+                    round.task_seconds += took;
                 }
             }
             _ => {}
@@ -708,6 +768,7 @@ fn summarise(
         }),
         sample_answer: None,
         proofs: ProofsReport::of(events),
+        compute: ComputeReport::of(events, &rounds),
     }
 }
 
@@ -769,7 +830,7 @@ fn print_report(r: &DemoReport) {
     let o = &r.overhead;
     println!(
         "overhead: {:.1} s to the first claim (dataset pipeline, funding), {} s after each round's \
-         last submission (scoring, merge, queueing; payout after the last), {:.1} s of late \
+         last submission (scoring, merge, queueing; the last round's proofs and the payout after the last), {:.1} s of late \
          claims, {:.1} s in the client",
         o.before_first_claim_seconds,
         o.after_last_submission_seconds
@@ -798,5 +859,14 @@ fn print_report(r: &DemoReport) {
             .map(|(round, s)| format!("round {round}: {s:+.1} s"))
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    let c = &r.compute;
+    println!(
+        "validation compute {:.1}% of training's {:.1} s: scoring {:.1} s, replays {:.1} s, merges {:.1} s",
+        100.0 * c.validation_share,
+        c.training_seconds,
+        c.scoring_seconds,
+        c.replay_seconds,
+        c.merge_seconds
     );
 }

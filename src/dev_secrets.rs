@@ -62,24 +62,30 @@ const NODE_KEYS_FILE: &str = "node-keys.toml";
 
 #[derive(Serialize, Deserialize)]
 struct NodeKeyFile {
+    /// The first validator's (the only one before `up --validators`).
     validator: String,
+    /// The second validator's and on.
+    #[serde(default)]
+    more_validators: Vec<String>,
     #[serde(default)]
     workers: Vec<String>,
 }
 
-/// The signing keys of `shardwork up`'s own validator and workers.
+/// The signing keys of `shardwork up`'s own validators and workers.
 pub struct NodeKeys {
-    /// The validator's: the address the API grants the validator role.
-    pub validator: PrivateKeySigner,
+    /// One per in-process validator, at least one: the addresses the API grants the
+    /// validator role.
+    pub validators: Vec<PrivateKeySigner>,
     /// One per in-process worker, in order.
     pub workers: Vec<PrivateKeySigner>,
 }
 
 /// The in-process nodes' keys from `data_dir/node-keys.toml`: created (mode 0600) with fresh
-/// random keys when missing, and given more worker keys when `workers` asks for more than it
-/// holds. The same folder gives the same identities after a restart (reputation, leases and
-/// payouts stay theirs).
-pub fn node_keys(data_dir: &Path, workers: usize) -> anyhow::Result<NodeKeys> {
+/// random keys when missing, and given more keys when `validators` (at least 1) or `workers`
+/// asks for more than it holds. The same folder gives the same identities after a restart
+/// (reputation, leases and payouts stay theirs).
+pub fn node_keys(data_dir: &Path, validators: usize, workers: usize) -> anyhow::Result<NodeKeys> {
+    anyhow::ensure!(validators >= 1, "at least one validator");
     let path = data_dir.join(NODE_KEYS_FILE);
     let mut file = if path.exists() {
         let text = std::fs::read_to_string(&path)
@@ -88,12 +94,16 @@ pub fn node_keys(data_dir: &Path, workers: usize) -> anyhow::Result<NodeKeys> {
     } else {
         NodeKeyFile {
             validator: random_key_hex(),
+            more_validators: Vec::new(),
             workers: Vec::new(),
         }
     };
-    let grown = file.workers.len() < workers;
+    let grown = file.workers.len() < workers || file.more_validators.len() < validators - 1;
     while file.workers.len() < workers {
         file.workers.push(random_key_hex());
+    }
+    while file.more_validators.len() < validators - 1 {
+        file.more_validators.push(random_key_hex());
     }
     if grown || !path.exists() {
         let text = toml::to_string(&file).context("encoding the node keys")?;
@@ -108,7 +118,11 @@ pub fn node_keys(data_dir: &Path, workers: usize) -> anyhow::Result<NodeKeys> {
         })
     };
     Ok(NodeKeys {
-        validator: parse(&file.validator, "validator")?,
+        validators: std::iter::once(&file.validator)
+            .chain(&file.more_validators[..validators - 1])
+            .enumerate()
+            .map(|(i, hex)| parse(hex, &format!("validator {i}")))
+            .collect::<anyhow::Result<_>>()?,
         workers: file.workers[..workers]
             .iter()
             .enumerate()
@@ -202,9 +216,9 @@ mod tests {
     #[test]
     fn node_keys_are_private_random_reused_and_grown() {
         let dir = tempfile::tempdir().unwrap();
-        let first = node_keys(dir.path(), 2).unwrap();
+        let first = node_keys(dir.path(), 1, 2).unwrap();
         let public = shardwork_contracts::dev_keys::dev_addresses();
-        let mut addresses = vec![first.validator.address()];
+        let mut addresses = vec![first.validators[0].address()];
         addresses.extend(first.workers.iter().map(|k| k.address()));
         assert_eq!(addresses.len(), 3);
         for a in &addresses {
@@ -222,11 +236,21 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
-        // A restart asking for more workers keeps the first ones and adds one.
-        let again = node_keys(dir.path(), 3).unwrap();
-        assert_eq!(again.validator.address(), first.validator.address());
+        // A restart asking for more validators and workers keeps the first ones and adds more.
+        let again = node_keys(dir.path(), 3, 3).unwrap();
+        assert_eq!(again.validators[0].address(), first.validators[0].address());
         assert_eq!(again.workers[1].address(), first.workers[1].address());
         assert!(!addresses.contains(&again.workers[2].address()));
+        assert_eq!(again.validators.len(), 3);
+        for v in &again.validators[1..] {
+            assert!(!addresses.contains(&v.address()) && !public.contains(&v.address()));
+        }
+        assert_ne!(again.validators[1].address(), again.validators[2].address());
+        assert_eq!(
+            node_keys(dir.path(), 2, 0).unwrap().validators[1].address(),
+            again.validators[1].address(),
+            "asking for fewer reuses the first ones"
+        );
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -239,8 +263,8 @@ mod tests {
         // Another data folder, other identities.
         let other = tempfile::tempdir().unwrap();
         assert_ne!(
-            node_keys(other.path(), 0).unwrap().validator.address(),
-            first.validator.address()
+            node_keys(other.path(), 1, 0).unwrap().validators[0].address(),
+            first.validators[0].address()
         );
     }
 

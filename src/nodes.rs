@@ -75,8 +75,8 @@ pub struct InProcess<'a> {
     pub store: Arc<dyn ContentStore>,
     pub queue: Arc<dyn TaskQueue>,
     pub work_dir: &'a Path,
-    /// The validator's and the workers' keys (`crate::dev_secrets::node_keys`); as many
-    /// workers run as it holds worker keys.
+    /// The validators' and the workers' keys (`crate::dev_secrets::node_keys`); as many
+    /// validators and workers run as it holds keys for.
     pub keys: crate::dev_secrets::NodeKeys,
     /// Of the workers, how many are dishonest (demo, tests).
     pub adversaries: usize,
@@ -94,24 +94,26 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
     let blobs: Arc<dyn Blobs> = Arc::new(StoreBlobs(setup.store.clone()));
     let device = training_device();
     let mut handles = Vec::new();
-    let validator = ValidatorNode {
-        api: Arc::new(ApiClient::new(
-            &setup.api_url,
-            setup.keys.validator.clone(),
-            &["validator"],
-        )?),
-        blobs: blobs.clone(),
-        device: device.clone(),
-        work_dir: WorkDir::new(setup.work_dir.join("validator")),
-        poll: VALIDATOR_POLL,
-        rules: Rules::default(),
-    };
-    let rx = receiver.clone();
-    handles.push(tokio::spawn(async move {
-        if let Err(e) = validator.run(rx).await {
-            tracing::error!(error = %e, "validator stopped");
-        }
-    }));
+    for (i, key) in setup.keys.validators.iter().enumerate() {
+        let validator = ValidatorNode {
+            api: Arc::new(ApiClient::new(&setup.api_url, key.clone(), &["validator"])?),
+            blobs: blobs.clone(),
+            device: device.clone(),
+            // The first keeps the folder a single validator always had (its model cache).
+            work_dir: WorkDir::new(setup.work_dir.join(match i {
+                0 => "validator".to_owned(),
+                _ => format!("validator-{i}"),
+            })),
+            poll: VALIDATOR_POLL,
+            rules: Rules::default(),
+        };
+        let rx = receiver.clone();
+        handles.push(tokio::spawn(async move {
+            if let Err(e) = validator.run(rx).await {
+                tracing::error!(error = %e, "validator stopped");
+            }
+        }));
+    }
     // In-process workers share this machine with each other and the validator: each registers
     // its share of the memory available now, not all of it (three workers that each claimed the
     // whole machine were leased three jobs' worth of training and ran it out of memory).

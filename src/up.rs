@@ -30,10 +30,10 @@ pub struct Deployment {
 }
 
 /// `shardwork up`: starts everything and serves until Ctrl-C.
-pub async fn run(config: Config, workers: usize) -> anyhow::Result<()> {
-    let deployment = start(config, workers, (0, Behaviour::Honest)).await?;
+pub async fn run(config: Config, validators: usize, workers: usize) -> anyhow::Result<()> {
+    let deployment = start(config, validators, workers, (0, Behaviour::Honest)).await?;
     println!(
-        "marketplace serving on {} with the validator and {workers} worker(s) (Ctrl-C stops)",
+        "marketplace serving on {} with {validators} validator(s) and {workers} worker(s) (Ctrl-C stops)",
         deployment.api_url
     );
     let Deployment { running, nodes, .. } = deployment;
@@ -50,8 +50,12 @@ pub async fn run(config: Config, workers: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The most in-process validators: each loads every job's model of its own.
+pub const MAX_DEV_VALIDATORS: usize = 4;
+
 pub async fn start(
     mut config: Config,
+    validators: usize,
     workers: usize,
     (adversaries, adversary): (usize, Behaviour),
 ) -> anyhow::Result<Deployment> {
@@ -145,24 +149,34 @@ pub async fn start(
             infra::DEV_TOKEN_MINTED
         );
     }
-    // The in-process validator signs in with a key generated for this data folder (never a
+    // The in-process validators sign in with keys generated for this data folder (never a
     // public development key: its holder would read every held-out set and judge every
-    // submission), and that address alone gets the role here.
+    // submission), and their addresses alone get the role here.
     anyhow::ensure!(
         workers <= crate::nodes::MAX_DEV_WORKERS,
         "at most {} in-process workers, not {workers}",
         crate::nodes::MAX_DEV_WORKERS
     );
-    let keys = crate::dev_secrets::node_keys(&config.data_dir, workers)?;
-    let validator = crate::nodes::address_of(&keys.validator);
+    anyhow::ensure!(
+        (1..=MAX_DEV_VALIDATORS).contains(&validators),
+        "1 to {MAX_DEV_VALIDATORS} in-process validators, not {validators}"
+    );
+    let keys = crate::dev_secrets::node_keys(&config.data_dir, validators, workers)?;
+    let validator_addresses: Vec<_> = keys
+        .validators
+        .iter()
+        .map(crate::nodes::address_of)
+        .collect();
     let dishonest = keys
         .workers
         .iter()
         .take(adversaries)
         .map(crate::nodes::address_of)
         .collect();
-    if !config.api.validator_addresses.contains(&validator) {
-        config.api.validator_addresses.push(validator);
+    for validator in &validator_addresses {
+        if !config.api.validator_addresses.contains(validator) {
+            config.api.validator_addresses.push(*validator);
+        }
     }
     let ports = shardwork_api::Ports {
         db,
@@ -184,7 +198,12 @@ pub async fn start(
         adversary,
     })?;
     println!(
-        "nodes       ready: validator {validator}, {workers} worker(s){}",
+        "nodes       ready: validator(s) {}, {workers} worker(s){}",
+        validator_addresses
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
         if adversaries > 0 {
             format!(" ({adversaries} dishonest: {adversary:?})")
         } else {

@@ -116,6 +116,9 @@ pub struct ApiConfig {
     pub price_wei_per_param_record: u64,
     /// How long a task lease lasts without a heartbeat; workers extend it with progress.
     pub lease_secs: u64,
+    /// How long a validator's lease on a scoring, a proof replay or a merge lasts without a
+    /// heartbeat: a validator killed mid-work loses its work to another after this long.
+    pub validator_lease_secs: u64,
     /// Attempts per task (lease expiries and rejected adapters count) before it fails.
     pub task_max_attempts: i32,
     /// Largest training memory (MiB) a job may need while no worker has registered; once
@@ -160,6 +163,7 @@ impl Default for ApiConfig {
             validator_addresses: Vec::new(),
             price_wei_per_param_record: 1_000,
             lease_secs: 300,
+            validator_lease_secs: 60,
             task_max_attempts: 3,
             max_job_memory_mb: 65_536,
             background_interval_ms: 250,
@@ -266,6 +270,11 @@ impl ApiConfig {
             (5..=86_400).contains(&self.lease_secs),
             "lease_secs",
             format!("{} is outside 5..=86400", self.lease_secs),
+        );
+        check(
+            (2..=3_600).contains(&self.validator_lease_secs),
+            "validator_lease_secs",
+            format!("{} is outside 2..=3600", self.validator_lease_secs),
         );
         check(
             (256..=16 << 20).contains(&self.max_job_memory_mb),

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 pub use shardwork_core::protocol::node::{
     AcceptedAdapter, Aggregate, EarlierSubmission, Lease, LeaseKeys, PendingValidation, Progress,
-    ProofCheck, ReadyRound, StretchReplay, Verdict,
+    ProofCheck, ReadyRound, StretchReplay, ValidatorLease, ValidatorWork, Verdict,
 };
 use shardwork_core::protocol::problem::ProblemType;
 use shardwork_core::protocol::siwe::SiweMessage;
@@ -548,6 +548,18 @@ impl ApiClient {
             )
             .await?;
         Ok(())
+    }
+
+    /// Takes, or renews, this validator's lease on one piece of work (validator role): a
+    /// conflict when another validator holds it or it is already done.
+    pub async fn lease_validator_work(&self, work: &ValidatorWork) -> Result<ValidatorLease> {
+        self.call(
+            "POST",
+            "/v1/validator/leases",
+            Some(serde_json::to_value(work).unwrap_or_default()),
+            None,
+        )
+        .await
     }
 
     /// Rounds whose adapters are all accepted and wait for a merge (validator role).

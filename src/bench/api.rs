@@ -70,7 +70,7 @@ pub async fn run(mut config: Config, bench: &ApiBenchConfig) -> anyhow::Result<A
     config.api.rate_limit_per_minute = u32::MAX;
     config.api.rate_limit_per_ip_per_minute = u32::MAX;
     let deployment =
-        crate::up::start(config, 0, (0, shardwork_node::worker::Behaviour::Honest)).await?;
+        crate::up::start(config, 1, 0, (0, shardwork_node::worker::Behaviour::Honest)).await?;
     let outcome = measure(&deployment, bench).await;
     let crate::up::Deployment { running, nodes, .. } = deployment;
     nodes.stop().await;

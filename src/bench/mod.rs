@@ -7,6 +7,7 @@ pub mod llm;
 pub mod queue;
 pub mod store;
 pub mod train;
+pub mod validation;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,6 +41,28 @@ pub enum BenchCommand {
         /// requesters poll their own jobs.
         #[arg(long, default_value_t = 16)]
         jobs: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What verification costs: each shard count's sample job run to payout with each number
+    /// of in-process validators; the validators' compute against the training's, and each
+    /// round's wait from its last submission to the next round (issue 47).
+    Validation {
+        #[arg(long, value_delimiter = ',', default_value = "3,12,24")]
+        shards: Vec<u32>,
+        #[arg(long, value_delimiter = ',', default_value = "1,3")]
+        validators: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        workers: usize,
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        /// Chat SFT of SmolLM2-135M (the README's job) instead of the generated sample model.
+        #[arg(long)]
+        chat: bool,
+        /// Chat SFT: conversations per job.
+        #[arg(long, default_value_t = 240)]
+        conversations: usize,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -229,6 +252,30 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 jobs,
             };
             let report = api::run(config, &bench).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+        }
+        BenchCommand::Validation {
+            shards,
+            validators,
+            workers,
+            rounds,
+            chat,
+            conversations,
+            json,
+        } => {
+            let bench = validation::ValidationBenchConfig {
+                shards,
+                validators,
+                workers,
+                rounds,
+                chat,
+                conversations,
+            };
+            let report = validation::run(config, &bench).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

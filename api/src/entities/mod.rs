@@ -15,4 +15,5 @@ pub mod spent_attempt;
 pub mod submission;
 pub mod task;
 pub mod task_progress;
+pub mod validator_lease;
 pub mod worker;

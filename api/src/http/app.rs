@@ -190,6 +190,10 @@ fn routes(cfg: &mut web::ServiceConfig) {
                 .service(resource(
                     "/validator/rounds",
                     vec![web::get().to(validator::ready_rounds)],
+                ))
+                .service(resource(
+                    "/validator/leases",
+                    vec![web::post().to(validator::lease)],
                 )),
         );
 }

@@ -119,6 +119,7 @@ pub const BEARER: &str = "bearer";
         routes::validator::pending_proofs,
         routes::validator::proof,
         routes::validator::ready_rounds,
+        routes::validator::lease,
         routes::validator::aggregate,
         routes::validator::model_failure,
     ),

@@ -107,7 +107,12 @@ pub(crate) async fn take_tasks(app: &TestApp, n: usize) -> Vec<TaskMessage> {
 }
 
 /// An adapter bundle of one file, sealed as the validator seals round `round`'s merge.
-async fn sealed_merge(app: &TestApp, job_id: &str, round: u32, weights: &[u8]) -> String {
+pub(crate) async fn sealed_merge(
+    app: &TestApp,
+    job_id: &str,
+    round: u32,
+    weights: &[u8],
+) -> String {
     let job_id: uuid::Uuid = job_id.parse().unwrap();
     let seal = shardwork_core::store::keys::Sealed::RoundResult { round }.seal_for(
         job_id,
@@ -1152,7 +1157,7 @@ async fn a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks(backend: Backe
 
 /// A federated job posted by the requester, funded through the development chain and started
 /// (round 1 opened, `markStarted` mined), nobody training yet: (the requester's token, job id).
-async fn started_job<S, B>(
+pub(crate) async fn started_job<S, B>(
     app: &TestApp,
     service: &S,
     dispatcher: &mut Dispatcher,

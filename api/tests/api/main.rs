@@ -16,4 +16,5 @@ mod progress;
 mod quote;
 mod schemathesis;
 mod stake_tokens;
+mod validator_leases;
 mod workers;

@@ -225,3 +225,71 @@ pub struct Aggregate {
     #[serde(default)]
     pub details: serde_json::Value,
 }
+
+/// One piece of the validators' work, leased to one validator at a time
+/// (`POST /v1/validator/leases`): several validator processes share a deployment without
+/// doing anything twice.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ValidatorWork {
+    /// Scoring a submission and giving its verdict.
+    Verdict {
+        /// The submission to judge.
+        submission_id: Uuid,
+    },
+    /// Replaying a stretch of a submission's run and recording its proof check.
+    Proof {
+        /// The submission whose proof of training is due.
+        submission_id: Uuid,
+    },
+    /// Merging a round whose adapters are all accepted.
+    Merge {
+        /// The round's job.
+        job_id: Uuid,
+        /// The round, counted from 1.
+        round: i32,
+    },
+}
+
+impl ValidatorWork {
+    /// The work's one name, the key its lease is stored under.
+    pub fn key(&self) -> String {
+        match self {
+            ValidatorWork::Verdict { submission_id } => format!("verdict:{submission_id}"),
+            ValidatorWork::Proof { submission_id } => format!("proof:{submission_id}"),
+            ValidatorWork::Merge { job_id, round } => format!("merge:{job_id}:{round}"),
+        }
+    }
+}
+
+impl std::fmt::Display for ValidatorWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ValidatorWork::Verdict { submission_id } => {
+                write!(f, "the verdict on submission {submission_id}")
+            }
+            ValidatorWork::Proof { submission_id } => {
+                write!(f, "the proof of training of submission {submission_id}")
+            }
+            ValidatorWork::Merge { job_id, round } => {
+                write!(f, "the merge of round {round} of job {job_id}")
+            }
+        }
+    }
+}
+
+/// A validator's lease on one piece of work: taken, or renewed by asking again (the heartbeat)
+/// before `expires_at`. Work whose lease lapses goes to the next validator that asks.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ValidatorLease {
+    /// The work leased.
+    pub work: ValidatorWork,
+    /// The validator holding it (its address).
+    pub holder: String,
+    /// When it took the work.
+    pub leased_at: DateTime<Utc>,
+    /// When the lease lapses unless the holder asks again.
+    pub expires_at: DateTime<Utc>,
+}

@@ -639,6 +639,30 @@ export type paths = {
         patch?: never;
         trace?: never;
     };
+    "/v1/validator/leases": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Takes, or renews, the caller's lease on one piece of the validators' work: a scoring, a
+         *     proof replay or a round's merge. Ask before starting the work and again (the heartbeat)
+         *     well before `expires_at`; another validator's lease on the work is a 409, and so is work
+         *     already done. A validator that stops asking loses the work to the next one after
+         *     `api.validator_lease_secs`.
+         * @description **Role:** `validator` (configured addresses only).
+         */
+        post: operations["lease_validator_work"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/validator/proofs": {
         parameters: {
             query?: never;
@@ -2584,6 +2608,61 @@ export type components = {
              */
             spot_check: number;
         };
+        /**
+         * @description A validator's lease on one piece of work: taken, or renewed by asking again (the heartbeat)
+         *     before `expires_at`. Work whose lease lapses goes to the next validator that asks.
+         */
+        ValidatorLease: {
+            /**
+             * Format: date-time
+             * @description When the lease lapses unless the holder asks again.
+             */
+            expires_at: string;
+            /** @description The validator holding it (its address). */
+            holder: string;
+            /**
+             * Format: date-time
+             * @description When it took the work.
+             */
+            leased_at: string;
+            /** @description The work leased. */
+            work: components["schemas"]["ValidatorWork"];
+        };
+        /**
+         * @description One piece of the validators' work, leased to one validator at a time
+         *     (`POST /v1/validator/leases`): several validator processes share a deployment without
+         *     doing anything twice.
+         */
+        ValidatorWork: {
+            /** @enum {string} */
+            kind: "verdict";
+            /**
+             * Format: uuid
+             * @description The submission to judge.
+             */
+            submission_id: string;
+        } | {
+            /** @enum {string} */
+            kind: "proof";
+            /**
+             * Format: uuid
+             * @description The submission whose proof of training is due.
+             */
+            submission_id: string;
+        } | {
+            /**
+             * Format: uuid
+             * @description The round's job.
+             */
+            job_id: string;
+            /** @enum {string} */
+            kind: "merge";
+            /**
+             * Format: int32
+             * @description The round, counted from 1.
+             */
+            round: number;
+        };
         /** @description A verdict as the validator sends it. */
         Verdict: {
             /** @description Whether the adapter is accepted. */
@@ -4076,7 +4155,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The job is not open, or the round is not waiting for its merge */
+            /** @description The job is not open, or the round is not waiting for its merge, or another validator holds its lease */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4583,6 +4662,78 @@ export interface operations {
             };
         };
     };
+    lease_validator_work: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ValidatorWork"];
+            };
+        };
+        responses: {
+            /** @description The caller holds the work until `expires_at` */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidatorLease"];
+                };
+            };
+            /** @description The body is not JSON or names no kind of work */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description No such submission or round */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Another validator holds the work, it is already done, its job is no longer open, or the lease reached the job's task time limit */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body exceeds the JSON limit */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["RateLimited"];
+            /** @description The lease could not be written */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     pending_proofs: {
         parameters: {
             query?: {
@@ -4595,7 +4746,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Submissions whose proofs of training are due, oldest verdict first */
+            /** @description Submissions whose proofs of training are due, oldest verdict first, less those another validator holds */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4645,7 +4796,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Rounds whose adapters are all accepted, with the adapters to merge */
+            /** @description Rounds whose adapters are all accepted, with the adapters to merge, less those another validator holds */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4680,7 +4831,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description Submissions awaiting a verdict, oldest first */
+            /** @description Submissions awaiting a verdict, oldest first, less those another validator holds */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -4766,7 +4917,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description No proof is due for the submission, it is already decided, or its job is no longer open */
+            /** @description No proof is due for the submission, it is already decided, or its job is no longer open, or another validator holds its lease */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4850,7 +5001,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The submission already has its verdict, or its job is no longer open */
+            /** @description The submission already has its verdict, or its job is no longer open, or another validator holds its lease */
             409: {
                 headers: {
                     [name: string]: unknown;

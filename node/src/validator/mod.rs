@@ -18,6 +18,12 @@
 //! the next round's tasks never wait for a replay; the job's payout does (the API computes it
 //! when the last proof is decided). Docs: decisions/0042.
 //!
+//! ## Any number of validators
+//! Each scoring, proof replay and merge is leased from the API before it starts and the lease
+//! renewed while it runs ([`ValidatorNode::holding`]): validators sharing a deployment each
+//! take different work, and what a killed validator held goes to another once its lease
+//! lapses. Work another validator holds is neither listed nor leased. Docs: decisions/0043.
+//!
 //! ## Never stalled by one submission or one job
 //! Whatever is wrong with a submission (unfetchable, unloadable, a configuration or shape that
 //! is not the job's, NaN, a copy) becomes that submission's rejection with the reason. What is
@@ -39,8 +45,9 @@ pub mod replay;
 pub mod rules;
 pub mod similarity;
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use candle_core::Device;
 use serde_json::json;
@@ -52,7 +59,9 @@ use crate::models::WorkDir;
 use context::{Contexts, JobContext, JobRef, Loader};
 use replay::StretchCheck;
 pub use rules::{Nearest, Rules, Scores, judge};
-use shardwork_client::{Aggregate, ApiClient, PendingValidation, ProofCheck, ReadyRound, Verdict};
+use shardwork_client::{
+    Aggregate, ApiClient, PendingValidation, ProofCheck, ReadyRound, ValidatorWork, Verdict,
+};
 use shardwork_core::protocol::Aggregation;
 use shardwork_core::store::keys::Sealed;
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
@@ -90,6 +99,25 @@ pub fn merge_adapters(
             server_learning_rate,
         },
     )?)
+}
+
+/// What one proof replay came to.
+enum ReplayOutcome {
+    /// The API took the check (or the proof was decided meanwhile).
+    Recorded,
+    /// Checked, but the API did not take it: checked again at a later pass.
+    NotRecorded,
+    /// Not checked now (its job cannot be loaded, the store failed): try the next proof.
+    NotChecked,
+}
+
+/// The job `pending` belongs to, as the job contexts know it.
+fn job_of(pending: &PendingValidation) -> JobRef<'_> {
+    JobRef {
+        job_id: pending.job_id,
+        spec_cid: pending.job_spec_cid.as_deref(),
+        held_out_cid: pending.held_out_cid.as_deref(),
+    }
 }
 
 /// The validator service: judges submitted adapters and merges ready rounds, polling the API
@@ -160,125 +188,213 @@ impl ValidatorNode {
     /// submission or round that cannot be handled now is logged and left for the next pass
     /// while the others go on.
     pub async fn pass(&self, contexts: &mut Contexts) -> Result<usize, NodeError> {
-        let loader = self.loader();
         let mut worked = 0;
         for pending in self.api.pending_validations(50).await? {
-            let job = JobRef {
-                job_id: pending.job_id,
-                spec_cid: pending.job_spec_cid.as_deref(),
-                held_out_cid: pending.held_out_cid.as_deref(),
+            let work = ValidatorWork::Verdict {
+                submission_id: pending.submission_id,
             };
-            let context = match contexts.get(&loader, job).await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(job = %pending.job_id, submission = %pending.submission_id,
-                        error = %e, "job cannot be judged now; its submissions wait");
-                    continue;
-                }
-            };
-            let verdict = match self.score(&context, &pending).await {
-                Ok(v) => v,
-                Err(e) => {
-                    tracing::warn!(submission = %pending.submission_id, error = %e,
-                        "submission not judged this pass");
-                    continue;
-                }
-            };
-            tracing::info!(submission = %pending.submission_id, worker = %pending.worker,
-                accepted = verdict.accepted, quality = verdict.quality, reason = ?verdict.reason,
-                proof_due = verdict.proof_due, "verdict");
-            match self.api.verdict(pending.submission_id, &verdict).await {
-                Ok(()) => worked += 1,
-                Err(e) if e.is_conflict() => {}
-                Err(e) => tracing::warn!(submission = %pending.submission_id, error = %e,
-                    "verdict not recorded; judged again next pass"),
+            if self
+                .holding(work, self.give_verdict(contexts, &pending))
+                .await?
+                .unwrap_or(false)
+            {
+                worked += 1;
             }
         }
         for ready in self.api.ready_rounds().await? {
-            let job = JobRef {
+            let work = ValidatorWork::Merge {
                 job_id: ready.job_id,
-                spec_cid: ready.job_spec_cid.as_deref(),
-                held_out_cid: ready.held_out_cid.as_deref(),
+                round: ready.round,
             };
-            let merged = match contexts.get(&loader, job).await {
-                Ok(context) => self.merge_round(&context, &ready).await,
-                Err(e) => Err(e),
-            };
-            let aggregate = match merged {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
-                        "round not merged this pass");
-                    continue;
-                }
-            };
-            tracing::info!(job = %ready.job_id, round = ready.round, metric = aggregate.metric,
-                base = aggregate.base_metric, merge = %aggregate.details["merge"], "round merged");
-            match self
-                .api
-                .aggregate(ready.job_id, ready.round, &aggregate)
-                .await
+            if self
+                .holding(work, self.merge(contexts, &ready))
+                .await?
+                .unwrap_or(false)
             {
-                Ok(()) => worked += 1,
-                Err(e) if e.is_conflict() => {}
-                Err(e) => {
-                    tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
-                        "merge not recorded; merged again next pass");
-                    continue;
-                }
-            }
-            if ready.last_round {
-                contexts.finish(ready.job_id);
+                worked += 1;
             }
         }
         Ok(worked)
+    }
+
+    /// Scores `pending` and records its verdict; whether the API took it. What fails here is
+    /// logged and left for a later pass (or another validator).
+    async fn give_verdict(&self, contexts: &mut Contexts, pending: &PendingValidation) -> bool {
+        let context = match contexts.get(&self.loader(), job_of(pending)).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(job = %pending.job_id, submission = %pending.submission_id,
+                    error = %e, "job cannot be judged now; its submissions wait");
+                return false;
+            }
+        };
+        let started = Instant::now();
+        let mut verdict = match self.score(&context, pending).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(submission = %pending.submission_id, error = %e,
+                    "submission not judged this pass");
+                return false;
+            }
+        };
+        // What the scoring cost, fetches included: `bench validation` weighs it against the
+        // training it judged.
+        if let Some(report) = verdict.report.as_object_mut() {
+            report.insert("seconds".into(), json!(started.elapsed().as_secs_f64()));
+        }
+        tracing::info!(submission = %pending.submission_id, worker = %pending.worker,
+            accepted = verdict.accepted, quality = verdict.quality, reason = ?verdict.reason,
+            proof_due = verdict.proof_due, "verdict");
+        match self.api.verdict(pending.submission_id, &verdict).await {
+            Ok(()) => true,
+            Err(e) if e.is_conflict() => false,
+            Err(e) => {
+                tracing::warn!(submission = %pending.submission_id, error = %e,
+                    "verdict not recorded; judged again next pass");
+                false
+            }
+        }
+    }
+
+    /// Merges `ready` and records the merge; whether the API took it.
+    async fn merge(&self, contexts: &mut Contexts, ready: &ReadyRound) -> bool {
+        let job = JobRef {
+            job_id: ready.job_id,
+            spec_cid: ready.job_spec_cid.as_deref(),
+            held_out_cid: ready.held_out_cid.as_deref(),
+        };
+        let started = Instant::now();
+        let merged = match contexts.get(&self.loader(), job).await {
+            Ok(context) => self.merge_round(&context, ready).await,
+            Err(e) => Err(e),
+        };
+        let mut aggregate = match merged {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
+                    "round not merged this pass");
+                return false;
+            }
+        };
+        if let Some(details) = aggregate.details.as_object_mut() {
+            details.insert("seconds".into(), json!(started.elapsed().as_secs_f64()));
+        }
+        tracing::info!(job = %ready.job_id, round = ready.round, metric = aggregate.metric,
+            base = aggregate.base_metric, merge = %aggregate.details["merge"], "round merged");
+        let recorded = match self
+            .api
+            .aggregate(ready.job_id, ready.round, &aggregate)
+            .await
+        {
+            Ok(()) => true,
+            Err(e) if e.is_conflict() => false,
+            Err(e) => {
+                tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
+                    "merge not recorded; merged again next pass");
+                return false;
+            }
+        };
+        if ready.last_round {
+            contexts.finish(ready.job_id);
+        }
+        recorded
+    }
+
+    /// Runs `work` while holding this validator's lease on `what`, renewing it (the heartbeat)
+    /// until `work` ends. `None` when the lease is not to be had (another validator holds the
+    /// work, or it is already done), or when it is lost midway: then `work` is dropped, and its
+    /// outcome is the new holder's to record.
+    async fn holding<T>(
+        &self,
+        what: ValidatorWork,
+        work: impl Future<Output = T>,
+    ) -> Result<Option<T>, NodeError> {
+        let lease = match self.api.lease_validator_work(&what).await {
+            Ok(lease) => lease,
+            Err(e) if e.is_conflict() || e.is_not_found() => {
+                tracing::debug!(%what, error = %e, "not leased");
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // A third of the lease's length, measured on the API's clock: two heartbeats may fail
+        // before the lease lapses.
+        let period = ((lease.expires_at - lease.leased_at) / 3)
+            .to_std()
+            .unwrap_or_default()
+            .max(Duration::from_millis(200));
+        let renew = async {
+            loop {
+                tokio::time::sleep(period).await;
+                match self.api.lease_validator_work(&what).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_conflict() || e.is_not_found() => return e,
+                    Err(e) => tracing::warn!(%what, error = %e, "lease not renewed; trying again"),
+                }
+            }
+        };
+        tokio::select! {
+            out = work => Ok(Some(out)),
+            lost = renew => {
+                tracing::warn!(%what, error = %lost, "lease lost; the work is left to its holder");
+                Ok(None)
+            }
+        }
     }
 
     /// Checks the oldest due proof of training this validator can check: replays the stretch of
     /// its run drawn for it and reports the outcome. Returns 1 when the API took a check, 0
     /// when none was due (or none could be checked now: each is logged and left for a later
     /// pass). One proof per pass, so a verdict that arrives meanwhile waits one replay at most.
+    /// Proofs other validators are replaying are not listed, and each is leased before its
+    /// replay starts.
     pub async fn proof_pass(&self, contexts: &mut Contexts) -> Result<usize, NodeError> {
-        let loader = self.loader();
         let due = self.api.pending_proofs(50).await?;
         // Contexts of merged jobs are kept for their proofs, and released after the last.
         contexts.release_finished(&due.iter().map(|p| p.job_id).collect());
         for pending in due {
-            let job = JobRef {
-                job_id: pending.job_id,
-                spec_cid: pending.job_spec_cid.as_deref(),
-                held_out_cid: pending.held_out_cid.as_deref(),
+            let work = ValidatorWork::Proof {
+                submission_id: pending.submission_id,
             };
-            let context = match contexts.get(&loader, job).await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(job = %pending.job_id, submission = %pending.submission_id,
-                        error = %e, "job cannot be replayed now; its proofs wait");
-                    continue;
-                }
-            };
-            let check = match self.prove(&context, &pending).await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(submission = %pending.submission_id, error = %e,
-                        "proof not checked this pass");
-                    continue;
-                }
-            };
-            tracing::info!(submission = %pending.submission_id, worker = %pending.worker,
-                passed = check.passed, reason = ?check.reason, "proof of training checked");
-            return match self.api.proof(pending.submission_id, &check).await {
-                Ok(()) => Ok(1),
-                // Decided meanwhile (another validator) or the job ended: nothing to record.
-                Err(e) if e.is_conflict() => Ok(1),
-                Err(e) => {
-                    tracing::warn!(submission = %pending.submission_id, error = %e,
-                        "proof check not recorded; checked again next pass");
-                    Ok(0)
-                }
-            };
+            match self.holding(work, self.replay(contexts, &pending)).await? {
+                Some(ReplayOutcome::Recorded) => return Ok(1),
+                Some(ReplayOutcome::NotRecorded) => return Ok(0),
+                Some(ReplayOutcome::NotChecked) | None => {}
+            }
         }
         Ok(0)
+    }
+
+    /// Replays `pending`'s proof and records the check.
+    async fn replay(&self, contexts: &mut Contexts, pending: &PendingValidation) -> ReplayOutcome {
+        let context = match contexts.get(&self.loader(), job_of(pending)).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(job = %pending.job_id, submission = %pending.submission_id,
+                    error = %e, "job cannot be replayed now; its proofs wait");
+                return ReplayOutcome::NotChecked;
+            }
+        };
+        let check = match self.prove(&context, pending).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(submission = %pending.submission_id, error = %e,
+                    "proof not checked this pass");
+                return ReplayOutcome::NotChecked;
+            }
+        };
+        tracing::info!(submission = %pending.submission_id, worker = %pending.worker,
+            passed = check.passed, reason = ?check.reason, "proof of training checked");
+        match self.api.proof(pending.submission_id, &check).await {
+            Ok(()) => ReplayOutcome::Recorded,
+            // Decided meanwhile (another validator) or the job ended: nothing to record.
+            Err(e) if e.is_conflict() => ReplayOutcome::Recorded,
+            Err(e) => {
+                tracing::warn!(submission = %pending.submission_id, error = %e,
+                    "proof check not recorded; checked again next pass");
+                ReplayOutcome::NotRecorded
+            }
+        }
     }
 
     /// The check of `pending`'s proof of training: its adapter bundle (with the run's trace)

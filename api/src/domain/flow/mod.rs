@@ -9,4 +9,5 @@ pub mod progress;
 pub mod proofs;
 pub mod rounds;
 pub mod tasks;
+pub mod validator_leases;
 pub mod verdicts;

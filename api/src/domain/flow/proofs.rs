@@ -21,6 +21,7 @@ pub use shardwork_core::protocol::node::{PendingValidation, ProofCheck};
 
 use super::payout::pending_proofs;
 use super::tasks::find_task;
+use super::validator_leases::{self, ValidatorWork};
 use super::verdicts::{describe_all, penalise, worker_address};
 use super::{rounds, rounds::queue_finalization};
 use crate::domain::error::DomainError;
@@ -28,18 +29,25 @@ use crate::domain::lifecycle::{JobStatus, record_event};
 use crate::entities::submission;
 
 /// The oldest `limit` submissions of open jobs whose proofs of training are still to be
-/// checked, in the order their verdicts were given.
+/// checked, in the order their verdicts were given, leaving out those another validator than
+/// `caller` is replaying (holds the lease on).
 pub async fn pending<C: ConnectionTrait>(
     db: &C,
+    caller: &str,
     limit: u64,
+    now: DateTime<Utc>,
 ) -> Result<Vec<PendingValidation>, DomainError> {
+    let busy = validator_leases::held_by_others(db, caller, now).await?;
     let rows = submission::Entity::find()
         .filter(submission::Column::ProofStatus.eq(ProofStatus::Pending))
         .order_by_asc(submission::Column::ValidatedAt)
         .order_by_asc(submission::Column::Id)
-        .limit(limit)
+        .limit(limit + busy.len() as u64)
         .all(db)
         .await?;
+    let rows = validator_leases::not_busy(rows, &busy, limit, |s| ValidatorWork::Proof {
+        submission_id: s.id,
+    });
     describe_all(db, rows, false).await
 }
 
@@ -144,6 +152,8 @@ pub async fn record(
             job.id, job.status
         )));
     }
+    let work = ValidatorWork::Proof { submission_id: id };
+    validator_leases::settle(&txn, &work, validator, now).await?;
     let status = if check.passed {
         ProofStatus::Passed
     } else {

@@ -16,6 +16,7 @@ pub use shardwork_core::protocol::node::Aggregate;
 
 use super::payout;
 use super::tasks::TaskStatus;
+use super::validator_leases::{self, ValidatorWork};
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, dispatch_again, record_event};
 use crate::entities::{job, job_event, round, shard, task};
@@ -218,16 +219,23 @@ pub enum AggregateOutcome {
     PayoutAwaitsProofs,
 }
 
-/// [`record_aggregate`] in a transaction of its own: what the validator's merge route calls.
+/// [`record_aggregate`] in a transaction of its own, by `validator` (its address): what the
+/// validator's merge route calls. Refused while another validator holds the merge's lease.
 pub async fn merge_round(
     db: &DatabaseConnection,
     job_id: Uuid,
     number: i32,
     aggregate: &Aggregate,
+    validator: &str,
     max_attempts: i32,
     now: DateTime<Utc>,
 ) -> Result<AggregateOutcome, DomainError> {
     let txn = db.begin().await?;
+    let work = ValidatorWork::Merge {
+        job_id,
+        round: number,
+    };
+    validator_leases::settle(&txn, &work, validator, now).await?;
     let outcome = record_aggregate(&txn, job_id, number, aggregate, max_attempts, now).await?;
     txn.commit().await?;
     Ok(outcome)

@@ -388,7 +388,7 @@ pub async fn extend(
 /// The longest a lease on one of `job`'s tasks may live from its claim, heartbeats included.
 /// Clamped to a year: no job lives longer (the escrow's `MAX_JOB_DURATION`), and an estimate
 /// that saturated must not overflow the date arithmetic it feeds.
-fn time_limit(job: &job::Model) -> Duration {
+pub(super) fn time_limit(job: &job::Model) -> Duration {
     const YEAR_SECS: i64 = 366 * 24 * 60 * 60;
     let secs = job
         .task_time_limit_secs

@@ -20,22 +20,30 @@ pub use shardwork_core::protocol::node::{
 
 use super::rounds;
 use super::tasks::{TaskStatus, find_task, requeue};
+use super::validator_leases::{self, ValidatorWork};
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, record_event};
 use crate::entities::{job, reputation_event, round, shard, submission, task, worker};
 
-/// The oldest `limit` pending submissions of open jobs.
+/// The oldest `limit` pending submissions of open jobs, leaving out those another validator
+/// than `caller` is scoring (holds the lease on).
 pub async fn pending<C: ConnectionTrait>(
     db: &C,
+    caller: &str,
     limit: u64,
+    now: DateTime<Utc>,
 ) -> Result<Vec<PendingValidation>, DomainError> {
+    let busy = validator_leases::held_by_others(db, caller, now).await?;
     let rows = submission::Entity::find()
         .filter(submission::Column::Verdict.eq(VerdictStatus::Pending))
         .order_by_asc(submission::Column::CreatedAt)
         .order_by_asc(submission::Column::Id)
-        .limit(limit)
+        .limit(limit + busy.len() as u64)
         .all(db)
         .await?;
+    let rows = validator_leases::not_busy(rows, &busy, limit, |s| ValidatorWork::Verdict {
+        submission_id: s.id,
+    });
     describe_all(db, rows, true).await
 }
 
@@ -223,6 +231,8 @@ pub async fn record(
             job.id, job.status
         )));
     }
+    let work = ValidatorWork::Verdict { submission_id: id };
+    validator_leases::settle(&txn, &work, validator, now).await?;
     let (label, quality) = if verdict.accepted {
         (VerdictStatus::Accepted, verdict.quality)
     } else {
@@ -355,8 +365,14 @@ pub(super) async fn penalise<C: ConnectionTrait>(
 }
 
 /// Rounds of open jobs whose adapters are all accepted and await the merge, oldest first, each
-/// with its accepted adapters in shard order.
-pub async fn ready_rounds<C: ConnectionTrait>(db: &C) -> Result<Vec<ReadyRound>, DomainError> {
+/// with its accepted adapters in shard order; those another validator than `caller` is merging
+/// are left out.
+pub async fn ready_rounds<C: ConnectionTrait>(
+    db: &C,
+    caller: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<ReadyRound>, DomainError> {
+    let busy = validator_leases::held_by_others(db, caller, now).await?;
     let rounds = round::Entity::find()
         .filter(round::Column::Status.eq(rounds::RoundStatus::Aggregating.as_str()))
         .order_by_asc(round::Column::CreatedAt)
@@ -364,6 +380,13 @@ pub async fn ready_rounds<C: ConnectionTrait>(db: &C) -> Result<Vec<ReadyRound>,
         .await?;
     let mut out = Vec::new();
     for r in rounds {
+        let merge = ValidatorWork::Merge {
+            job_id: r.job_id,
+            round: r.number,
+        };
+        if validator_leases::is_busy(&busy, &merge) {
+            continue;
+        }
         let Some(job) = job::Entity::find_by_id(r.job_id).one(db).await? else {
             continue;
         };

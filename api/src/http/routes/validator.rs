@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::domain::flow::failures::{self, ModelFailure, ModelFailureOutcome};
 use crate::domain::flow::proofs::{self, ProofCheck};
 use crate::domain::flow::rounds::{self, Aggregate, AggregateOutcome};
+use crate::domain::flow::validator_leases::{self, ValidatorLease, ValidatorWork};
 use crate::domain::flow::verdicts::{self, PendingValidation, ReadyRound, Verdict};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::ValidatorRole;
@@ -62,7 +63,7 @@ pub struct PendingPage {
     extensions(("x-shardwork-role" = json!("validator"))),
     params(PendingQuery),
     responses(
-        (status = 200, description = "Submissions awaiting a verdict, oldest first", body = PendingPage),
+        (status = 200, description = "Submissions awaiting a verdict, oldest first, less those another validator holds", body = PendingPage),
         (status = 400, description = "A query parameter is malformed", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "`limit` is outside 1..=500", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The submissions could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -70,11 +71,12 @@ pub struct PendingPage {
 )]
 pub async fn pending(
     state: web::Data<AppState>,
-    _caller: Authenticated<ValidatorRole>,
+    caller: Authenticated<ValidatorRole>,
     query: web::Query<PendingQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let limit = query.limit()?;
-    let submissions = verdicts::pending(&state.db, limit).await?;
+    let caller = caller.claims.sub.to_string();
+    let submissions = verdicts::pending(&state.db, &caller, limit, Utc::now()).await?;
     Ok(HttpResponse::Ok().json(PendingPage { submissions }))
 }
 
@@ -92,7 +94,7 @@ pub async fn pending(
         (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No submission has this id", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 409, description = "The submission already has its verdict, or its job is no longer open", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The submission already has its verdict, or its job is no longer open, or another validator holds its lease", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "Quality outside 0..=1, or a rejection without a reason", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The verdict could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
     )
@@ -115,6 +117,44 @@ pub async fn verdict(
     Ok(HttpResponse::Ok().json(SubmissionView::from(stored)))
 }
 
+/// Takes, or renews, the caller's lease on one piece of the validators' work: a scoring, a
+/// proof replay or a round's merge. Ask before starting the work and again (the heartbeat)
+/// well before `expires_at`; another validator's lease on the work is a 409, and so is work
+/// already done. A validator that stops asking loses the work to the next one after
+/// `api.validator_lease_secs`.
+#[utoipa::path(
+    post,
+    path = "/v1/validator/leases",
+    operation_id = "lease_validator_work",
+    tag = "validator",
+    extensions(("x-shardwork-role" = json!("validator"))),
+    request_body = ValidatorWork,
+    responses(
+        (status = 200, description = "The caller holds the work until `expires_at`", body = ValidatorLease),
+        (status = 400, description = "The body is not JSON or names no kind of work", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 404, description = "No such submission or round", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "Another validator holds the work, it is already done, its job is no longer open, or the lease reached the job's task time limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 500, description = "The lease could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
+    )
+)]
+pub async fn lease(
+    state: web::Data<AppState>,
+    caller: Authenticated<ValidatorRole>,
+    Json(work): Json<ValidatorWork>,
+) -> Result<HttpResponse, ApiError> {
+    let lease = validator_leases::claim(
+        &state.db,
+        work,
+        &caller.claims.sub.to_string(),
+        chrono::Duration::seconds(state.config.validator_lease_secs as i64),
+        Utc::now(),
+    )
+    .await?;
+    tracing::debug!(%work, validator = %caller.claims.sub, expires_at = %lease.expires_at, "validator lease");
+    Ok(HttpResponse::Ok().json(lease))
+}
+
 /// Submissions whose proofs of training wait for a replay.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ProofPage {
@@ -132,7 +172,7 @@ pub struct ProofPage {
     extensions(("x-shardwork-role" = json!("validator"))),
     params(PendingQuery),
     responses(
-        (status = 200, description = "Submissions whose proofs of training are due, oldest verdict first", body = ProofPage),
+        (status = 200, description = "Submissions whose proofs of training are due, oldest verdict first, less those another validator holds", body = ProofPage),
         (status = 400, description = "A query parameter is malformed", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "`limit` is outside 1..=500", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The submissions could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -140,11 +180,12 @@ pub struct ProofPage {
 )]
 pub async fn pending_proofs(
     state: web::Data<AppState>,
-    _caller: Authenticated<ValidatorRole>,
+    caller: Authenticated<ValidatorRole>,
     query: web::Query<PendingQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let limit = query.limit()?;
-    let submissions = proofs::pending(&state.db, limit).await?;
+    let caller = caller.claims.sub.to_string();
+    let submissions = proofs::pending(&state.db, &caller, limit, Utc::now()).await?;
     Ok(HttpResponse::Ok().json(ProofPage { submissions }))
 }
 
@@ -174,7 +215,7 @@ pub struct ProofResponse {
         (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No submission has this id", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 409, description = "No proof is due for the submission, it is already decided, or its job is no longer open", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "No proof is due for the submission, it is already decided, or its job is no longer open, or another validator holds its lease", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "A failure without a reason, or stretches a run does not have", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The check could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
     )
@@ -217,15 +258,16 @@ pub struct ReadyPage {
     tag = "validator",
     extensions(("x-shardwork-role" = json!("validator"))),
     responses(
-        (status = 200, description = "Rounds whose adapters are all accepted, with the adapters to merge", body = ReadyPage),
+        (status = 200, description = "Rounds whose adapters are all accepted, with the adapters to merge, less those another validator holds", body = ReadyPage),
         (status = 500, description = "The rounds could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]
 pub async fn ready_rounds(
     state: web::Data<AppState>,
-    _caller: Authenticated<ValidatorRole>,
+    caller: Authenticated<ValidatorRole>,
 ) -> Result<HttpResponse, ApiError> {
-    let rounds = verdicts::ready_rounds(&state.db).await?;
+    let caller = caller.claims.sub.to_string();
+    let rounds = verdicts::ready_rounds(&state.db, &caller, Utc::now()).await?;
     Ok(HttpResponse::Ok().json(ReadyPage { rounds }))
 }
 
@@ -250,7 +292,7 @@ pub struct AggregateResponse {
         (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No such job or round", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 409, description = "The job is not open, or the round is not waiting for its merge", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The job is not open, or the round is not waiting for its merge, or another validator holds its lease", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The adapter is not in the content store, or a metric is not finite", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The merge could not be recorded", body = ProblemBody, content_type = PROBLEM_JSON),
     )
@@ -281,6 +323,7 @@ pub async fn aggregate(
         job_id,
         number,
         &body,
+        &caller.claims.sub.to_string(),
         state.config.task_max_attempts,
         Utc::now(),
     )

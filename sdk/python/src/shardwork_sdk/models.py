@@ -1349,6 +1349,33 @@ class ValidationSpec(BaseModel):
     ] = 0.1
 
 
+class ValidatorWorkVerdict(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['verdict']
+    submission_id: Annotated[UUID, Field(description='The submission to judge.')]
+
+
+class ValidatorWorkProof(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['proof']
+    submission_id: Annotated[
+        UUID, Field(description='The submission whose proof of training is due.')
+    ]
+
+
+class ValidatorWorkMerge(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    job_id: Annotated[UUID, Field(description="The round's job.")]
+    kind: Literal['merge']
+    round: Annotated[int, Field(description='The round, counted from 1.')]
+
+
 class Verdict(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
@@ -2448,6 +2475,22 @@ class TaskProgress(BaseModel):
     shard: Annotated[int, Field(description='The shard it trains on, from 0.', ge=0)]
     status: Annotated[TaskStatus, Field(description='Where the task stands.')]
     task_id: Annotated[UUID, Field(description='The task.')]
+
+
+class ValidatorLease(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    expires_at: Annotated[
+        AwareDatetime,
+        Field(description='When the lease lapses unless the holder asks again.'),
+    ]
+    holder: Annotated[str, Field(description='The validator holding it (its address).')]
+    leased_at: Annotated[AwareDatetime, Field(description='When it took the work.')]
+    work: Annotated[
+        ValidatorWorkVerdict | ValidatorWorkProof | ValidatorWorkMerge,
+        Field(description='The work leased.'),
+    ]
 
 
 class WorkerProfile(BaseModel):
