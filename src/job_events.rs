@@ -89,6 +89,10 @@ pub fn describe(event: &JobEvent) -> String {
                 .unwrap_or_default(),
             e.pending
         ),
+        JobEvent::BondSlashed(e) => format!(
+            "bond of {} slashed by {} wei to the requester (tx {})",
+            e.worker, e.amount_wei, e.tx_hash
+        ),
         JobEvent::AwaitingProofs(e) => format!(
             "last round merged; the payout waits for {} proof{} of training",
             e.pending,

@@ -73,6 +73,11 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     uint256 public constant MAX_STAKE = type(uint128).max;
     /// @notice A job's deadline lies at most this far ahead, so a stake cannot be locked forever.
     uint256 public constant MAX_JOB_DURATION = 365 days;
+    /// @notice A worker's bond leaves only this long after it asked (`requestUnbond`): longer
+    /// than any proof of training waits for its replay (the API replays each one while the job
+    /// runs and stops leasing tasks to a worker whose bond is unbonding), so a cheat cannot pull
+    /// its bond ahead of the replay that would slash it (issue 47, decision 0044).
+    uint256 public constant UNBONDING_DELAY = 14 days;
 
     // Packed account slot: [0, 192) credit | [192, 232) bonus budget | [232, 240) token index |
     // [240, 256) reputation. 192 bits of credit hold 2^64 maximal stakes.
@@ -105,6 +110,14 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
         Refunded,
         Paying,
         Aborted
+    }
+
+    /// A worker's bond in one token: `active` backs the tasks it may claim; `unbonding` waits
+    /// until `unlockAt` to be credited back, and can still be slashed until then.
+    struct Bond {
+        uint128 active;
+        uint128 unbonding;
+        uint64 unlockAt;
     }
 
     struct Job {
@@ -193,6 +206,11 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     mapping(address account => uint256 packed) private _accounts;
     mapping(address token => mapping(address account => uint256)) private _parked;
 
+    /// Per worker and token index: its bond.
+    mapping(address worker => mapping(uint8 tokenIndex => Bond)) private _bonds;
+    /// A worker's bond is slashed at most once per job, so a repeated call changes nothing.
+    mapping(uint256 jobId => mapping(address worker => bool)) public slashed;
+
     mapping(address token => bool) public tokenAllowed;
     /// Index 0 is ETH (address(0)); tokens get 1..255 when first allow-listed, kept forever so
     /// credits in a token removed from the list can still be withdrawn.
@@ -240,6 +258,12 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     event FeeChanged(uint16 oldFeeBps, uint16 newFeeBps);
     event TreasuryChanged(address oldTreasury, address newTreasury);
     event TokenAllowed(address indexed token, bool allowed, uint8 index);
+    /// A bond changed (bonded, unbonding asked, unbonded, slashed): its state after.
+    event BondChanged(
+        address indexed worker, address indexed token, uint256 active, uint256 unbonding, uint64 unlockAt
+    );
+    /// A forfeited job took `amount` of the worker's bond, credited to the job's requester.
+    event BondSlashed(uint256 indexed jobId, address indexed worker, uint256 amount);
 
     // ----------------------------------------------------------------------------- errors
 
@@ -284,6 +308,9 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     /// batch left the sums short of it: the reputations are not the ones the payout began with.
     error WeightsDoNotAddUp(uint256 announced, uint256 carried);
     error NothingToWithdraw(address account, address token);
+    /// More unbonding asked than the bond holds, or a bond pushed past MAX_STAKE.
+    error BondOutOfRange(uint256 amount, uint256 available);
+    error BondLocked(uint256 unlockAt);
     error EthTransferFailed(address to, uint256 amount);
 
     // ------------------------------------------------------------------------ constructor
@@ -992,6 +1019,90 @@ contract JobEscrow is AccessControl, ReentrancyGuardTransient, Pausable {
     function withdrawTo(address token, address payable to) external nonReentrant {
         if (to == address(0)) revert ZeroAddress();
         _withdraw(token, to);
+    }
+
+    // ----------------------------------------------------------------------- worker bonds
+
+    /// @notice Bond `amount` of `token` (address(0) for ETH, sent as the value; an allow-listed
+    /// token, pulled) as a worker: the API leases it tasks worth up to what its active bond
+    /// covers, and a job it forfeits by a failed proof of training slashes it.
+    function bond(address token, uint256 amount) external payable whenNotPaused nonReentrant {
+        uint8 tokenIndex = _checkDeposit(token, amount, uint64(block.timestamp + 1));
+        Bond storage b = _bonds[msg.sender][tokenIndex];
+        uint256 active = b.active + amount;
+        if (active > MAX_STAKE) revert BondOutOfRange(amount, MAX_STAKE - b.active);
+        // forge-lint: disable-next-line(unsafe-typecast) checked against MAX_STAKE above
+        b.active = uint128(active);
+        _emitBond(msg.sender, token, b);
+        if (token != address(0)) _pullExactly(token, amount);
+    }
+
+    /// @notice Start withdrawing `amount` of the caller's active bond in `token`: it stops
+    /// backing claims now and is credited back UNBONDING_DELAY after this call (a later
+    /// request moves the whole unbonding amount's unlock to its own delay).
+    function requestUnbond(address token, uint256 amount) external {
+        Bond storage b = _bonds[msg.sender][_indexOf(token)];
+        if (amount == 0 || amount > b.active) revert BondOutOfRange(amount, b.active);
+        // forge-lint: disable-next-line(unsafe-typecast) amount <= active, a uint128
+        b.active -= uint128(amount);
+        // forge-lint: disable-next-line(unsafe-typecast) the sum of two parts of one bond <= MAX_STAKE
+        b.unbonding += uint128(amount);
+        b.unlockAt = uint64(block.timestamp + UNBONDING_DELAY);
+        _emitBond(msg.sender, token, b);
+    }
+
+    /// @notice Credit the caller's unbonded amount in `token` once its delay has passed; it
+    /// then leaves with `withdraw` like any credit.
+    function completeUnbond(address token) external nonReentrant {
+        uint8 tokenIndex = _indexOf(token);
+        Bond storage b = _bonds[msg.sender][tokenIndex];
+        uint256 amount = b.unbonding;
+        if (amount == 0) revert NothingToWithdraw(msg.sender, token);
+        if (block.timestamp < b.unlockAt) revert BondLocked(b.unlockAt);
+        b.unbonding = 0;
+        _emitBond(msg.sender, token, b);
+        _credit(msg.sender, tokenIndex, amount);
+    }
+
+    /// @notice A worker forfeited job `jobId` (a failed proof of training): take up to `amount`
+    /// of its bond in the job's token, active first, then unbonding, and credit it to the
+    /// job's requester. Once per job and worker; a repeat does nothing. Returns what it took.
+    function slashBond(uint256 jobId, address worker, uint256 amount)
+        external
+        onlyRole(VALIDATOR_ROLE)
+        nonReentrant
+        returns (uint256 taken)
+    {
+        Job storage job = _existing(jobId);
+        if (slashed[jobId][worker]) return 0;
+        slashed[jobId][worker] = true;
+        Bond storage b = _bonds[worker][job.tokenIndex];
+        uint256 fromActive = amount < b.active ? amount : b.active;
+        uint256 rest = amount - fromActive;
+        uint256 fromUnbonding = rest < b.unbonding ? rest : b.unbonding;
+        // forge-lint: disable-next-line(unsafe-typecast) each part is at most the field it leaves
+        b.active -= uint128(fromActive);
+        // forge-lint: disable-next-line(unsafe-typecast) as above
+        b.unbonding -= uint128(fromUnbonding);
+        taken = fromActive + fromUnbonding;
+        _emitBond(worker, job.token, b);
+        emit BondSlashed(jobId, worker, taken);
+        _credit(job.requester, job.tokenIndex, taken);
+    }
+
+    /// @notice A worker's bond in `token`.
+    function bondOf(address worker, address token) external view returns (Bond memory) {
+        return _bonds[worker][_indexOf(token)];
+    }
+
+    /// The index of `token`, which must be ETH or have been allow-listed once.
+    function _indexOf(address token) private view returns (uint8 tokenIndex) {
+        tokenIndex = _tokenIndex[token];
+        if (token != address(0) && tokenIndex == 0) revert TokenNotAllowed(token);
+    }
+
+    function _emitBond(address worker, address token, Bond storage b) private {
+        emit BondChanged(worker, token, b.active, b.unbonding, b.unlockAt);
     }
 
     // ---------------------------------------------------------------------------- views

@@ -172,6 +172,26 @@ async fn apply<C: ConnectionTrait>(
                 None => None,
             }
         }
+        JobEscrowEvents::BondSlashed(slashed) => {
+            match job_by_escrow_id(txn, chain, slashed.jobId).await? {
+                Some(job) => {
+                    let event = record_event(
+                        txn,
+                        job.id,
+                        &JobEvent::BondSlashed(events::BondSlashed {
+                            worker: address_text(slashed.worker),
+                            amount_wei: slashed.amount.to_string(),
+                            tx_hash: tx_hash.clone(),
+                        }),
+                        false,
+                        now,
+                    )
+                    .await?;
+                    Some((job.id, Undo::Noted { event }))
+                }
+                None => None,
+            }
+        }
         JobEscrowEvents::PayoutStarted(started) => {
             // The result is known from the payout's first transaction; the job completes when
             // its last batch lands.

@@ -13,6 +13,8 @@
 //! | `refund_due`     | with recorded progress: the completed rounds' work paid and the rest|
 //! |                  | refunded (`abortFederatedJob`, or begin + batches); otherwise      |
 //! |                  | `refund` (a stalled payout: once `PAYOUT_GRACE` has passed)         |
+//! | `proof_checked`  | a failed proof in a bonded job (dispatched only then): `slashBond`  |
+//! |                  | of `bond_multiple` × one task's pay, to the requester               |
 //! | `abort_due`      | a federated job with completed rounds: `abortFederatedJob` (or      |
 //! |                  | `beginFederatedAbort` + batches) pays those rounds' accepted work   |
 //! |                  | and refunds the rest; with none, `abortJob` refunds the whole stake |
@@ -206,6 +208,10 @@ impl Dispatcher {
                 let chain = chain.ok_or(BackgroundError::NoChain)?;
                 abort(db, chain, row.job_id, &due.reason).await
             }
+            JobEvent::ProofChecked(checked) => {
+                let chain = chain.ok_or(BackgroundError::NoChain)?;
+                slash(db, chain, row.job_id, &checked.worker).await
+            }
             other => Err(BackgroundError::Corrupt(format!(
                 "event {} of kind {:?} is marked for dispatch, but nothing dispatches it",
                 row.id,
@@ -349,6 +355,34 @@ async fn complete(
         record_tx(db, chain, job_id, "complete", outcome).await?;
     }
     Ok(())
+}
+
+/// `slashBond` of `worker`'s bond in a bonded job it forfeited (decisions/0044):
+/// `bond_multiple` × one task's pay, or what the bond holds, goes to the requester. Skipped when
+/// the escrow already slashed it for this job (a resend, or a second failed proof of the same
+/// worker); the follower writes `bond_slashed` from the escrow's event.
+async fn slash(
+    db: &DatabaseConnection,
+    chain: &Chain,
+    job_id: Uuid,
+    worker: &str,
+) -> Result<(), BackgroundError> {
+    let (job, id) = escrow_id(db, job_id).await?;
+    let amount = job.task_bond();
+    if amount.is_zero() {
+        return Ok(());
+    }
+    let worker: Address = worker
+        .parse()
+        .map_err(|e| BackgroundError::Corrupt(format!("worker address {worker}: {e}")))?;
+    if chain.ledger.bond_slashed(chain.escrow, id, worker).await? {
+        return Ok(());
+    }
+    let outcome = chain
+        .ledger
+        .slash_bond(chain.escrow, chain.operator, id, worker, amount)
+        .await?;
+    record_tx(db, chain, job_id, "slash_bond", &outcome).await
 }
 
 /// The escrow refuses a payout that names the job's requester (the account that funded it on

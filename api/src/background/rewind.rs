@@ -419,6 +419,7 @@ pub fn event_name(event: &JobEscrowEvents) -> &'static str {
         JobEscrowEvents::JobAborted(_) => "JobAborted",
         JobEscrowEvents::JobRefunded(_) => "JobRefunded",
         JobEscrowEvents::JobCancelled(_) => "JobCancelled",
+        JobEscrowEvents::BondSlashed(_) => "BondSlashed",
         _ => "other",
     }
 }

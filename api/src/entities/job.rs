@@ -72,6 +72,26 @@ impl Model {
     pub fn staked_in_ether(&self) -> bool {
         self.spec["stake"]["token"].is_null()
     }
+
+    /// The spec's validation settings (its defaults for a spec that names none: every stored
+    /// spec was validated at posting).
+    pub fn validation(&self) -> shardwork_core::protocol::ValidationSpec {
+        serde_json::from_value(self.spec["validation"].clone()).unwrap_or_default()
+    }
+
+    /// One task's pay: the stake over shards × rounds, in the stake's smallest unit.
+    pub fn task_pay(&self) -> alloy::primitives::U256 {
+        let stake: alloy::primitives::U256 = self.stake_wei.parse().unwrap_or_default();
+        let tasks = u64::try_from(i64::from(self.shards.max(1)) * i64::from(self.rounds.max(1)))
+            .unwrap_or(1);
+        stake / alloy::primitives::U256::from(tasks)
+    }
+
+    /// The bond one of this job's tasks needs while its proof is undecided
+    /// (`validation.bond_multiple` × [`Self::task_pay`]); zero for a job without a bond.
+    pub fn task_bond(&self) -> alloy::primitives::U256 {
+        self.task_pay() * alloy::primitives::U256::from(self.validation().bond_multiple)
+    }
 }
 
 /// None declared: related rows are queried by id.

@@ -468,6 +468,99 @@ pub trait Ledger: Send + Sync {
         })
     }
 
+    /// Bonds `amount` of `token` ([`ETH`]: sent as the value) as `worker`'s bond; a token must
+    /// be allow-listed and approved for the escrow first.
+    async fn bond(
+        &self,
+        escrow: Address,
+        worker: Address,
+        token: Address,
+        amount: U256,
+    ) -> Result<TxOutcome> {
+        let value = if token == ETH { amount } else { U256::ZERO };
+        let call = JobEscrow::bondCall { token, amount };
+        transact(self, escrow, worker, call, value, "bond").await
+    }
+
+    /// Starts unbonding `amount` of `worker`'s active bond in `token`.
+    async fn request_unbond(
+        &self,
+        escrow: Address,
+        worker: Address,
+        token: Address,
+        amount: U256,
+    ) -> Result<TxOutcome> {
+        let call = JobEscrow::requestUnbondCall { token, amount };
+        transact(self, escrow, worker, call, U256::ZERO, "requestUnbond").await
+    }
+
+    /// Credits `worker` what finished unbonding in `token` (then `withdraw`).
+    async fn complete_unbond(
+        &self,
+        escrow: Address,
+        worker: Address,
+        token: Address,
+    ) -> Result<TxOutcome> {
+        let call = JobEscrow::completeUnbondCall { token };
+        transact(self, escrow, worker, call, U256::ZERO, "completeUnbond").await
+    }
+
+    /// `worker`'s bond in `token`.
+    async fn bond_of(&self, escrow: Address, worker: Address, token: Address) -> Result<BondInfo> {
+        let bond = view(
+            self,
+            escrow,
+            JobEscrow::bondOfCall { worker, token },
+            "bondOf",
+        )
+        .await?;
+        Ok(BondInfo {
+            active: U256::from(bond.active),
+            unbonding: U256::from(bond.unbonding),
+            unlock_at: bond.unlockAt,
+        })
+    }
+
+    /// Slashes up to `amount` of `worker`'s bond in job `job_id`'s token to its requester
+    /// (validator only); once per job and worker, a repeat takes nothing.
+    async fn slash_bond(
+        &self,
+        escrow: Address,
+        validator: Address,
+        job_id: U256,
+        worker: Address,
+        amount: U256,
+    ) -> Result<TxOutcome> {
+        let call = JobEscrow::slashBondCall {
+            jobId: job_id,
+            worker,
+            amount,
+        };
+        transact(
+            self,
+            escrow,
+            validator,
+            call,
+            U256::ZERO,
+            format!("slashBond({job_id}, {worker})"),
+        )
+        .await
+    }
+
+    /// Whether `worker`'s bond was already slashed for job `job_id`.
+    async fn bond_slashed(&self, escrow: Address, job_id: U256, worker: Address) -> Result<bool> {
+        view(
+            self,
+            escrow,
+            JobEscrow::slashedCall {
+                jobId: job_id,
+                worker,
+            },
+            "slashed",
+        )
+        .await
+    }
+
     /// On-chain reputation in basis points (0 ..= 10,000).
     async fn reputation(&self, escrow: Address, account: Address) -> Result<u16> {
         view(

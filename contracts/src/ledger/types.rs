@@ -299,3 +299,15 @@ pub struct TokenMetadata {
     /// How many decimals one whole token has in its smallest unit.
     pub decimals: u8,
 }
+
+/// A worker's bond in one token (`bondOf`): `active` backs the tasks it may be leased;
+/// `unbonding` is credited back at `unlock_at` (unix seconds) and can be slashed until then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BondInfo {
+    /// What backs the tasks the worker may be leased now.
+    pub active: U256,
+    /// What the worker asked back: still slashable until `unlock_at`.
+    pub unbonding: U256,
+    /// When `unbonding` may be credited back (unix seconds; 0: nothing is unbonding).
+    pub unlock_at: u64,
+}

@@ -82,6 +82,14 @@ contract EscrowHandler is Cheats {
     /// The share of the stake the payout that ended the job paid out (BPS for a completion,
     /// less for an abort paying completed rounds); 0 when no payout ended it.
     mapping(uint256 jobId => uint256) public ghostEarnedOf;
+    /// Slashes that took more than the bond held, took twice for one job and worker, or
+    /// credited the requester other than what they took: must stay 0.
+    uint256 public ghostBrokenSlashes;
+    /// Unbondings completed before their unlock time: must stay 0.
+    uint256 public ghostEarlyUnbonds;
+    uint256 public ghostBonds;
+    uint256 public ghostSlashes;
+    uint256 public ghostUnbonds;
 
     constructor(
         JobEscrow escrow_,
@@ -146,6 +154,14 @@ contract EscrowHandler is Cheats {
             sum += escrow.withdrawable(actors[i], token);
         }
         sum += escrow.withdrawable(treasury, token) + escrow.withdrawable(OTHER_TREASURY, token);
+    }
+
+    /// Every actor's bond in `token`, active and unbonding.
+    function totalBonded(address token) public view returns (uint256 sum) {
+        for (uint256 i; i < actors.length; ++i) {
+            JobEscrow.Bond memory b = escrow.bondOf(actors[i], token);
+            sum += uint256(b.active) + b.unbonding;
+        }
     }
 
     /// What unfinished jobs still hold: the stake of Open and Started jobs, stake - paid so far
@@ -602,6 +618,72 @@ contract EscrowHandler is Cheats {
         } catch {}
     }
 
+    function bond(uint256 actorSeed, uint256 tokenSeed, uint256 amount) external {
+        address actor = actors[actorSeed % actors.length];
+        address token = tokens[tokenSeed % tokens.length];
+        amount = bound(amount, 0, 1e24);
+        if (token == address(0)) {
+            vm.deal(actor, actor.balance + amount);
+        } else {
+            MockERC20(token).mint(actor, amount);
+            vm.prank(actor);
+            IERC20(token).approve(address(escrow), amount);
+        }
+        uint256 before = _balance(token);
+        vm.prank(actor);
+        try escrow.bond{value: token == address(0) ? amount : 0}(token, amount) {
+            ghostDeposited[token] += _balance(token) - before;
+            ghostBonds += 1;
+        } catch {}
+    }
+
+    function requestUnbond(uint256 actorSeed, uint256 tokenSeed, uint256 amount) external {
+        address actor = actors[actorSeed % actors.length];
+        address token = tokens[tokenSeed % tokens.length];
+        uint256 active = escrow.bondOf(actor, token).active;
+        vm.prank(actor);
+        try escrow.requestUnbond(token, bound(amount, 0, active + 1)) {} catch {}
+    }
+
+    function completeUnbond(uint256 actorSeed, uint256 tokenSeed, bool waitFirst) external {
+        address actor = actors[actorSeed % actors.length];
+        address token = tokens[tokenSeed % tokens.length];
+        JobEscrow.Bond memory b = escrow.bondOf(actor, token);
+        // Half the time the delay is waited out, so completions are reached within a run.
+        if (waitFirst && b.unlockAt > block.timestamp) vm.warp(b.unlockAt);
+        uint256 credited = escrow.withdrawable(actor, token);
+        vm.prank(actor);
+        try escrow.completeUnbond(token) {
+            if (block.timestamp < b.unlockAt) ghostEarlyUnbonds += 1;
+            if (escrow.withdrawable(actor, token) != credited + b.unbonding) ghostBrokenSlashes += 1;
+            ghostUnbonds += 1;
+        } catch {}
+    }
+
+    function slash(uint256 jobSeed, uint256 actorSeed, uint256 amount) external {
+        (uint256 jobId, bool found) = _job(jobSeed);
+        if (!found) return;
+        address worker = actors[actorSeed % actors.length];
+        JobEscrow.Job memory job = escrow.getJob(jobId);
+        JobEscrow.Bond memory b = escrow.bondOf(worker, job.token);
+        bool again = escrow.slashed(jobId, worker);
+        uint256 credited = escrow.withdrawable(job.requester, job.token);
+        amount = bound(amount, 0, 2e24);
+        vm.prank(validator);
+        try escrow.slashBond(jobId, worker, amount) returns (uint256 taken) {
+            uint256 held = uint256(b.active) + b.unbonding;
+            uint256 due = again ? 0 : (amount < held ? amount : held);
+            JobEscrow.Bond memory after_ = escrow.bondOf(worker, job.token);
+            uint256 paid = escrow.withdrawable(job.requester, job.token) - credited;
+            // A requester slashing its own bond credits itself: the books still balance.
+            if (worker == job.requester) paid = taken;
+            if (taken != due || uint256(after_.active) + after_.unbonding + taken != held || paid != taken) {
+                ghostBrokenSlashes += 1;
+            }
+            ghostSlashes += 1;
+        } catch {}
+    }
+
     function setFee(uint256 feeBps) external {
         vm.prank(feeManager);
         escrow.setFeeBps(uint16(bound(feeBps, 0, 1_000)));
@@ -638,7 +720,23 @@ contract EscrowHandler is Cheats {
     /// grace), then every account withdraws every token (the ETH-refusing wallet through
     /// withdrawTo). Not a fuzzed action: the invariant test calls it from afterInvariant.
     function drainEverything() external {
-        vm.warp(block.timestamp + 8 days + escrow.PAYOUT_GRACE());
+        // Every bond unbonds in full, past its delay.
+        for (uint256 t; t < tokens.length; ++t) {
+            for (uint256 i; i < actors.length; ++i) {
+                uint256 active = escrow.bondOf(actors[i], tokens[t]).active;
+                if (active == 0) continue;
+                vm.prank(actors[i]);
+                escrow.requestUnbond(tokens[t], active);
+            }
+        }
+        vm.warp(block.timestamp + 8 days + escrow.PAYOUT_GRACE() + escrow.UNBONDING_DELAY());
+        for (uint256 t; t < tokens.length; ++t) {
+            for (uint256 i; i < actors.length; ++i) {
+                if (escrow.bondOf(actors[i], tokens[t]).unbonding == 0) continue;
+                vm.prank(actors[i]);
+                escrow.completeUnbond(tokens[t]);
+            }
+        }
         for (uint256 i; i < jobIds.length; ++i) {
             JobEscrow.Job memory job = escrow.getJob(jobIds[i]);
             if (_live(job.status) || job.status == JobEscrow.JobStatus.Paying) {

@@ -16,7 +16,7 @@ contract JobEscrowInvariants is TestBase {
     MockERC20 internal usdc;
     FeeOnTransferToken internal fot;
     EscrowHandler internal handler;
-    uint256 internal constant ACTIONS = 20;
+    uint256 internal constant ACTIONS = 24;
     /// Picks the fixed sequence of `test_handler_reaches_every_path_in_a_fixed_sequence`: one
     /// whose 900 steps reach every path (changing the actions reshuffles what a salt reaches).
     uint256 internal constant SEQUENCE_SALT = 5;
@@ -59,6 +59,11 @@ contract JobEscrowInvariants is TestBase {
         actions[17] = EscrowHandler.recordProgress.selector;
         actions[18] = EscrowHandler.abortPaying.selector;
         actions[19] = EscrowHandler.abortPaying.selector;
+        // Worker bonds (decision 0044): bonded, unbonding, unbonded and slashed beside the jobs.
+        actions[20] = EscrowHandler.bond.selector;
+        actions[21] = EscrowHandler.requestUnbond.selector;
+        actions[22] = EscrowHandler.completeUnbond.selector;
+        actions[23] = EscrowHandler.slash.selector;
         targetSelector(FuzzSelector({addr: address(handler), selectors: actions}));
     }
 
@@ -71,8 +76,8 @@ contract JobEscrowInvariants is TestBase {
             address token = handler.tokens(t);
             assertEq(
                 _balance(token),
-                handler.totalEscrowed(token) + handler.totalCredited(token),
-                "balance != escrowed + credited"
+                handler.totalEscrowed(token) + handler.totalCredited(token) + handler.totalBonded(token),
+                "balance != escrowed + credited + bonded"
             );
         }
     }
@@ -113,6 +118,13 @@ contract JobEscrowInvariants is TestBase {
         assertEq(handler.overpaidJobs(), 0);
     }
 
+    /// A slash takes at most the bond there is, at most once per job and worker, and an
+    /// unbonding completes only after its delay.
+    function invariant_bonds_leave_only_by_their_rules() public view {
+        assertEq(handler.ghostBrokenSlashes(), 0);
+        assertEq(handler.ghostEarlyUnbonds(), 0);
+    }
+
     function invariant_reentrant_attacker_never_gets_in() public view {
         assertEq(handler.attacker().reentrySuccesses(), 0);
     }
@@ -137,10 +149,23 @@ contract JobEscrowInvariants is TestBase {
     /// A fixed pseudo-random sequence through the handler: proves every action can succeed (a
     /// handler whose calls all failed would make the invariants above pass vacuously) and that
     /// the invariants hold on it.
+    /// One bond action of the fixed sequence: bond, ask to unbond, complete an unbonding (never
+    /// warping: the job actions' clock stays theirs) or slash.
+    function _bondStep(uint256 r) private {
+        uint256 kind = r % 4;
+        if (kind == 0) handler.bond(r >> 8, r >> 16, r >> 24);
+        else if (kind == 1) handler.requestUnbond(r >> 8, r >> 16, r >> 24);
+        else if (kind == 2) handler.completeUnbond(r >> 8, r >> 16, false);
+        else handler.slash(r >> 8, r >> 16, r >> 24);
+    }
+
     function test_handler_reaches_every_path_in_a_fixed_sequence() public {
         for (uint256 i; i < 900; ++i) {
             uint256 r = uint256(keccak256(abi.encode(i, SEQUENCE_SALT)));
-            uint256 action = r % ACTIONS;
+            // The job actions draw as they did before bonds existed (20 of them), so the
+            // sequence still reaches every job path; one step in five also moves a bond.
+            uint256 action = r % 20;
+            if ((r >> 200) % 5 == 0) _bondStep(r >> 204);
             if (action == 0 || action == 14) {
                 handler.createJob(r >> 8, r >> 16, r >> 24, r >> 32, (r >> 40) & 1 == 1);
             } else if (action == 1) {
@@ -192,6 +217,10 @@ contract JobEscrowInvariants is TestBase {
         assertGt(handler.ghostAbortPayoutsBegun(), 0, "no batched abort begun");
         assertGt(handler.ghostBatchedAborts(), 0, "no batched abort finished");
         assertGt(handler.ghostProgressRefunds(), 0, "no refund of unpaid recorded progress");
+        assertGt(handler.ghostBonds(), 0, "no bond");
+        assertGt(handler.ghostSlashes(), 0, "no slash");
+        assertGt(handler.ghostUnbonds(), 0, "no unbonding completed");
+        invariant_bonds_leave_only_by_their_rules();
         invariant_every_ended_job_splits_its_stake_exactly();
         invariant_progress_is_monotonic_and_holds_the_refund_back();
         invariant_balance_equals_escrowed_stakes_plus_unwithdrawn_credits();

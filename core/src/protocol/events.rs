@@ -42,6 +42,9 @@ pub enum JobEvent {
     /// A validator replayed a stretch of a scored submission's run: its proof of training
     /// passed, or failed and the worker forfeits the job.
     ProofChecked(ProofChecked),
+    /// A worker that forfeited a bonded job by a failed proof had its bond slashed on chain
+    /// to the requester (decisions/0044).
+    BondSlashed(BondSlashed),
     /// A task went back to the queue (lease expired, or its adapter was rejected).
     TaskRequeued(TaskAttempt),
     /// A task used up its attempts.
@@ -98,6 +101,8 @@ pub enum EventKind {
     Verdict,
     /// [`JobEvent::ProofChecked`].
     ProofChecked,
+    /// [`JobEvent::BondSlashed`].
+    BondSlashed,
     /// [`JobEvent::TaskRequeued`].
     TaskRequeued,
     /// [`JobEvent::TaskFailed`].
@@ -126,7 +131,7 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in the order `JobEvent` lists them.
-    pub const ALL: [EventKind; 22] = [
+    pub const ALL: [EventKind; 23] = [
         EventKind::Created,
         EventKind::Cancelled,
         EventKind::Funded,
@@ -137,6 +142,7 @@ impl EventKind {
         EventKind::Submitted,
         EventKind::Verdict,
         EventKind::ProofChecked,
+        EventKind::BondSlashed,
         EventKind::TaskRequeued,
         EventKind::TaskFailed,
         EventKind::RoundReady,
@@ -164,6 +170,7 @@ impl EventKind {
             EventKind::Submitted => "submitted",
             EventKind::Verdict => "verdict",
             EventKind::ProofChecked => "proof_checked",
+            EventKind::BondSlashed => "bond_slashed",
             EventKind::TaskRequeued => "task_requeued",
             EventKind::TaskFailed => "task_failed",
             EventKind::RoundReady => "round_ready",
@@ -205,6 +212,7 @@ impl JobEvent {
             JobEvent::Submitted(_) => EventKind::Submitted,
             JobEvent::Verdict(_) => EventKind::Verdict,
             JobEvent::ProofChecked(_) => EventKind::ProofChecked,
+            JobEvent::BondSlashed(_) => EventKind::BondSlashed,
             JobEvent::TaskRequeued(_) => EventKind::TaskRequeued,
             JobEvent::TaskFailed(_) => EventKind::TaskFailed,
             JobEvent::RoundReady(_) => EventKind::RoundReady,
@@ -228,6 +236,7 @@ impl JobEvent {
             JobEvent::Submitted(e) => Some(&e.worker),
             JobEvent::Verdict(e) => Some(&e.worker),
             JobEvent::ProofChecked(e) => Some(&e.worker),
+            JobEvent::BondSlashed(e) => Some(&e.worker),
             _ => None,
         }
     }
@@ -491,6 +500,20 @@ pub struct ProofChecked {
     pub stretches: Vec<StretchReplay>,
     /// The job's proofs still to be checked after this one.
     pub pending: u32,
+}
+
+/// Payload of `bond_slashed`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BondSlashed {
+    /// The worker whose bond was slashed.
+    pub worker: String,
+    /// What the escrow took, in the job's token's smallest unit (decimal): the job's
+    /// `validation.bond_multiple` × one task's pay, or less when the bond held less; 0 when it
+    /// held nothing or was already slashed for this job.
+    pub amount_wei: String,
+    /// The `slashBond` transaction.
+    pub tx_hash: String,
 }
 
 /// Payload of `awaiting_proofs`.

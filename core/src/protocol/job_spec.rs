@@ -292,11 +292,51 @@ pub struct ValidationSpec {
     #[serde(default = "ValidationSpec::default_spot_check")]
     #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1, default = 0.1))]
     pub spot_check: f64,
+    /// The bond a worker must hold in the escrow, in the job's token, to be leased the job's
+    /// tasks: this many times one task's pay (stake / (shards × rounds)) for each task it holds
+    /// whose proof of training is not yet decided, across every bonded job in that token. A
+    /// failed proof slashes that much of it to the requester. 0 (the default): no bond, and
+    /// every scored submission's proof is checked. Docs: decisions/0044.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 20, default = 0))]
+    pub bond_multiple: u32,
+    /// Share of scored submissions whose proof of training is replayed, drawn from the
+    /// submission's id. When omitted: 1 without a bond, and 1.25 / (1 + bond_multiple) with
+    /// one; never below 1 / (1 + bond_multiple), under which skipping work pays a cheat more
+    /// than it expects to lose (decisions/0044).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 1))]
+    pub proof_rate: Option<f64>,
 }
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The most a job may ask a worker to bond per task's pay.
+pub const MAX_BOND_MULTIPLE: u32 = 20;
 
 impl ValidationSpec {
     fn default_spot_check() -> f64 {
         0.1
+    }
+
+    /// The lowest proof rate at which skipping work does not pay: a cheat that skips a share
+    /// `s` of a task's steps saves at most `s` of the task's pay `v`, and is caught with
+    /// probability at least `rate × s` (a replayed stretch is one of four drawn uniformly, and
+    /// a run missing a share `s` of its steps cannot end a share `s` of its stretches where
+    /// they should), losing the job's pay (at least `v`) and `bond_multiple × v` of its bond:
+    /// `s v < rate s (1 + bond_multiple) v` holds for every `s` once `rate ≥ 1 / (1 +
+    /// bond_multiple)`.
+    pub fn min_proof_rate(&self) -> f64 {
+        1.0 / (1.0 + f64::from(self.bond_multiple))
+    }
+
+    /// The share of scored submissions whose proof is replayed: the spec's, or a quarter above
+    /// [`Self::min_proof_rate`] (1 without a bond).
+    pub fn proof_rate(&self) -> f64 {
+        self.proof_rate
+            .unwrap_or_else(|| (1.25 * self.min_proof_rate()).min(1.0))
     }
 
     fn is_default(&self) -> bool {
@@ -310,6 +350,8 @@ impl Default for ValidationSpec {
             min_gain: None,
             aggregation: Aggregation::default(),
             spot_check: ValidationSpec::default_spot_check(),
+            bond_multiple: 0,
+            proof_rate: None,
         }
     }
 }
@@ -579,6 +621,27 @@ impl JobSpec {
             "validation.spot_check",
             || format!("{spot} is outside [0, 1]"),
         );
+        let multiple = self.validation.bond_multiple;
+        e.check(
+            multiple <= MAX_BOND_MULTIPLE,
+            "validation.bond_multiple",
+            || format!("{multiple} is above {MAX_BOND_MULTIPLE}"),
+        );
+        if let Some(rate) = self.validation.proof_rate {
+            let floor = self.validation.min_proof_rate();
+            e.check(
+                rate.is_finite() && rate > 0.0 && rate <= 1.0,
+                "validation.proof_rate",
+                || format!("{rate} is outside (0, 1]"),
+            );
+            e.check(rate.is_nan() || rate >= floor, "validation.proof_rate", || {
+                format!(
+                    "{rate} is below {floor:.4} = 1 / (1 + bond_multiple {multiple}): at a lower \
+                     rate skipping work pays a cheat more than it expects to lose; raise the rate \
+                     or validation.bond_multiple"
+                )
+            });
+        }
         let f = self.held_out_fraction;
         e.check(
             f.is_finite() && f > 0.0 && f <= MAX_HELD_OUT_FRACTION,
@@ -708,6 +771,64 @@ pub(crate) mod tests {
         let mut v = valid_json();
         v["validation"] = serde_json::json!({ "aggregation": "mode" });
         assert!(parse(v).is_err());
+    }
+
+    #[test]
+    fn the_proof_rate_falls_with_the_bond_and_never_below_where_cheating_pays() {
+        let spec = parse(valid_json()).unwrap();
+        assert_eq!(spec.validation.bond_multiple, 0);
+        assert_eq!(spec.validation.proof_rate(), 1.0, "no bond: every proof");
+        let written = serde_json::to_value(&spec).unwrap();
+        assert!(
+            written
+                .get("validation")
+                .is_none_or(|v| v.get("bond_multiple").is_none())
+        );
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "bond_multiple": 4 });
+        let spec = parse(v).unwrap();
+        assert_eq!(spec.validation.min_proof_rate(), 0.2);
+        assert!((spec.validation.proof_rate() - 0.25).abs() < 1e-12);
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "bond_multiple": 4, "proof_rate": 0.5 });
+        assert_eq!(parse(v).unwrap().validation.proof_rate(), 0.5);
+        for (body, path, says) in [
+            (
+                serde_json::json!({ "proof_rate": 0.5 }),
+                "validation.proof_rate",
+                "below 1.0000",
+            ),
+            (
+                serde_json::json!({ "bond_multiple": 4, "proof_rate": 0.1 }),
+                "validation.proof_rate",
+                "below 0.2000",
+            ),
+            (
+                serde_json::json!({ "bond_multiple": 4, "proof_rate": 0 }),
+                "validation.proof_rate",
+                "outside (0, 1]",
+            ),
+            (
+                serde_json::json!({ "bond_multiple": 4, "proof_rate": 1.5 }),
+                "validation.proof_rate",
+                "outside (0, 1]",
+            ),
+            (
+                serde_json::json!({ "bond_multiple": 21 }),
+                "validation.bond_multiple",
+                "above 20",
+            ),
+        ] {
+            let mut v = valid_json();
+            v["validation"] = body.clone();
+            let errors = parse(v).unwrap_err();
+            assert_eq!(
+                paths(&errors).first().copied(),
+                Some(path),
+                "{body}: {errors}"
+            );
+            assert!(errors.to_string().contains(says), "{body}: {errors}");
+        }
     }
 
     #[test]

@@ -974,6 +974,19 @@ export type components = {
             /** @description What the adapter learns: `causal_lm` for llama, `sequence_classification` for bert. */
             task: components["schemas"]["TrainingTask"];
         };
+        /** @description Payload of `bond_slashed`. */
+        BondSlashed: {
+            /**
+             * @description What the escrow took, in the job's token's smallest unit (decimal): the job's
+             *     `validation.bond_multiple` × one task's pay, or less when the bond held less; 0 when it
+             *     held nothing or was already slashed for this job.
+             */
+            amount_wei: string;
+            /** @description The `slashBond` transaction. */
+            tx_hash: string;
+            /** @description The worker whose bond was slashed. */
+            worker: string;
+        };
         /** @description Payload of `cancelled`: who or what withdrew the job. */
         Cancelled: {
             /** @description The requester who cancelled through the API. */
@@ -1352,6 +1365,14 @@ export type components = {
              *     passed, or failed and the worker forfeits the job.
              */
             payload: components["schemas"]["ProofChecked"];
+        } | {
+            /** @enum {string} */
+            kind: "bond_slashed";
+            /**
+             * @description A worker that forfeited a bonded job by a failed proof had its bond slashed on chain
+             *     to the requester (decisions/0044).
+             */
+            payload: components["schemas"]["BondSlashed"];
         } | {
             /** @enum {string} */
             kind: "task_requeued";
@@ -2587,6 +2608,16 @@ export type components = {
             /** @description How each round's accepted adapters are merged; `exact` when omitted. */
             aggregation?: components["schemas"]["Aggregation"];
             /**
+             * Format: int32
+             * @description The bond a worker must hold in the escrow, in the job's token, to be leased the job's
+             *     tasks: this many times one task's pay (stake / (shards × rounds)) for each task it holds
+             *     whose proof of training is not yet decided, across every bonded job in that token. A
+             *     failed proof slashes that much of it to the requester. 0 (the default): no bond, and
+             *     every scored submission's proof is checked. Docs: decisions/0044.
+             * @default 0
+             */
+            bond_multiple: number;
+            /**
              * Format: double
              * @description How much an adapter must improve the held-out metric over the round's starting adapter
              *     (the base model in round 1), in the metric's own units: points of accuracy (0.01 = one
@@ -2598,6 +2629,14 @@ export type components = {
              *     score a few examples below it while the merge of all of them gains.
              */
             min_gain?: number | null;
+            /**
+             * Format: double
+             * @description Share of scored submissions whose proof of training is replayed, drawn from the
+             *     submission's id. When omitted: 1 without a bond, and 1.25 / (1 + bond_multiple) with
+             *     one; never below 1 / (1 + bond_multiple), under which skipping work pays a cheat more
+             *     than it expects to lose (decisions/0044).
+             */
+            proof_rate?: number | null;
             /**
              * Format: double
              * @description Share of accepted submissions the validator trains again, from the same start, shard and
@@ -4371,7 +4410,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
-            /** @description The worker may not take this task (reputation, or its adapter for it was rejected): put the message back */
+            /** @description The worker may not take this task (reputation, its adapter for it was rejected, or its bond does not cover it): put the message back */
             403: {
                 headers: {
                     [name: string]: unknown;

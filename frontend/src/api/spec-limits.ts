@@ -35,7 +35,9 @@ export const SPEC_LIMITS = {
     warmup_ratio: { minimum: 0, maximum: 0.5, default: 0.06 },
   },
   ValidationSpec: {
+    bond_multiple: { minimum: 0, maximum: 20, default: 0 },
     min_gain: { minimum: -1, maximum: 1 },
+    proof_rate: { maximum: 1, exclusiveMinimum: 0 },
     spot_check: { minimum: 0, maximum: 1, default: 0.1 },
   },
 } as const;

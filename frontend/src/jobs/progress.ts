@@ -210,6 +210,7 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
       case 'refund_due':
       case 'abort_due':
       case 'paid':
+      case 'bond_slashed':
       case 'reorganised':
         p.other.push(event);
         break;

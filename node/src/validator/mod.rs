@@ -550,6 +550,7 @@ impl ValidatorNode {
                     "earlier submission not comparable"),
             }
         }
+        let proof_rate = context.validation.proof_rate();
         let context = context.clone();
         let device = self.device.clone();
         let rules = self.rules;
@@ -602,8 +603,9 @@ impl ValidatorNode {
         // nothing more than honest failure. An unscored one (malformed, NaN, oversized) is not:
         // there is no run's end to compare, and an honest run that diverged would replay to
         // the same NaN and be called a forgery. The replay comes after the verdict
-        // (`proof_pass`), off the round's critical path.
-        judged.proof_due = scored;
+        // (`proof_pass`), off the round's critical path. At a proof rate below 1 (a bonded
+        // job, decisions/0044) only the submissions drawn at that rate are checked.
+        judged.proof_due = scored && replay::proof_sampled(pending.submission_id, proof_rate);
         Ok(judged)
     }
 

@@ -123,6 +123,13 @@ pub fn fully_replayed(id: uuid::Uuid, fraction: f64) -> bool {
     (uniform(id, 0) as f64 / (1u64 << 53) as f64) < fraction
 }
 
+/// Whether submission `id`'s proof of training is checked at all, at the job's proof rate
+/// (`validation.proof_rate`, decisions/0044): drawn like [`fully_replayed`], independently
+/// of it and of which stretch is replayed.
+pub fn proof_sampled(id: uuid::Uuid, rate: f64) -> bool {
+    (uniform(id, 2) as f64 / (1u64 << 53) as f64) < rate
+}
+
 /// The stretches of `stretches` to replay for submission `id`: all of them when it is drawn
 /// for a full check at `fraction`, else one drawn from the id, independently of that draw.
 pub fn stretches_to_replay(id: uuid::Uuid, fraction: f64, stretches: usize) -> Vec<usize> {
@@ -348,6 +355,23 @@ mod tests {
         );
         assert_eq!(stretches_to_replay(ids[0], 1.0, 4), vec![0, 1, 2, 3]);
         assert!(stretches_to_replay(ids[0], 1.0, 0).is_empty());
+    }
+
+    #[test]
+    fn proofs_are_sampled_at_the_rate_independently_of_the_full_replays() {
+        let ids: Vec<uuid::Uuid> = (0..4000).map(|_| uuid::Uuid::now_v7()).collect();
+        let sampled = |rate: f64| ids.iter().filter(|id| proof_sampled(**id, rate)).count();
+        assert_eq!(sampled(1.0), 4000);
+        assert_eq!(sampled(0.0), 0);
+        let quarter = sampled(0.25) as f64 / 4000.0;
+        assert!((quarter - 0.25).abs() < 0.03, "{quarter}");
+        // Of the sampled ones, a tenth still has its whole run replayed.
+        let both = ids
+            .iter()
+            .filter(|id| proof_sampled(**id, 0.25) && fully_replayed(**id, 0.1))
+            .count() as f64
+            / sampled(0.25) as f64;
+        assert!((both - 0.1).abs() < 0.04, "{both}");
     }
 
     #[test]

@@ -205,7 +205,8 @@ pub async fn record(
             stretches: check.stretches.clone(),
             pending,
         }),
-        false,
+        // A forgery in a bonded job slashes the worker's bond: the outbox sends `slashBond`.
+        !check.passed && !job.task_bond().is_zero(),
         now,
     )
     .await?;

@@ -6,6 +6,7 @@
 //! racing the reaper, cannot both win. Queue delivery is at-least-once; these checks make every
 //! effect happen once.
 
+use alloy::primitives::U256;
 use chrono::{DateTime, Duration, Utc};
 use sea_orm::sea_query::{Expr, Query};
 use sea_orm::{
@@ -151,12 +152,18 @@ async fn forfeited_job<C: ConnectionTrait>(
 /// Grants `worker` the lease on `task_id`. A worker re-claiming a task it already holds (a
 /// redelivered message) gets its live lease back; a task done, failed, or leased by someone
 /// else is a 409 the worker answers by dropping the message.
+///
+/// `bond` is the worker's active bond in the job's token as the escrow holds it, read by the
+/// caller for a job with `validation.bond_multiple` above 0 (decisions/0044): the task is
+/// refused (403) unless it covers this task's bond on top of what the worker's tasks in flight
+/// in bonded jobs of that token already need ([`bond_exposure`]).
 pub async fn claim(
     db: &DatabaseConnection,
     task_id: Uuid,
     worker: &worker::Model,
     lease: Duration,
     sealing_secret: &str,
+    bond: Option<U256>,
     now: DateTime<Utc>,
 ) -> Result<Lease, DomainError> {
     let txn = db.begin().await?;
@@ -249,6 +256,7 @@ pub async fn claim(
             task.id, task.max_attempts
         )));
     }
+    check_bond(&txn, &job, worker, bond, now).await?;
     let token = Uuid::new_v4();
     let expires_at = (now + lease).min(now + time_limit(&job));
     let updated = task::Entity::update_many()
@@ -330,6 +338,91 @@ fn check_holder(
         )));
     }
     Ok(())
+}
+
+/// Refuses (403) a task of a bonded `job` whose bond `bond` (the worker's active bond in the
+/// job's token) does not cover on top of [`bond_exposure`]. The worker's row is written first,
+/// so two claims of one worker are judged one after the other and cannot both pass on the
+/// same bond.
+async fn check_bond<C: ConnectionTrait>(
+    txn: &C,
+    job: &job::Model,
+    worker: &worker::Model,
+    bond: Option<U256>,
+    now: DateTime<Utc>,
+) -> Result<(), DomainError> {
+    let needed = job.task_bond();
+    if needed.is_zero() {
+        return Ok(());
+    }
+    let token = job.stake_token();
+    let Some(bond) = bond else {
+        return Err(DomainError::internal(
+            "claim",
+            format!("job {} needs a bond, but none was read", job.id),
+        ));
+    };
+    worker::Entity::update_many()
+        .col_expr(worker::Column::UpdatedAt, Expr::value(now))
+        .filter(worker::Column::Id.eq(worker.id))
+        .exec(txn)
+        .await?;
+    let held = bond_exposure(txn, worker.id, &token).await?;
+    if bond < held + needed {
+        return Err(DomainError::Forbidden(format!(
+            "job {} asks a bond of {needed} (validation.bond_multiple {} x the task's pay {}) in \
+             token {token} for this task, on top of {held} backing {}'s tasks whose proofs are \
+             not decided; its active bond is {bond}: bond more (the escrow's `bond`) or finish \
+             those first",
+            job.id,
+            job.validation().bond_multiple,
+            job.task_pay(),
+            worker.address
+        )));
+    }
+    Ok(())
+}
+
+/// What `worker`'s bond in `token` already backs: each task of a bonded open job in that
+/// token it holds a lease on, has handed in for a verdict, or has a proof pending for, at its
+/// job's [`job::Model::task_bond`].
+pub async fn bond_exposure<C: ConnectionTrait>(
+    db: &C,
+    worker_id: Uuid,
+    token: &str,
+) -> Result<U256, DomainError> {
+    let mut tasks: std::collections::BTreeMap<Uuid, Uuid> = task::Entity::find()
+        .filter(task::Column::LeaseHolder.eq(worker_id))
+        .filter(task::Column::Status.is_in([TaskStatus::Leased, TaskStatus::Submitted]))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|t| (t.id, t.job_id))
+        .collect();
+    let pending_proofs = submission::Entity::find()
+        .filter(submission::Column::WorkerId.eq(worker_id))
+        .filter(submission::Column::ProofStatus.eq(ProofStatus::Pending))
+        .all(db)
+        .await?;
+    for s in pending_proofs {
+        if let std::collections::btree_map::Entry::Vacant(e) = tasks.entry(s.task_id) {
+            e.insert(find_task(db, s.task_id).await?.job_id);
+        }
+    }
+    let mut per_job: std::collections::BTreeMap<Uuid, u64> = Default::default();
+    for job_id in tasks.into_values() {
+        *per_job.entry(job_id).or_default() += 1;
+    }
+    let mut held = U256::ZERO;
+    for (job_id, count) in per_job {
+        if let Some(job) = job::Entity::find_by_id(job_id).one(db).await?
+            && job.status == JobStatus::Open
+            && job.stake_token() == token
+        {
+            held += job.task_bond() * U256::from(count);
+        }
+    }
+    Ok(held)
 }
 
 /// Extends the lease and records progress (the task's last heartbeat, and a point of its

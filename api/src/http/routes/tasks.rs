@@ -32,7 +32,7 @@ fn lease_length(state: &AppState) -> Duration {
     responses(
         (status = 200, description = "The lease, and the task as the database knows it", body = Lease),
         (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 403, description = "The worker may not take this task (reputation, or its adapter for it was rejected): put the message back", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "The worker may not take this task (reputation, its adapter for it was rejected, or its bond does not cover it): put the message back", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "Done, failed, or leased by another worker: drop the message; or the caller is not registered", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The task could not be read or written", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -44,17 +44,59 @@ pub async fn claim(
     id: web::Path<Uuid>,
 ) -> Result<HttpResponse, ApiError> {
     let worker = tasks::registered_worker(&state.db, &caller.claims.sub.to_string()).await?;
+    let id = id.into_inner();
+    let bond = bond_for(&state, id, &worker.address).await?;
     let lease = tasks::claim(
         &state.db,
-        id.into_inner(),
+        id,
         &worker,
         lease_length(&state),
         state.config.sealing_secret.expose(),
+        bond,
         Utc::now(),
     )
     .await?;
     tracing::info!(task = %lease.task_id, worker = %worker.address, attempt = lease.attempt, "lease granted");
     Ok(HttpResponse::Ok().json(lease))
+}
+
+/// `worker`'s active bond in the token of task `task_id`'s job as the escrow holds it, when the
+/// job asks for one (`validation.bond_multiple`); `None` otherwise. Read from the chain at
+/// claim time, so a bond counts as soon as it is mined and stops counting as soon as its
+/// unbonding is asked.
+async fn bond_for(
+    state: &AppState,
+    task_id: Uuid,
+    worker: &str,
+) -> Result<Option<alloy::primitives::U256>, ApiError> {
+    let task = tasks::find_task(&state.db, task_id).await?;
+    let job = crate::domain::jobs::find_job(&state.db, task.job_id).await?;
+    if job.task_bond().is_zero() {
+        return Ok(None);
+    }
+    let chain = state.chain.as_ref().ok_or_else(|| {
+        ApiError::internal(
+            "bond",
+            format!(
+                "job {} asks workers for a bond, and this API has no chain",
+                job.id
+            ),
+        )
+    })?;
+    let parse = |what: &str, text: &str| {
+        text.parse::<alloy::primitives::Address>()
+            .map_err(|e| ApiError::internal("bond", format!("{what} {text}: {e}")))
+    };
+    let bond = chain
+        .ledger
+        .bond_of(
+            chain.escrow,
+            parse("worker", worker)?,
+            parse("token", &job.stake_token())?,
+        )
+        .await
+        .map_err(|e| ApiError::internal("reading the worker's bond", e))?;
+    Ok(Some(bond.active))
 }
 
 /// A heartbeat on a leased task.

@@ -126,6 +126,20 @@ class AwaitingProofs(BaseModel):
     ]
 
 
+class BondSlashed(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    amount_wei: Annotated[
+        str,
+        Field(
+            description="What the escrow took, in the job's token's smallest unit (decimal): the job's\n`validation.bond_multiple` × one task's pay, or less when the bond held less; 0 when it\nheld nothing or was already slashed for this job."
+        ),
+    ]
+    tx_hash: Annotated[str, Field(description='The `slashBond` transaction.')]
+    worker: Annotated[str, Field(description='The worker whose bond was slashed.')]
+
+
 class ContentId(RootModel[str]):
     root: Annotated[
         str,
@@ -233,6 +247,19 @@ class EventFrame(BaseModel):
     ]
 
 
+class EventViewBondSlashed(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['bond_slashed']
+    payload: Annotated[
+        BondSlashed,
+        Field(
+            description='A worker that forfeited a bonded job by a failed proof had its bond slashed on chain\nto the requester (decisions/0044).'
+        ),
+    ]
+
+
 class EventViewAggregated(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -278,19 +305,25 @@ class EventView1(BaseModel):
     ]
 
 
-class EventView15(EventViewAggregated, EventView1):
+class EventView12(EventViewBondSlashed, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView16(EventViewAwaitingProofs, EventView1):
+class EventView16(EventViewAggregated, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView21(EventViewAbortDue, EventView1):
+class EventView17(EventViewAwaitingProofs, EventView1):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+
+
+class EventView22(EventViewAbortDue, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -415,6 +448,19 @@ class JobEventFundingIgnored(BaseModel):
         FundingIgnored,
         Field(
             description='A `createJob` named this job but could not fund it (wrong terms, or already funded).'
+        ),
+    ]
+
+
+class JobEventBondSlashed(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['bond_slashed']
+    payload: Annotated[
+        BondSlashed,
+        Field(
+            description='A worker that forfeited a bonded job by a failed proof had its bond slashed on chain\nto the requester (decisions/0044).'
         ),
     ]
 
@@ -1331,11 +1377,27 @@ class ValidationSpec(BaseModel):
             description="How each round's accepted adapters are merged; `exact` when omitted."
         ),
     ] = None
+    bond_multiple: Annotated[
+        int,
+        Field(
+            description="The bond a worker must hold in the escrow, in the job's token, to be leased the job's\ntasks: this many times one task's pay (stake / (shards × rounds)) for each task it holds\nwhose proof of training is not yet decided, across every bonded job in that token. A\nfailed proof slashes that much of it to the requester. 0 (the default): no bond, and\nevery scored submission's proof is checked. Docs: decisions/0044.",
+            ge=0,
+            le=20,
+        ),
+    ] = 0
     min_gain: Annotated[
         float | None,
         Field(
             description="How much an adapter must improve the held-out metric over the round's starting adapter\n(the base model in round 1), in the metric's own units: points of accuracy (0.01 = one\npoint) for classification, nats per learned token for causal-LM loss; negative, how much\nworse it may score. When omitted, the metric's default: 0.01 nats for loss; for accuracy,\none held-out example better than the base model in round 1, and from round 2 no worse\nthan the merged start by more than the held-out set's noise (one standard error of the\nstart's accuracy, plus one example): one honest shard's update from a merged start can\nscore a few examples below it while the merge of all of them gains.",
             ge=-1.0,
+            le=1.0,
+        ),
+    ] = None
+    proof_rate: Annotated[
+        float | None,
+        Field(
+            description="Share of scored submissions whose proof of training is replayed, drawn from the\nsubmission's id. When omitted: 1 without a bond, and 1.25 / (1 + bond_multiple) with\none; never below 1 / (1 + bond_multiple), under which skipping work pays a cheat more\nthan it expects to lose (decisions/0044).",
+            gt=0.0,
             le=1.0,
         ),
     ] = None
@@ -1900,49 +1962,49 @@ class EventView10(EventViewVerdict, EventView1):
     )
 
 
-class EventView12(EventViewTaskRequeued, EventView1):
+class EventView13(EventViewTaskRequeued, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView13(EventViewTaskFailed, EventView1):
+class EventView14(EventViewTaskFailed, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView14(EventViewRoundReady, EventView1):
+class EventView15(EventViewRoundReady, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView17(EventViewFinalize, EventView1):
+class EventView18(EventViewFinalize, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView19(EventViewCompleted, EventView1):
+class EventView20(EventViewCompleted, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView20(EventViewRefundDue, EventView1):
+class EventView21(EventViewRefundDue, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView22(EventViewRefunded, EventView1):
+class EventView23(EventViewRefunded, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
 
 
-class EventView23(EventViewReorganised, EventView1):
+class EventView24(EventViewReorganised, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -2591,7 +2653,7 @@ class EventView11(EventViewProofChecked, EventView1):
     )
 
 
-class EventView18(EventViewPaid, EventView1):
+class EventView19(EventViewPaid, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -2635,6 +2697,7 @@ class JobEvent(
         | JobEventSubmitted
         | JobEventVerdict
         | JobEventProofChecked
+        | JobEventBondSlashed
         | JobEventTaskRequeued
         | JobEventTaskFailed
         | JobEventRoundReady
@@ -2650,7 +2713,7 @@ class JobEvent(
     ]
 ):
     root: Annotated[
-        JobEventCreated | JobEventCancelled | JobEventFunded | JobEventFundingIgnored | JobEventStarted | JobEventRoundOpened | JobEventTaskClaimed | JobEventSubmitted | JobEventVerdict | JobEventProofChecked | JobEventTaskRequeued | JobEventTaskFailed | JobEventRoundReady | JobEventAggregated | JobEventAwaitingProofs | JobEventFinalize | JobEventPaid | JobEventCompleted | JobEventRefundDue | JobEventAbortDue | JobEventRefunded | JobEventReorganised,
+        JobEventCreated | JobEventCancelled | JobEventFunded | JobEventFundingIgnored | JobEventStarted | JobEventRoundOpened | JobEventTaskClaimed | JobEventSubmitted | JobEventVerdict | JobEventProofChecked | JobEventBondSlashed | JobEventTaskRequeued | JobEventTaskFailed | JobEventRoundReady | JobEventAggregated | JobEventAwaitingProofs | JobEventFinalize | JobEventPaid | JobEventCompleted | JobEventRefundDue | JobEventAbortDue | JobEventRefunded | JobEventReorganised,
         Field(description='Something that happened to a job.'),
     ]
 
@@ -2883,7 +2946,7 @@ class EventPage(BaseModel):
         populate_by_name=True,
     )
     events: Annotated[
-        list[EventView2 | EventView3 | EventView4 | EventView5 | EventView6 | EventView7 | EventView8 | EventView9 | EventView10 | EventView11 | EventView12 | EventView13 | EventView14 | EventView15 | EventView16 | EventView17 | EventView18 | EventView19 | EventView20 | EventView21 | EventView22 | EventView23],
+        list[EventView2 | EventView3 | EventView4 | EventView5 | EventView6 | EventView7 | EventView8 | EventView9 | EventView10 | EventView11 | EventView12 | EventView13 | EventView14 | EventView15 | EventView16 | EventView17 | EventView18 | EventView19 | EventView20 | EventView21 | EventView22 | EventView23 | EventView24],
         Field(description='The events, oldest first.'),
     ]
     next_after: Annotated[
