@@ -1,5 +1,6 @@
-//! `shardwork worker earnings` and `shardwork worker withdraw`: what a worker's address has
-//! earned, and pulling it out of the escrow.
+//! `shardwork worker earnings`, `withdraw`, `bond`, `unbond` and `complete-unbond`: what a
+//! worker's address has earned and bonded, pulling earnings out of the escrow, and managing the
+//! bond that bonded jobs ask for (decisions/0044).
 //!
 //! The escrow pays by pull: a payout credits each contributor in the contract, and the credit
 //! waits there until the contributor calls `withdraw`. So credit and reputation are read from
@@ -35,6 +36,36 @@ pub enum WorkerAction {
         /// Where the funds go (default: the worker's own address).
         #[arg(long)]
         to: Option<Address>,
+    },
+    /// Bond stake in the escrow: a job with `validation.bond_multiple` leases the worker its
+    /// tasks only while its active bond (in the job's token) covers them. A token is approved
+    /// for the escrow first.
+    Bond {
+        #[command(flatten)]
+        operator: OperatorArgs,
+        /// In the asset's smallest unit (wei for ether).
+        #[arg(long)]
+        amount: U256,
+        /// An allow-listed ERC-20 (default: ether).
+        #[arg(long)]
+        token: Option<Address>,
+    },
+    /// Start withdrawing part of the bond: it stops backing claims now and can be credited
+    /// back (`complete-unbond`) after the escrow's unbonding delay (14 days).
+    Unbond {
+        #[command(flatten)]
+        operator: OperatorArgs,
+        #[arg(long)]
+        amount: U256,
+        #[arg(long)]
+        token: Option<Address>,
+    },
+    /// Credit what finished unbonding, to be withdrawn with `withdraw`.
+    CompleteUnbond {
+        #[command(flatten)]
+        operator: OperatorArgs,
+        #[arg(long)]
+        token: Option<Address>,
     },
 }
 
@@ -79,9 +110,36 @@ pub struct EarningsReport {
     pub reputation_bps: u16,
     /// What can be withdrawn now, per asset (ether always listed, tokens when non-zero).
     pub credit: Vec<Credit>,
+    /// The bond per asset (ether always listed, tokens when any is bonded or unbonding).
+    pub bonds: Vec<BondReport>,
     /// The API's profile of the worker (`GET /v1/workers/me`); absent when the address never
     /// registered as a worker there.
     pub profile: Option<serde_json::Value>,
+}
+
+/// One asset's bond.
+#[derive(Debug, Clone, Serialize)]
+pub struct BondReport {
+    pub token: Address,
+    pub asset: String,
+    /// Backs the tasks the worker may be leased now.
+    #[serde(serialize_with = "decimal")]
+    pub active: U256,
+    /// Asked back: credited at `unlock_at`, slashable until then.
+    #[serde(serialize_with = "decimal")]
+    pub unbonding: U256,
+    /// Unix seconds; 0 when nothing is unbonding.
+    pub unlock_at: u64,
+}
+
+/// A bond transaction sent.
+#[derive(Debug, Serialize)]
+pub struct BondChange {
+    pub address: Address,
+    pub action: &'static str,
+    pub tx_hash: String,
+    /// The bond after it.
+    pub bond: BondReport,
 }
 
 /// One withdrawal sent.
@@ -105,7 +163,11 @@ pub struct WithdrawReport {
 impl WorkerAction {
     fn operator(&self) -> &OperatorArgs {
         match self {
-            WorkerAction::Earnings(operator) | WorkerAction::Withdraw { operator, .. } => operator,
+            WorkerAction::Earnings(operator)
+            | WorkerAction::Withdraw { operator, .. }
+            | WorkerAction::Bond { operator, .. }
+            | WorkerAction::Unbond { operator, .. }
+            | WorkerAction::CompleteUnbond { operator, .. } => operator,
         }
     }
 }
@@ -143,8 +205,58 @@ pub async fn run(config: Config, action: WorkerAction) -> anyhow::Result<()> {
                 }
             }
         }
+        WorkerAction::Bond {
+            operator,
+            amount,
+            token,
+        } => {
+            let session = Session::open(&config, key, &operator).await?;
+            let change = session.bond(token.unwrap_or(ETH), amount).await?;
+            print_change(&change, operator.json)?;
+        }
+        WorkerAction::Unbond {
+            operator,
+            amount,
+            token,
+        } => {
+            let session = Session::open(&config, key, &operator).await?;
+            let change = session.unbond(token.unwrap_or(ETH), amount).await?;
+            print_change(&change, operator.json)?;
+        }
+        WorkerAction::CompleteUnbond { operator, token } => {
+            let session = Session::open(&config, key, &operator).await?;
+            let change = session.complete_unbond(token.unwrap_or(ETH)).await?;
+            print_change(&change, operator.json)?;
+        }
     }
     Ok(())
+}
+
+fn print_change(change: &BondChange, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(change)?);
+    } else {
+        println!(
+            "{} sent (tx {}); {}",
+            change.action,
+            change.tx_hash,
+            bond_text(&change.bond)
+        );
+    }
+    Ok(())
+}
+
+fn bond_text(b: &BondReport) -> String {
+    let mut text = format!("bond {} active", amount_text(b.token, b.active));
+    if !b.unbonding.is_zero() {
+        let at = chrono::DateTime::from_timestamp(b.unlock_at as i64, 0)
+            .map_or_else(|| b.unlock_at.to_string(), |t| t.to_rfc3339());
+        text.push_str(&format!(
+            ", {} unbonding until {at}",
+            amount_text(b.token, b.unbonding)
+        ));
+    }
+    text
 }
 
 /// The API, the chain and the escrow, as one worker key sees them.
@@ -238,6 +350,109 @@ impl Session {
         Ok(credit)
     }
 
+    async fn bond_in(&self, token: Address) -> anyhow::Result<BondReport> {
+        let b = self
+            .ledger
+            .bond_of(self.escrow, self.account, token)
+            .await
+            .with_context(|| format!("reading the bond in {}", asset_name(token)))?;
+        Ok(BondReport {
+            token,
+            asset: asset_name(token),
+            active: b.active,
+            unbonding: b.unbonding,
+            unlock_at: b.unlock_at,
+        })
+    }
+
+    /// Bond per asset: ether always, tokens when any is bonded or unbonding.
+    async fn bonds(&self) -> anyhow::Result<Vec<BondReport>> {
+        let mut bonds = Vec::new();
+        for token in self.assets().await? {
+            let b = self.bond_in(token).await?;
+            if token == ETH || !(b.active.is_zero() && b.unbonding.is_zero()) {
+                bonds.push(b);
+            }
+        }
+        Ok(bonds)
+    }
+
+    async fn bond(&self, token: Address, amount: U256) -> anyhow::Result<BondChange> {
+        if amount.is_zero() {
+            bail!("--amount: bond more than 0");
+        }
+        if token != ETH {
+            self.ledger
+                .approve(token, self.account, self.escrow, amount)
+                .await
+                .with_context(|| format!("approving {} for the escrow", asset_name(token)))?;
+        }
+        let outcome = self
+            .ledger
+            .bond(self.escrow, self.account, token, amount)
+            .await
+            .with_context(|| format!("bonding {}", amount_text(token, amount)))?;
+        self.changed("bond", token, &outcome).await
+    }
+
+    async fn unbond(&self, token: Address, amount: U256) -> anyhow::Result<BondChange> {
+        let active = self.bond_in(token).await?.active;
+        if amount.is_zero() || amount > active {
+            bail!(
+                "--amount: {} is not within the active bond of {}",
+                amount_text(token, amount),
+                amount_text(token, active)
+            );
+        }
+        let outcome = self
+            .ledger
+            .request_unbond(self.escrow, self.account, token, amount)
+            .await
+            .context("asking to unbond")?;
+        self.changed("unbond", token, &outcome).await
+    }
+
+    async fn complete_unbond(&self, token: Address) -> anyhow::Result<BondChange> {
+        let b = self.bond_in(token).await?;
+        if b.unbonding.is_zero() {
+            bail!(
+                "nothing of {:#x}'s bond in {} is unbonding",
+                self.account,
+                b.asset
+            );
+        }
+        let now = self.ledger.block_timestamp().await?;
+        if now < b.unlock_at {
+            bail!(
+                "{} unbonds at {}, {} s from the chain's time now; try again then",
+                amount_text(token, b.unbonding),
+                chrono::DateTime::from_timestamp(b.unlock_at as i64, 0)
+                    .map_or_else(|| b.unlock_at.to_string(), |t| t.to_rfc3339()),
+                b.unlock_at - now
+            );
+        }
+        let outcome = self
+            .ledger
+            .complete_unbond(self.escrow, self.account, token)
+            .await
+            .context("completing the unbonding")?;
+        self.changed("complete-unbond", token, &outcome).await
+    }
+
+    async fn changed(
+        &self,
+        action: &'static str,
+        token: Address,
+        outcome: &shardwork_contracts::ledger::TxOutcome,
+    ) -> anyhow::Result<BondChange> {
+        Ok(BondChange {
+            address: self.account,
+            action,
+            tx_hash: format!("{:#x}", outcome.tx_hash),
+            bond: self.bond_in(token).await?,
+        })
+    }
+
     async fn earnings(&self) -> anyhow::Result<EarningsReport> {
         let profile = match self.api.worker_profile().await {
             Ok(profile) => Some(profile),
@@ -254,6 +469,7 @@ impl Session {
                 .await
                 .context("reading the reputation")?,
             credit: self.credit().await?,
+            bonds: self.bonds().await?,
             profile,
         })
     }
@@ -348,6 +564,13 @@ fn print_earnings(r: &EarningsReport) {
         println!(
             "credit      {}  (withdraw with `shardwork worker withdraw`)",
             amount_text(c.token, c.amount)
+        );
+    }
+    for b in &r.bonds {
+        println!(
+            "{:<11} {}  (bonded jobs lease against the active part)",
+            "bond",
+            bond_text(b)
         );
     }
     match &r.profile {

@@ -389,6 +389,53 @@ async fn operator_sees_and_withdraws_earnings(
     assert!(again.contains("nothing to withdraw"), "{again}");
     assert_eq!(sent().await, before, "no transaction sent");
     assert_eq!(ledger.eth_balance(to).await.unwrap(), credit);
+
+    // The bond bonded jobs ask for (decisions/0044): bonded, shown, asked back, refused before
+    // the escrow's delay, credited after it.
+    let milli = U256::from(10u64).pow(U256::from(15));
+    let bonded = json(&["bond", "--amount", &milli.to_string()]);
+    assert_eq!(bonded["bond"]["active"], milli.to_string(), "{bonded}");
+    assert_eq!(
+        ledger.bond_of(escrow, worker, ETH).await.unwrap().active,
+        milli
+    );
+    let earnings = json(&["earnings"]);
+    assert_eq!(
+        earnings["bonds"][0]["active"],
+        milli.to_string(),
+        "{earnings}"
+    );
+    let part = milli / U256::from(4);
+    let unbonding = json(&["unbond", "--amount", &part.to_string()]);
+    assert_eq!(unbonding["bond"]["active"], (milli - part).to_string());
+    assert_eq!(unbonding["bond"]["unbonding"], part.to_string());
+    let early = shardwork_tests::shardwork(&["worker", "complete-unbond", "--rpc", rpc_url], &env);
+    assert!(!early.status.success());
+    let said = shardwork_tests::text(&early.stderr);
+    assert!(
+        said.contains("unbonds at") && said.contains("try again then"),
+        "{said}"
+    );
+    let too_much = shardwork_tests::shardwork(
+        &[
+            "worker",
+            "unbond",
+            "--amount",
+            &milli.to_string(),
+            "--rpc",
+            rpc_url,
+        ],
+        &env,
+    );
+    assert!(!too_much.status.success());
+    assert!(shardwork_tests::text(&too_much.stderr).contains("not within the active bond"));
+    ledger.advance_time(14 * 24 * 3600 + 1).await.unwrap();
+    let done = json(&["complete-unbond"]);
+    assert_eq!(done["bond"]["unbonding"], "0", "{done}");
+    assert_eq!(
+        ledger.withdrawable(escrow, worker, ETH).await.unwrap(),
+        part
+    );
 }
 
 /// Every reader of the finished job, with and without a token: the requester, another

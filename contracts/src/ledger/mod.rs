@@ -482,6 +482,21 @@ pub trait Ledger: Send + Sync {
         transact(self, escrow, worker, call, value, "bond").await
     }
 
+    /// `owner` lets `spender` (the escrow) pull `amount` of ERC-20 `token`.
+    async fn approve(
+        &self,
+        token: Address,
+        owner: Address,
+        spender: Address,
+        amount: U256,
+    ) -> Result<TxOutcome> {
+        let call = MockERC20::approveCall {
+            spender,
+            value: amount,
+        };
+        transact(self, token, owner, call, U256::ZERO, "approve").await
+    }
+
     /// Starts unbonding `amount` of `worker`'s active bond in `token`.
     async fn request_unbond(
         &self,
