@@ -47,6 +47,12 @@ pub struct DemoArgs {
     /// stretch of its run replayed from its proof of training.
     #[arg(long)]
     pub spot_check: Option<f64>,
+    /// The bond the job asks of its workers, in tasks' pay (the job's
+    /// `validation.bond_multiple`; 0, the default, asks none and checks every proof). The
+    /// in-process workers are bonded on the development chain; a bonded job checks a sampled
+    /// share of the proofs (`validation.proof_rate`, 1.25 / (1 + M) by default).
+    #[arg(long, default_value_t = 0)]
+    pub bond_multiple: u32,
     /// What the learning-rate schedule spans (the job's `training.schedule`): each task's own
     /// steps (`task`, the default), or one schedule over all the job's rounds (`job`).
     #[arg(long, value_parser = ["task", "job"])]
@@ -521,7 +527,10 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
         chat,
     } = sample_job(deployment, &SampleShape::from(args)).await?;
     if let Some(share) = args.spot_check {
-        spec["validation"] = json!({ "spot_check": share });
+        spec["validation"]["spot_check"] = json!(share);
+    }
+    if args.bond_multiple > 0 {
+        spec["validation"]["bond_multiple"] = json!(args.bond_multiple);
     }
     if let Some(schedule) = &args.schedule {
         spec["training"]["schedule"] = json!(schedule);

@@ -12,7 +12,7 @@ use shardwork_contracts::Ledger;
 use shardwork_contracts::dev_keys;
 use shardwork_contracts::ledger::embedded::EmbeddedLedger;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
-use shardwork_contracts::ledger::{DeployParams, PayoutLimits};
+use shardwork_contracts::ledger::{DeployParams, ETH, PayoutLimits};
 use shardwork_core::queue::rabbitmq::{RabbitQueue, RabbitSettings};
 use shardwork_core::queue::table::TableQueue;
 use shardwork_core::queue::{QueueOptions, TaskQueue};
@@ -264,6 +264,55 @@ async fn dev_escrow(
 /// when the chain no longer has it or the escrow does not accept it (a restarted anvil).
 /// Only beside the development escrow (chain 31337, no `chain.escrow_address` configured),
 /// whose admin is development account 0: `None` elsewhere.
+/// What each in-process worker holds bonded on a development chain: enough for several of
+/// the demo's 1-ether jobs' tasks at the highest `validation.bond_multiple` it uses.
+pub const DEV_WORKER_BOND_ETH: u64 = 5;
+
+/// On the embedded development chain, bonds [`DEV_WORKER_BOND_ETH`] for each in-process
+/// worker (funded from dev account 0, which holds the chain's ether), so the jobs that ask for
+/// a bond (`validation.bond_multiple`) lease them tasks. A worker already bonded that much is
+/// left alone. Returns how many were bonded now; nothing on a JSON-RPC chain, whose workers
+/// bond with `shardwork worker bond` from their own keys.
+pub async fn bond_dev_workers(
+    chain: &Chain,
+    workers: &[PrivateKeySigner],
+) -> anyhow::Result<usize> {
+    if chain.chain_id != DEV_CHAIN_ID {
+        return Ok(0);
+    }
+    let ledger = chain.ledger.as_ref();
+    let bond = U256::from(DEV_WORKER_BOND_ETH) * U256::from(10u64).pow(U256::from(18u64));
+    let funder = dev_keys::dev_addresses()[0];
+    let mut bonded = 0;
+    for key in workers {
+        if ledger.unlock_key(key).await.is_err() {
+            return Ok(0);
+        }
+        let worker = key.address();
+        let held = ledger.bond_of(chain.escrow, worker, ETH).await?.active;
+        if held >= bond {
+            continue;
+        }
+        let missing = bond - held;
+        ledger
+            .send_transaction(shardwork_contracts::ledger::TxRequest {
+                from: funder,
+                to: Some(worker),
+                input: Default::default(),
+                value: missing,
+                gas_limit: None,
+            })
+            .await
+            .context("funding an in-process worker's bond")?;
+        ledger
+            .bond(chain.escrow, worker, ETH, missing)
+            .await
+            .context("bonding for an in-process worker")?;
+        bonded += 1;
+    }
+    Ok(bonded)
+}
+
 pub async fn dev_stake_token(config: &Config, chain: &Chain) -> anyhow::Result<Option<Address>> {
     if chain.chain_id != DEV_CHAIN_ID || !config.chain.escrow_address.trim().is_empty() {
         return Ok(None);

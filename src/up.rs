@@ -178,6 +178,13 @@ pub async fn start(
             config.api.validator_addresses.push(*validator);
         }
     }
+    let bonded = infra::bond_dev_workers(&chain, &keys.workers).await?;
+    if bonded > 0 {
+        println!(
+            "chain       {bonded} in-process worker(s) bonded {} ETH each (jobs with validation.bond_multiple lease against it)",
+            infra::DEV_WORKER_BOND_ETH
+        );
+    }
     let ports = shardwork_api::Ports {
         db,
         store: store.clone(),

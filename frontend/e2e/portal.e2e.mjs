@@ -5,7 +5,7 @@
 // task's training-loss curve appear from a worker's heartbeats while the job runs, post a
 // causal-LM job with a chat dataset, and follow the first job live to its adapter: the held-out
 // metric per round, payouts; then the worker's operator withdraws its earnings from the
-// earnings page. Screenshots of each page go to frontend/e2e-artifacts/.
+// earnings page and bonds (and asks back part of) its stake there. Screenshots of each page go to frontend/e2e-artifacts/.
 //
 //   scripts/frontend e2e      (builds the portal and the binary, installs Chromium and anvil)
 //
@@ -701,6 +701,20 @@ async function main() {
       await tokenRow.waitFor({ state: 'detached', timeout: 15_000 });
       await own.getByText('Nothing to withdraw right now.').waitFor();
       await own.screenshot({ path: join(artifacts, '15-earnings-withdrawn.png'), fullPage: true });
+      // The bond bonded jobs ask for: bond 0.001 ETH, ask 0.0004 back, which waits its delay.
+      const bondRow = own.getByTestId('bond-ETH');
+      await bondRow.getByTestId('bond-active').filter({ hasText: /^0 ETH$/ }).waitFor();
+      await own.getByLabel('Ether').fill('0.001');
+      await own.getByRole('button', { name: 'Bond ETH' }).click();
+      await own.getByText('Bonded.').waitFor({ timeout: 30_000 });
+      await bondRow.getByTestId('bond-active').filter({ hasText: /^0\.001 ETH$/ }).waitFor({ timeout: 15_000 });
+      await own.getByLabel('Ether').fill('0.0004');
+      await own.getByRole('button', { name: 'Unbond' }).click();
+      await own.getByText('Unbonding asked.').waitFor({ timeout: 30_000 });
+      await bondRow.getByTestId('bond-active').filter({ hasText: /^0\.0006 ETH$/ }).waitFor({ timeout: 15_000 });
+      await bondRow.getByTestId('bond-unbonding').filter({ hasText: /^0\.0004 ETH until / }).waitFor();
+      if (!(await own.getByRole('button', { name: 'Collect unbonded' }).isDisabled())) throw new Error('Collect is enabled before the unbonding delay');
+      await own.screenshot({ path: join(artifacts, '18-earnings-bond.png'), fullPage: true });
       await own.close();
     });
 

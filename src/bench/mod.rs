@@ -63,6 +63,10 @@ pub enum BenchCommand {
         /// Chat SFT: conversations per job.
         #[arg(long, default_value_t = 240)]
         conversations: usize,
+        /// The jobs' `validation.bond_multiple`: 4 samples a quarter of the proofs
+        /// (decisions/0044); 0 checks every one.
+        #[arg(long, default_value_t = 4)]
+        bond_multiple: u32,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -265,6 +269,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             rounds,
             chat,
             conversations,
+            bond_multiple,
             json,
         } => {
             let bench = validation::ValidationBenchConfig {
@@ -274,6 +279,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 rounds,
                 chat,
                 conversations,
+                bond_multiple,
             };
             let report = validation::run(config, &bench).await?;
             if json {

@@ -26,6 +26,8 @@ pub struct ValidationBenchConfig {
     pub chat: bool,
     /// Chat SFT: conversations per job.
     pub conversations: usize,
+    /// The jobs' `validation.bond_multiple` (0: no bond, every proof checked).
+    pub bond_multiple: u32,
 }
 
 /// One configuration's figures.
@@ -110,6 +112,7 @@ pub async fn run(
                 adversaries: 0,
                 adversary: shardwork_node::worker::Behaviour::Honest,
                 spot_check: None,
+                bond_multiple: bench.bond_multiple,
                 schedule: None,
                 shards,
                 rounds: bench.rounds,

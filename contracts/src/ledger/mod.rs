@@ -45,6 +45,13 @@ pub trait Ledger: Send + Sync {
     /// such block (yet). A follower compares it with the hash it saw to notice a reorg.
     async fn block_hash(&self, number: u64) -> Result<Option<B256>>;
 
+    /// Lets this ledger sign for `key`'s account from now on (an in-process node whose key the
+    /// caller holds). The embedded chain does; a JSON-RPC ledger's signers are fixed when it
+    /// connects, so it refuses.
+    async fn unlock_key(&self, key: &alloy::signers::local::PrivateKeySigner) -> Result<()> {
+        Err(LedgerError::UnknownSigner(key.address()))
+    }
+
     /// Signs `tx` as `tx.from`, sends it and waits for it to be mined. A revert is
     /// [`LedgerError::Reverted`] with the decoded reason.
     async fn send_transaction(&self, tx: TxRequest) -> Result<Receipt>;

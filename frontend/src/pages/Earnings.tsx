@@ -1,13 +1,14 @@
-// A worker operator's earnings: connect the wallet that holds the worker's key, see what the
-// escrow credits it per asset and its reputation, and withdraw. Everything here is read from
+// A worker operator's earnings and bond: connect the wallet that holds the worker's key, see
+// what the escrow credits it per asset and its reputation, and withdraw; see its bond, bond more
+// ether, ask part of it back and collect it once the escrow's unbonding delay has passed. Everything here is read from
 // and sent to the chain the API follows; no sign-in is needed, since the escrow pays whoever
 // holds the credited address.
 import { useCallback, useEffect, useState } from 'react';
-import type { Address, Hash } from 'viem';
+import { parseEther, type Address, type Hash } from 'viem';
 import { Alert } from '../components/Alert';
 import { shortAddress } from '../format';
 import { usePortal } from '../state';
-import { readEarnings, sendWithdraw, type Earnings as EarningsData } from '../wallet/earnings';
+import { readEarnings, sendBond, sendWithdraw, type BondAction, type Earnings as EarningsData } from '../wallet/earnings';
 import { ETH, waitForReceipt } from '../wallet/escrow';
 import { assetOf, formatAmount } from '../wallet/stake';
 import { txUrl, walletErrorMessage } from '../wallet/wallet';
@@ -41,6 +42,37 @@ export function Earnings() {
     setEarnings(null);
     void load();
   }, [load]);
+
+  const [bondText, setBondText] = useState('');
+  const [bondStage, setBondStage] = useState<{ step: 'idle' | 'signing' | 'sent' } | { step: 'done'; what: string } | { step: 'failed'; message: string }>({
+    step: 'idle',
+  });
+
+  const changeBond = async (action: BondAction, what: string) => {
+    if (!clients || !address || !escrow) return;
+    setBondStage({ step: 'signing' });
+    try {
+      const hash = await sendBond(clients.public, clients.wallet, address, escrow, action);
+      setBondStage({ step: 'sent' });
+      const receipt = await waitForReceipt(clients.public, hash);
+      if (receipt.status !== 'success') throw new Error('The escrow contract reverted the bond change.');
+      setBondStage({ step: 'done', what });
+      setBondText('');
+      await Promise.all([load(), p.refreshBalance()]);
+    } catch (err) {
+      setBondStage({ step: 'failed', message: walletErrorMessage(err) });
+    }
+  };
+
+  /** The amount typed, in wei; null when it is not a positive amount of ether. */
+  const typedAmount = (): bigint | null => {
+    try {
+      const wei = parseEther(bondText.trim() as `${number}`);
+      return wei > 0n ? wei : null;
+    } catch {
+      return null;
+    }
+  };
 
   const withdraw = async (token: Address, credited: bigint) => {
     if (!clients || !address || !escrow) return;
@@ -129,6 +161,92 @@ export function Earnings() {
             </tbody>
           </table>
           {earnings.credit.every((c) => c.amount === 0n) && <p className="muted">Nothing to withdraw right now.</p>}
+        </section>
+      )}
+      {earnings && (
+        <section className="card" aria-labelledby="bond-title" data-testid="bond">
+          <h2 id="bond-title">Bond</h2>
+          <p className="muted">
+            A job that asks for a bond leases its tasks only while your active bond covers them; a forged proof of training
+            slashes it to the job's requester. Unbonding stops the cover at once and pays back after the escrow's delay.
+          </p>
+          <table className="jobs">
+            <caption className="sr-only">Your bond, per asset</caption>
+            <thead>
+              <tr>
+                <th scope="col">Asset</th>
+                <th scope="col">Active</th>
+                <th scope="col">Unbonding</th>
+              </tr>
+            </thead>
+            <tbody>
+              {earnings.bonds.map((b) => ({ ...b, asset: assetOf(b.token, p.chain.tokens) })).map((b) => (
+                <tr key={b.token} data-testid={`bond-${b.token === ETH ? 'ETH' : b.token.toLowerCase()}`}>
+                  <td>{b.token === ETH ? 'ETH' : b.asset.symbol}</td>
+                  <td data-testid="bond-active">{formatAmount(b.active, b.asset, 6)}</td>
+                  <td data-testid="bond-unbonding">
+                    {b.unbonding === 0n
+                      ? '—'
+                      : `${formatAmount(b.unbonding, b.asset, 6)} until ${new Date(b.unlockAt * 1000).toLocaleString()}`}
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <form
+            className="inline"
+            onSubmit={(e) => {
+              e.preventDefault();
+            }}
+          >
+            <label>
+              Ether
+              <input
+                name="bond-amount"
+                inputMode="decimal"
+                placeholder="0.01"
+                value={bondText}
+                onChange={(e) => setBondText(e.target.value)}
+                aria-invalid={bondText !== '' && typedAmount() === null}
+              />
+            </label>
+            {(() => {
+              const amount = typedAmount();
+              const eth = earnings.bonds.find((b) => b.token === ETH);
+              const busyBond = bondStage.step === 'signing' || bondStage.step === 'sent';
+              const unlocked = eth !== undefined && eth.unbonding > 0n && eth.unlockAt * 1000 <= Date.now();
+              return (
+                <>
+                  <button
+                    type="button"
+                    className="primary"
+                    disabled={busyBond || amount === null}
+                    onClick={() => amount !== null && void changeBond({ kind: 'bond', amount }, 'Bonded')}
+                  >
+                    Bond ETH
+                  </button>
+                  <button
+                    type="button"
+                    disabled={busyBond || amount === null || !eth || amount > eth.active}
+                    onClick={() => amount !== null && void changeBond({ kind: 'unbond', amount }, 'Unbonding asked')}
+                  >
+                    Unbond
+                  </button>
+                  <button
+                    type="button"
+                    disabled={busyBond || !unlocked}
+                    onClick={() => void changeBond({ kind: 'complete' }, 'Unbonded; withdraw it above')}
+                  >
+                    Collect unbonded
+                  </button>
+                </>
+              );
+            })()}
+          </form>
+          {bondStage.step === 'signing' && <Alert kind="info">Confirm the bond change in your wallet…</Alert>}
+          {bondStage.step === 'sent' && <Alert kind="info">Bond change sent; waiting for it to be mined…</Alert>}
+          {bondStage.step === 'done' && <Alert kind="success">{bondStage.what}.</Alert>}
+          {bondStage.step === 'failed' && <Alert kind="error">{bondStage.message}</Alert>}
         </section>
       )}
       {stage.step === 'signing' && <Alert kind="info">Confirm the withdrawal in your wallet…</Alert>}

@@ -514,7 +514,20 @@ function FundPanel({
     };
   }, [stage.step, devFunded, funded, onFunded]);
 
+  const confirmed =
+    stage.step === 'confirmed' ? (
+      <Alert kind="success">
+        <span data-testid="fund-confirmed">
+          Confirmed in block {stage.receipt.blockNumber.toString()}
+          {stage.escrowId !== null && ` as escrow job ${stage.escrowId.toString()}`}
+        </span>
+        . {funded ? 'The job is open.' : 'Waiting for the marketplace to open the job…'}
+      </Alert>
+    ) : null;
   if (!funding) {
+    // Funded already (here, with its confirmation still to show, or elsewhere): a job that
+    // left `awaiting_funding` has no funding terms any more, and that is no problem.
+    if (job.status !== 'awaiting_funding') return confirmed;
     return (
       <Alert kind="warning">
         This job awaits funding, but the server has not said how: it gave no funding terms or names no escrow contract
@@ -603,15 +616,7 @@ function FundPanel({
           Sent <TxLink chainId={funding.chain_id} hash={stage.hash} />; waiting for it to be mined…
         </Alert>
       )}
-      {stage.step === 'confirmed' && (
-        <Alert kind="success">
-          <span data-testid="fund-confirmed">
-            Confirmed in block {stage.receipt.blockNumber.toString()}
-            {stage.escrowId !== null && ` as escrow job ${stage.escrowId.toString()}`}
-          </span>
-          . {funded ? 'The job is open.' : 'Waiting for the marketplace to open the job…'}
-        </Alert>
-      )}
+      {confirmed}
       {stage.step === 'failed' && (
         <Alert kind="error">
           {stage.message}

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { encodeFunctionData, toFunctionSelector, toEventSelector, type AbiFunction, type AbiEvent, type TransactionReceipt } from 'viem';
-import { assetsOf, earningsAbi, withdrawCall } from './earnings';
+import { assetsOf, bondCall, earningsAbi, withdrawCall } from './earnings';
 import { createJobCall, escrowAbi, ETH, waitForReceipt } from './escrow';
 
 const artifact = JSON.parse(
@@ -98,5 +98,25 @@ describe('waitForReceipt', () => {
     await expect(waitForReceipt(client, hash, 5)).resolves.toBe(receipt);
     await new Promise((r) => setTimeout(r, 30));
     expect(asked).toBe(0);
+  });
+});
+
+describe('bondCall', () => {
+  const escrow = '0x5FbDB2315678afecb367f032d93F642f64180aa3';
+
+  it('sends the bonded ether as the value, and nothing with unbonding or collecting', () => {
+    const bond = bondCall(escrow, { kind: 'bond', amount: 5n });
+    expect(bond.functionName).toBe('bond');
+    expect(bond.args).toEqual([ETH, 5n]);
+    expect('value' in bond && bond.value).toBe(5n);
+    const unbond = bondCall(escrow, { kind: 'unbond', amount: 2n });
+    expect(unbond.functionName).toBe('requestUnbond');
+    expect('value' in unbond).toBe(false);
+    const complete = bondCall(escrow, { kind: 'complete' });
+    expect(complete.functionName).toBe('completeUnbond');
+    expect(complete.args).toEqual([ETH]);
+    for (const call of [bond, unbond, complete]) {
+      expect(encodeFunctionData({ abi: call.abi, functionName: call.functionName, args: call.args } as Parameters<typeof encodeFunctionData>[0])).toMatch(/^0x/);
+    }
   });
 });

@@ -39,10 +39,11 @@ pub const TX_GAS_LIMIT: u64 = 1 << 24;
 const BLOCK_GAS_LIMIT: u64 = 30_000_000;
 
 /// The [`Ledger`] on an in-process revm chain, in memory or kept in a state file (see the
-/// module docs). Signs for the dev accounts only.
+/// module docs). Signs for the dev accounts, and for the accounts a caller in the same process
+/// holds the keys of and unlocks ([`Ledger::unlock_key`]).
 pub struct EmbeddedLedger {
     chain: Mutex<Chain>,
-    accounts: Vec<Address>,
+    accounts: std::sync::RwLock<Vec<Address>>,
     path: Option<PathBuf>,
 }
 
@@ -70,7 +71,7 @@ impl EmbeddedLedger {
     pub fn in_memory() -> Self {
         Self {
             chain: Mutex::new(Chain::genesis()),
-            accounts: dev_keys::dev_addresses(),
+            accounts: std::sync::RwLock::new(dev_keys::dev_addresses()),
             path: None,
         }
     }
@@ -104,7 +105,7 @@ impl EmbeddedLedger {
         };
         Ok(Self {
             chain: Mutex::new(chain),
-            accounts: dev_keys::dev_addresses(),
+            accounts: std::sync::RwLock::new(dev_keys::dev_addresses()),
             path: Some(path),
         })
     }
@@ -254,7 +255,10 @@ fn outcome_error(result: ExecutionResult) -> LedgerError {
 #[async_trait]
 impl Ledger for EmbeddedLedger {
     fn accounts(&self) -> Vec<Address> {
-        self.accounts.clone()
+        self.accounts
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     async fn chain_id(&self) -> Result<u64> {
@@ -284,8 +288,19 @@ impl Ledger for EmbeddedLedger {
         }))
     }
 
+    async fn unlock_key(&self, key: &alloy::signers::local::PrivateKeySigner) -> Result<()> {
+        let mut accounts = self
+            .accounts
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !accounts.contains(&key.address()) {
+            accounts.push(key.address());
+        }
+        Ok(())
+    }
+
     async fn send_transaction(&self, tx: TxRequest) -> Result<Receipt> {
-        if !self.accounts.contains(&tx.from) {
+        if !self.accounts().contains(&tx.from) {
             return Err(LedgerError::UnknownSigner(tx.from));
         }
         let mut chain = self.lock();
