@@ -225,6 +225,8 @@ pub struct ContributorReport {
     /// Reputation after the job, in basis points; absent when nothing was paid.
     pub reputation: Option<u32>,
     pub paid_wei: String,
+    /// What a failed proof took of its bond (a bonded job's forfeit), to the requester.
+    pub slashed_wei: String,
     /// Whether it is one of the demo's dishonest workers (`--adversaries`): their keys are
     /// generated with the data folder, so the report names them.
     pub dishonest: bool,
@@ -570,6 +572,28 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
     )
     .await?;
     let wall = started.elapsed().as_secs_f64();
+    // A forfeit in a bonded job slashes on chain beside the payout; its `bond_slashed` may land
+    // after the job completed, so the feed is read again until it has (at most 30 s).
+    if args.bond_multiple > 0 {
+        let forfeits = events
+            .iter()
+            .filter(
+                |e| matches!(&e.event, JobEvent::ProofChecked(p) if p.proof == ProofStatus::Failed),
+            )
+            .count();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while forfeits > 0 && Instant::now() < deadline {
+            let all = requester.events(job_id, 0).await?;
+            if all
+                .iter()
+                .any(|e| matches!(e.event, JobEvent::BondSlashed(_)))
+            {
+                events = all;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
     let mut report = summarise(job_id, model, status.to_string(), wall, &events);
     for c in &mut report.contributors {
         c.dishonest = deployment
@@ -706,6 +730,20 @@ impl OverheadBreakdown {
     }
 }
 
+/// What `bond_slashed` events took of `worker`'s bond, in wei, summed.
+fn slashed_of(events: &[EventView], worker: &str) -> String {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            JobEvent::BondSlashed(s) if s.worker.eq_ignore_ascii_case(worker) => {
+                s.amount_wei.parse::<u128>().ok()
+            }
+            _ => None,
+        })
+        .sum::<u128>()
+        .to_string()
+}
+
 fn summarise(
     job_id: Uuid,
     model: String,
@@ -743,6 +781,7 @@ fn summarise(
                 forfeited: c.forfeited,
                 reputation: paid.map(|p| p.reputation),
                 paid_wei: paid.map_or_else(|| "0".to_owned(), |p| p.amount_wei.clone()),
+                slashed_wei: slashed_of(events, &c.address),
                 dishonest: false,
             }
         })

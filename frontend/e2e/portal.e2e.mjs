@@ -709,7 +709,7 @@ async function main() {
       await own.getByText('Bonded.').waitFor({ timeout: 30_000 });
       await bondRow.getByTestId('bond-active').filter({ hasText: /^0\.001 ETH$/ }).waitFor({ timeout: 15_000 });
       await own.getByLabel('Ether').fill('0.0004');
-      await own.getByRole('button', { name: 'Unbond' }).click();
+      await own.getByRole('button', { name: 'Unbond', exact: true }).click();
       await own.getByText('Unbonding asked.').waitFor({ timeout: 30_000 });
       await bondRow.getByTestId('bond-active').filter({ hasText: /^0\.0006 ETH$/ }).waitFor({ timeout: 15_000 });
       await bondRow.getByTestId('bond-unbonding').filter({ hasText: /^0\.0004 ETH until / }).waitFor();

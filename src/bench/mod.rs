@@ -2,6 +2,7 @@
 //! run. They are not tests; `scripts/test` does not run them.
 
 pub mod api;
+pub mod catch_rate;
 pub mod federated;
 pub mod llm;
 pub mod queue;
@@ -65,6 +66,31 @@ pub enum BenchCommand {
         conversations: usize,
         /// The jobs' `validation.bond_multiple`: 4 samples a quarter of the proofs
         /// (decisions/0044); 0 checks every one.
+        #[arg(long, default_value_t = 4)]
+        bond_multiple: u32,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What cheating earns against sampled proofs: the sample job with one dishonest worker
+    /// (each kind asked for) run `--jobs` times at `--bond-multiple`; jobs caught, submissions,
+    /// the cheat's pay less its slashed bond against an honest worker's pay (decision 0044).
+    CatchRate {
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "lazy,skip-last"
+        )]
+        adversaries: Vec<shardwork_node::worker::Behaviour>,
+        #[arg(long, default_value_t = 5)]
+        jobs: usize,
+        #[arg(long, default_value_t = 6)]
+        shards: u32,
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        #[arg(long, default_value_t = 3)]
+        workers: usize,
         #[arg(long, default_value_t = 4)]
         bond_multiple: u32,
         /// Print the report as JSON.
@@ -256,6 +282,30 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 jobs,
             };
             let report = api::run(config, &bench).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+        }
+        BenchCommand::CatchRate {
+            adversaries,
+            jobs,
+            shards,
+            rounds,
+            workers,
+            bond_multiple,
+            json,
+        } => {
+            let bench = catch_rate::CatchRateConfig {
+                adversaries,
+                jobs,
+                shards,
+                rounds,
+                workers,
+                bond_multiple,
+            };
+            let report = catch_rate::run(config, &bench).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
