@@ -78,6 +78,29 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
+impl DemoArgs {
+    /// The sample job (the generated BERT, no fixtures) of `shards` x `rounds` with three
+    /// honest workers and one validator, quiet: what the benches start from.
+    pub(crate) fn sample(shards: u32, rounds: u32) -> DemoArgs {
+        DemoArgs {
+            workers: 3,
+            validators: 1,
+            adversaries: 0,
+            adversary: shardwork_node::worker::Behaviour::Honest,
+            spot_check: None,
+            bond_multiple: 0,
+            schedule: None,
+            shards,
+            rounds,
+            classification: true,
+            sample_model: true,
+            conversations: CHAT_CONVERSATIONS,
+            timeout_secs: 3_600,
+            json: true,
+        }
+    }
+}
+
 /// What the demo measured, also the `--json` output.
 #[derive(Debug, serde::Serialize)]
 pub struct DemoReport {

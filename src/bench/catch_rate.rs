@@ -73,19 +73,10 @@ pub async fn run(config: Config, bench: &CatchRateConfig) -> anyhow::Result<Catc
             config.api.bind = "127.0.0.1:0".parse()?;
             let args = DemoArgs {
                 workers: bench.workers,
-                validators: 1,
                 adversaries: 1,
                 adversary,
-                spot_check: None,
                 bond_multiple: bench.bond_multiple,
-                schedule: None,
-                shards: bench.shards,
-                rounds: bench.rounds,
-                classification: true,
-                sample_model: true,
-                conversations: 0,
-                timeout_secs: 3_600,
-                json: true,
+                ..DemoArgs::sample(bench.shards, bench.rounds)
             };
             eprintln!(
                 "bench       {adversary:?}: job {} of {}",

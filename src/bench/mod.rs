@@ -282,11 +282,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 jobs,
             };
             let report = api::run(config, &bench).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                println!("{report}");
-            }
+            print_report(&report, json)?;
         }
         BenchCommand::CatchRate {
             adversaries,
@@ -306,11 +302,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 bond_multiple,
             };
             let report = catch_rate::run(config, &bench).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                println!("{report}");
-            }
+            print_report(&report, json)?;
         }
         BenchCommand::Validation {
             shards,
@@ -332,11 +324,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 bond_multiple,
             };
             let report = validation::run(config, &bench).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                println!("{report}");
-            }
+            print_report(&report, json)?;
         }
         BenchCommand::FederatedSft {
             shards,
@@ -471,11 +459,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 portable_too: portable_too && shardwork_trainer::amx::available(),
             };
             let report = tokio::task::spawn_blocking(move || train::run(&bench)).await??;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
-                println!("{report}");
-            }
+            print_report(&report, json)?;
         }
         BenchCommand::TrainChild {
             workload: config,
@@ -576,4 +560,17 @@ fn reference_python() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(
         String::from_utf8_lossy(&output.stdout).trim(),
     ))
+}
+
+/// A bench's report on stdout: as JSON with `--json`, else as its text.
+fn print_report<R: serde::Serialize + std::fmt::Display>(
+    report: &R,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        println!("{report}");
+    }
+    Ok(())
 }

@@ -109,18 +109,11 @@ pub async fn run(
             let args = DemoArgs {
                 workers: bench.workers,
                 validators,
-                adversaries: 0,
-                adversary: shardwork_node::worker::Behaviour::Honest,
-                spot_check: None,
                 bond_multiple: bench.bond_multiple,
-                schedule: None,
-                shards,
-                rounds: bench.rounds,
                 classification: !bench.chat,
                 sample_model: !bench.chat,
                 conversations: bench.conversations,
-                timeout_secs: 3_600,
-                json: true,
+                ..DemoArgs::sample(shards, bench.rounds)
             };
             eprintln!("bench       {shards} shards, {validators} validator(s)");
             let report = crate::demo::measure(config, &args).await?;

@@ -8,7 +8,9 @@ use shardwork_api::background::outbox::Dispatcher;
 use shardwork_contracts::dev_keys::dev_signers;
 use shardwork_contracts::ledger::ETH;
 
-use crate::flow::{dataset, get, post_job, post_json, put, register_cpu_worker, step, take_tasks};
+use crate::flow::{
+    dataset, get, post_job, post_json, put, register_cpu_worker, started_job_with, step, take_tasks,
+};
 use crate::helpers::*;
 use crate::on_both_databases;
 use crate::quote::spec;
@@ -22,14 +24,6 @@ async fn a_bonded_job_leases_only_what_the_bond_covers_and_a_forgery_slashes_it(
     let service = app.service().await;
     let mut dispatcher = Dispatcher::default();
     let chain = app.state.chain.clone().expect("chain");
-    app.state
-        .queue
-        .declare(
-            shardwork_core::protocol::TASK_QUEUE,
-            &shardwork_core::queue::QueueOptions::default(),
-        )
-        .await
-        .unwrap();
     let requester = access_token(&service, &requester_key(), &[]).await;
     let mut bonded = spec();
     bonded["validation"] = json!({ "bond_multiple": BOND_MULTIPLE });
@@ -43,20 +37,7 @@ async fn a_bonded_job_leases_only_what_the_bond_covers_and_a_forgery_slashes_it(
         "{}",
         refused.text
     );
-    let reply = send(&service, post_job(&requester, &bonded, &dataset(40))).await;
-    assert_eq!(reply.status, 201, "{}", reply.text);
-    let job_id = reply.body["id"].as_str().unwrap().to_owned();
-    let funded = send(
-        &service,
-        post_json(
-            &requester,
-            &format!("/v1/jobs/{job_id}/dev-fund"),
-            json!({}),
-        ),
-    )
-    .await;
-    assert_eq!(funded.status, 202, "{}", funded.text);
-    step(&app, &mut dispatcher).await;
+    let (_, job_id) = started_job_with(&app, &service, &mut dispatcher, &bonded).await;
 
     // Dev account 5 works: it holds ETH on the development chain to bond with.
     let worker_key = dev_signers()[5].clone();

@@ -1170,13 +1170,32 @@ where
         >,
     B: actix_web::body::MessageBody,
 {
+    started_job_with(app, service, dispatcher, &spec()).await
+}
+
+/// [`started_job`] of `job_spec`.
+pub(crate) async fn started_job_with<S, B>(
+    app: &TestApp,
+    service: &S,
+    dispatcher: &mut Dispatcher,
+    job_spec: &Value,
+) -> (String, String)
+where
+    S: actix_web::dev::Service<
+            actix_http::Request,
+            Response = actix_web::dev::ServiceResponse<B>,
+            Error = actix_web::Error,
+        >,
+    B: actix_web::body::MessageBody,
+{
     app.state
         .queue
         .declare(TASK_QUEUE, &QueueOptions::default())
         .await
         .unwrap();
     let requester = access_token(service, &requester_key(), &[]).await;
-    let reply = send(service, post_job(&requester, &spec(), &dataset(40))).await;
+    let reply = send(service, post_job(&requester, job_spec, &dataset(40))).await;
+    assert_eq!(reply.status, 201, "{}", reply.text);
     let job_id = reply.body["id"].as_str().unwrap().to_owned();
     send(
         service,
