@@ -466,9 +466,12 @@ async fn classification_job(
         _ => {
             let dir = deployment_dir("sample-model")?;
             shardwork_trainer::sample::write_model(&dir, 42)?;
-            let data = shardwork_trainer::sample::dataset(900, 11);
+            // 300 reviews per shard (900 for the demo's 3): more shards cut the same-sized
+            // shards, not thinner ones (bench validation's 24 shards train like its 3).
+            let reviews = (300 * args.shards as usize).max(900);
+            let data = shardwork_trainer::sample::dataset(reviews, 11);
             (
-                "generated 2-layer BERT + generated reviews (900)".to_owned(),
+                format!("generated 2-layer BERT + generated reviews ({reviews})"),
                 dir,
                 data,
                 16,
