@@ -70,6 +70,9 @@ pub struct DemoArgs {
     /// Chat SFT: conversations to post (fewer run faster; the tests use this).
     #[arg(long, default_value_t = CHAT_CONVERSATIONS)]
     pub conversations: usize,
+    /// `--sample-model`: generated reviews to post (900 when not given).
+    #[arg(long)]
+    pub sample_reviews: Option<usize>,
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 1800)]
     pub timeout_secs: u64,
@@ -95,6 +98,7 @@ impl DemoArgs {
             classification: true,
             sample_model: true,
             conversations: CHAT_CONVERSATIONS,
+            sample_reviews: None,
             timeout_secs: 3_600,
             json: true,
         }
@@ -290,6 +294,8 @@ pub(crate) struct SampleShape {
     pub classification: bool,
     pub sample_model: bool,
     pub conversations: usize,
+    /// The generated sample job's reviews.
+    pub sample_reviews: usize,
     pub shards: u32,
     pub rounds: u32,
 }
@@ -300,6 +306,7 @@ impl From<&DemoArgs> for SampleShape {
             classification: args.classification || args.sample_model,
             sample_model: args.sample_model,
             conversations: args.conversations,
+            sample_reviews: args.sample_reviews.unwrap_or(SAMPLE_REVIEWS),
             shards: args.shards,
             rounds: args.rounds,
         }
@@ -326,6 +333,8 @@ pub(crate) struct ChatProbe {
 /// enough that the job takes minutes on a CPU (2 cores: 266 s for 3 shards x 2 rounds, held-out
 /// loss 2.83 -> 1.45 nats per learned token).
 const CHAT_CONVERSATIONS: usize = 240;
+/// Reviews of the generated sample job, unless asked otherwise.
+pub(crate) const SAMPLE_REVIEWS: usize = 900;
 /// Held-out share of the chat demo's conversations.
 pub(crate) const CHAT_HELD_OUT: f64 = 0.1;
 /// Seed of the chat demo's split and training.
@@ -466,9 +475,7 @@ async fn classification_job(
         _ => {
             let dir = deployment_dir("sample-model")?;
             shardwork_trainer::sample::write_model(&dir, 42)?;
-            // 300 reviews per shard (900 for the demo's 3): more shards cut the same-sized
-            // shards, not thinner ones (bench validation's 24 shards train like its 3).
-            let reviews = (300 * args.shards as usize).max(900);
+            let reviews = args.sample_reviews;
             let data = shardwork_trainer::sample::dataset(reviews, 11);
             (
                 format!("generated 2-layer BERT + generated reviews ({reviews})"),

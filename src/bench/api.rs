@@ -86,6 +86,7 @@ async fn measure(
         classification: true,
         sample_model: true,
         conversations: 0,
+        sample_reviews: crate::demo::SAMPLE_REVIEWS,
         shards: 1,
         rounds: 1,
     };

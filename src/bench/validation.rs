@@ -113,6 +113,9 @@ pub async fn run(
                 classification: !bench.chat,
                 sample_model: !bench.chat,
                 conversations: bench.conversations,
+                // 300 reviews per shard: more shards cut shards as large as the 3-shard job's,
+                // not thinner ones too small to beat their start.
+                sample_reviews: Some(300 * shards as usize),
                 ..DemoArgs::sample(shards, bench.rounds)
             };
             eprintln!("bench       {shards} shards, {validators} validator(s)");
