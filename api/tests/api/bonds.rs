@@ -9,7 +9,8 @@ use shardwork_contracts::dev_keys::dev_signers;
 use shardwork_contracts::ledger::ETH;
 
 use crate::flow::{
-    dataset, get, post_job, post_json, put, register_cpu_worker, started_job_with, step, take_tasks,
+    dataset, get, post_job, post_json, put, register_cpu_worker, started_job_with, step, submit,
+    take_tasks,
 };
 use crate::helpers::*;
 use crate::on_both_databases;
@@ -83,8 +84,11 @@ async fn a_bonded_job_leases_only_what_the_bond_covers_and_a_forgery_slashes_it(
     let token = first.body["lease_token"].as_str().unwrap().to_owned();
     let adapter = put(&app, "adapter").await;
     let metrics = put(&app, "{\"n\": 1}").await;
-    let submitted = send(&service, post_json(&worker, &format!("/v1/tasks/{}/submit", tasks[0].task_id),
-        json!({"version": 1, "task_id": tasks[0].task_id, "lease_token": token, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
+    let submitted = send(
+        &service,
+        submit(&worker, tasks[0].task_id, &token, &adapter, &metrics),
+    )
+    .await;
     assert_eq!(submitted.status, 201, "{}", submitted.text);
     let submission = submitted.body["id"].as_str().unwrap().to_owned();
     let validator = access_token(&service, &validator_key(), &["validator"]).await;

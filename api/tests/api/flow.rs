@@ -33,6 +33,23 @@ pub(crate) fn post_json(token: &str, uri: &str, body: Value) -> TestRequest {
 }
 
 /// The worker behind `token` registering a CPU with 2 GiB, enough for the test jobs.
+/// A worker's `submit` of task `task_id` under `lease`: `adapter` and `metrics` are CIDs in the
+/// store, 12 samples.
+pub(crate) fn submit(
+    token: &str,
+    task_id: uuid::Uuid,
+    lease: &str,
+    adapter: &str,
+    metrics: &str,
+) -> TestRequest {
+    post_json(
+        token,
+        &format!("/v1/tasks/{task_id}/submit"),
+        json!({"version": 1, "task_id": task_id, "lease_token": lease, "adapter_cid": adapter,
+            "metrics_cid": metrics, "samples": 12}),
+    )
+}
+
 pub(crate) fn register_cpu_worker(token: &str) -> TestRequest {
     post_json(
         token,
@@ -1057,8 +1074,11 @@ async fn a_worker_that_forfeits_a_job_is_leased_none_of_its_tasks(backend: Backe
         assert_eq!(claim.status, 200, "{}", claim.text);
         let lease = claim.body["lease_token"].as_str().unwrap().to_owned();
         let metrics = put(&app, &format!("{{\"n\": {n}}}")).await;
-        let r = send(&service, post_json(&cheat, &format!("/v1/tasks/{}/submit", task.task_id),
-            json!({"version": 1, "task_id": task.task_id, "lease_token": lease, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
+        let r = send(
+            &service,
+            submit(&cheat, task.task_id, &lease, &adapter, &metrics),
+        )
+        .await;
         assert_eq!(r.status, 201, "{}", r.text);
         submissions.push(r.body["id"].as_str().unwrap().to_owned());
     }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use shardwork_api::background::outbox::Dispatcher;
 
 use crate::flow::{
-    get, post_json, put, register_cpu_worker, sealed_merge, started_job, take_tasks,
+    get, post_json, put, register_cpu_worker, sealed_merge, started_job, submit, take_tasks,
 };
 use crate::helpers::*;
 use crate::on_both_databases;
@@ -75,8 +75,11 @@ async fn validators_share_the_work_through_leases(backend: Backend) {
         let token = claim.body["lease_token"].as_str().unwrap().to_owned();
         let adapter = put(&app, &format!("adapter {n}")).await;
         let metrics = put(&app, &format!("{{\"n\": {n}}}")).await;
-        let r = send(&service, post_json(&worker, &format!("/v1/tasks/{}/submit", task.task_id),
-            json!({"version": 1, "task_id": task.task_id, "lease_token": token, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
+        let r = send(
+            &service,
+            submit(&worker, task.task_id, &token, &adapter, &metrics),
+        )
+        .await;
         assert_eq!(r.status, 201, "{}", r.text);
         submissions.push(r.body["id"].as_str().unwrap().to_owned());
     }
