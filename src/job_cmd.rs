@@ -56,6 +56,26 @@ pub enum JobCommand {
         #[arg(long)]
         watch: bool,
     },
+    /// Post a job that continues from a completed job's result: round 1 trains from its
+    /// adapter on new data. The spec is the earlier job's (its deadline moved as far ahead of
+    /// now as it was of that job's posting), or `--spec` with `base_model.adapter` set to the
+    /// result. Prints the new job's id.
+    Continue {
+        /// The completed job whose adapter the new job starts from (one of yours).
+        id: Uuid,
+        #[arg(long)]
+        data: PathBuf,
+        /// A spec for the new job instead of the earlier job's (its `base_model.adapter` is
+        /// set to the earlier result).
+        #[arg(long)]
+        spec: Option<PathBuf>,
+        /// Development mode: have the server fund the escrow from its development account.
+        #[arg(long)]
+        dev_fund: bool,
+        /// Then follow the job until it ends (as `job watch`).
+        #[arg(long)]
+        watch: bool,
+    },
     /// Development mode: have the server fund a posted job's escrow.
     Fund { id: Uuid },
     /// Follow a job with a progress bar until it completes, is refunded or is cancelled; exits
@@ -98,6 +118,23 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
             watch,
         } => {
             let id = post(&api, &spec, &data, args.json).await?;
+            if dev_fund {
+                fund(&api, id, args.json).await?;
+            }
+            if watch {
+                follow(&api, id, Duration::from_secs(24 * 3600), args.json).await?;
+            }
+        }
+        JobCommand::Continue {
+            id,
+            data,
+            spec,
+            dev_fund,
+            watch,
+        } => {
+            let spec_value = continuing_spec(&api, id, spec.as_deref()).await?;
+            let label = format!("a continuation of job {id}");
+            let id = post_value(&api, &spec_value, &label, &data, args.json).await?;
             if dev_fund {
                 fund(&api, id, args.json).await?;
             }
@@ -163,24 +200,74 @@ pub async fn run(args: JobArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn post(api: &ApiClient, spec: &Path, data: &Path, json: bool) -> anyhow::Result<Uuid> {
+/// The JSON spec in the file at `spec`.
+fn read_spec(spec: &Path) -> anyhow::Result<Value> {
     let spec_text =
         std::fs::read_to_string(spec).with_context(|| format!("reading {}", spec.display()))?;
-    let spec_value: Value = serde_json::from_str(&spec_text).with_context(|| {
+    serde_json::from_str(&spec_text).with_context(|| {
         format!(
             "{} is not JSON (a job spec is a JSON object)",
             spec.display()
         )
-    })?;
+    })
+}
+
+async fn post(api: &ApiClient, spec: &Path, data: &Path, json: bool) -> anyhow::Result<Uuid> {
+    let spec_value = read_spec(spec)?;
+    post_value(api, &spec_value, &spec.display().to_string(), data, json).await
+}
+
+/// The spec of a job continuing from completed job `id`'s result: `spec` (a file) or the
+/// earlier job's own, its deadline as far ahead of now as it was ahead of that job's posting,
+/// with `base_model.adapter` naming the result.
+async fn continuing_spec(api: &ApiClient, id: Uuid, spec: Option<&Path>) -> anyhow::Result<Value> {
+    let earlier = api.job(id).await?;
+    let Some(adapter) = earlier["result_adapter_cid"].as_str() else {
+        bail!(
+            "job {id} is {} and has no result to continue from; a job continues from a \
+             completed one",
+            earlier["status"].as_str().unwrap_or("?")
+        );
+    };
+    let mut value = match spec {
+        Some(path) => read_spec(path)?,
+        None => {
+            let mut value = earlier["spec"].clone();
+            let at = |key: &str| {
+                earlier[key]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            };
+            let span = match (at("deadline"), at("created_at")) {
+                (Some(deadline), Some(created)) => deadline - created,
+                _ => chrono::Duration::days(1),
+            };
+            value["deadline"] = Value::String((chrono::Utc::now() + span).to_rfc3339());
+            value
+        }
+    };
+    if !value["base_model"].is_object() {
+        bail!("the spec has no base_model object");
+    }
+    value["base_model"]["adapter"] = Value::String(adapter.to_owned());
+    Ok(value)
+}
+
+async fn post_value(
+    api: &ApiClient,
+    spec_value: &Value,
+    label: &str,
+    data: &Path,
+    json: bool,
+) -> anyhow::Result<Uuid> {
     let dataset = std::fs::read(data).with_context(|| format!("reading {}", data.display()))?;
     eprintln!(
-        "posting {} with {} ({:.1} MiB) to {}",
-        spec.display(),
+        "posting {label} with {} ({:.1} MiB) to {}",
         data.display(),
         dataset.len() as f64 / (1 << 20) as f64,
         api.base()
     );
-    let job = api.post_job(&spec_value, Bytes::from(dataset)).await?;
+    let job = api.post_job(spec_value, Bytes::from(dataset)).await?;
     let id: Uuid = job["id"]
         .as_str()
         .and_then(|s| s.parse().ok())

@@ -20,6 +20,7 @@ mod m20261208_000009_lease_bounds;
 mod m20261209_000010_chain_rewind;
 mod m20261210_000011_proof_after_verdict;
 mod m20261211_000012_validator_leases;
+mod m20261212_000013_start_adapter;
 
 /// Every migration of the API's schema and of the queue table, in order.
 pub struct Migrator;
@@ -42,6 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261209_000010_chain_rewind::Migration),
             Box::new(m20261210_000011_proof_after_verdict::Migration),
             Box::new(m20261211_000012_validator_leases::Migration),
+            Box::new(m20261212_000013_start_adapter::Migration),
         ]
     }
 }

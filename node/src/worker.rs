@@ -470,9 +470,9 @@ impl LeaseSeals {
         };
         Ok(LeaseSeals {
             submission: submission.seal_with(task.job_id, key(&lease.keys.submission)?),
-            start: match (Sealed::start_of(task.round), &lease.keys.start) {
-                (Some(start), Some(hex)) => Some(start.seal_with(task.job_id, key(hex)?)),
-                _ => None,
+            start: match &lease.keys.start {
+                Some(hex) => Some(Sealed::start_of(task.round).seal_with(task.job_id, key(hex)?)),
+                None => None,
             },
         })
     }

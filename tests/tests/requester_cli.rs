@@ -142,30 +142,15 @@ async fn requester_posts_watches_and_downloads_the_adapter_from_the_terminal() {
         spec(&model_cid, chrono::Duration::hours(2)).to_string(),
     )
     .unwrap();
-    let out = shardwork(
-        &[
-            "job",
-            "--dev-requester",
-            "post",
-            "--spec",
-            &good_path.display().to_string(),
-            "--data",
-            &data_arg,
-            "--dev-fund",
-            "--watch",
-        ],
+    let good_arg = good_path.display().to_string();
+    let (id, stderr) = watched(
+        &["post", "--spec", &good_arg, "--data", &data_arg],
         &env,
+        &up,
     );
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(
-        out.status.success(),
-        "job post --watch failed:\n{stdout}\n{stderr}\nup log:\n{}",
-        up.log_text()
-    );
-    let id = stdout.lines().next().unwrap().trim().to_owned();
     assert!(
         uuid::Uuid::parse_str(&id).is_ok(),
-        "first line is the job id: {stdout}"
+        "first line is the job id: {id}"
     );
     assert!(stderr.contains("completed"), "{stderr}");
     assert!(
@@ -196,7 +181,86 @@ async fn requester_posts_watches_and_downloads_the_adapter_from_the_terminal() {
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed[0]["id"], id.as_str());
     assert_eq!(listed[0]["status"], "completed");
+
+    // Continue from the result: round 1 of the new job starts from the adapter (scored on the
+    // same held-out records, the same data and seed splitting the same way, it starts exactly
+    // where the first job ended).
+    let first = result_json(&env, &id, &dir.path().join("first"));
+    let (second_id, _) = watched(&["continue", &id, "--data", &data_arg], &env, &up);
+    assert_ne!(second_id, id);
+    let out = shardwork(
+        &["job", "--dev-requester", "--json", "show", &second_id],
+        &env,
+    );
+    let second: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        second["spec"]["base_model"]["adapter"],
+        first["adapter_cid"]
+    );
+    assert!(second["start_adapter_cid"].is_string(), "{second}");
+    let continued = result_json(&env, &second_id, &dir.path().join("second"));
+    let start_metric = &continued["aggregate"]["details"]["start_metric"];
+    assert_eq!(
+        start_metric, &first["aggregate"]["metric"],
+        "round 1 started from the first job's result: {continued}"
+    );
+    assert_ne!(
+        start_metric, &continued["aggregate"]["base_metric"],
+        "and not from the bare model: {continued}"
+    );
+
+    // A job that has no result cannot be continued.
+    let out = shardwork(
+        &[
+            "job",
+            "--dev-requester",
+            "continue",
+            &uuid::Uuid::nil().to_string(),
+            "--data",
+            &data_arg,
+        ],
+        &env,
+    );
+    assert!(!out.status.success());
     drop(up);
+}
+
+/// `shardwork job --dev-requester <args> --dev-fund --watch`, which must succeed: the job's id
+/// (its first line of output) and what it printed on stderr.
+fn watched(args: &[&str], env: &[(&str, String)], up: &Process) -> (String, String) {
+    let mut all = vec!["job", "--dev-requester"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--dev-fund", "--watch"]);
+    let out = shardwork(&all, env);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "job {} --watch failed:\n{stdout}\n{stderr}\nup log:\n{}",
+        args[0],
+        up.log_text()
+    );
+    (
+        stdout.lines().next().unwrap_or("").trim().to_owned(),
+        stderr,
+    )
+}
+
+/// `shardwork job --json result ID --out DIR`: the API's result (adapter CID, files, last merge).
+fn result_json(env: &[(&str, String)], id: &str, out: &Path) -> Value {
+    let done = shardwork(
+        &[
+            "job",
+            "--dev-requester",
+            "--json",
+            "result",
+            id,
+            "--out",
+            &out.display().to_string(),
+        ],
+        env,
+    );
+    assert!(done.status.success(), "{}", text(&done.stderr));
+    serde_json::from_slice(&done.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -469,7 +469,9 @@ async fn on_created<C: ConnectionTrait>(
         // Funded before, until a reorg took that funding away: its rounds stand.
         resume_funded(txn, &job, now).await?;
     } else {
-        open_round(txn, &job, 1, None, max_attempts, now).await?;
+        // Round 1 starts from the adapter the job continues from, if it names one.
+        let start = job.start_adapter_cid.clone();
+        open_round(txn, &job, 1, start, max_attempts, now).await?;
     }
     Ok(Some((job.id, Undo::Funding { event })))
 }

@@ -70,15 +70,17 @@ pub async fn readers<C: ConnectionTrait>(db: &C, cid: &Cid) -> Result<Readers, D
     ))
 }
 
-/// Refuses a job of `requester` that names `cid` as its dataset when the content is someone
-/// else's: another job's held-out set, another requester's job dataset, or an upload of
-/// another identity that `requester` has not uploaded too. Posting it would make `requester`
-/// the overseer of a job over those records (and cut them into public shards), a way around
-/// the read guard. Content no one has claimed (put in the store directly) may be named.
-pub async fn check_dataset_claim<C: ConnectionTrait>(
+/// Refuses a job of `requester` that names `cid` as its dataset (`what`: "dataset"), or as the
+/// adapter it continues from ("adapter"), when the content is someone else's: another job's
+/// held-out set, another requester's job dataset, or an upload of another identity that
+/// `requester` has not uploaded too. Posting it would make `requester` the overseer of a job
+/// over those bytes (and cut a dataset into public shards), a way around the read guard.
+/// Content no one has claimed (put in the store directly) may be named.
+pub async fn check_claim<C: ConnectionTrait>(
     db: &C,
     requester: &str,
     cid: &Cid,
+    what: &str,
 ) -> Result<(), DomainError> {
     let requester = requester.to_ascii_lowercase();
     let claims = content_claim::Entity::find()
@@ -88,7 +90,7 @@ pub async fn check_dataset_claim<C: ConnectionTrait>(
     let is = |c: &content_claim::Model, kind: ClaimKind| c.kind == kind.as_str();
     if claims.iter().any(|c| is(c, ClaimKind::HeldOut)) {
         return Err(DomainError::Forbidden(format!(
-            "{cid} is a job's sealed held-out set, not a dataset a job may name"
+            "{cid} is a job's sealed held-out set, not a {what} a job may name"
         )));
     }
     // Whoever uploaded the bytes holds them already: naming them reveals nothing.
@@ -104,7 +106,7 @@ pub async fn check_dataset_claim<C: ConnectionTrait>(
     {
         return Err(DomainError::Forbidden(format!(
             "{cid} is the private dataset of another requester's job; a job may name only a \
-             dataset its requester uploaded"
+             {what} its requester uploaded"
         )));
     }
     if claims
@@ -112,7 +114,7 @@ pub async fn check_dataset_claim<C: ConnectionTrait>(
         .any(|c| is(c, ClaimKind::Upload) && c.owner != requester)
     {
         return Err(DomainError::Forbidden(format!(
-            "{cid} was uploaded by another account; upload the dataset from {requester} to \
+            "{cid} was uploaded by another account; upload the {what} from {requester} to \
              name it"
         )));
     }

@@ -16,5 +16,6 @@ pub mod pipeline;
 pub mod posting;
 pub mod sealing;
 pub mod sizing;
+pub mod starting;
 
 pub use error::DomainError;

@@ -292,7 +292,7 @@ async fn check_safetensors(
 
 /// Checks one safetensors header entry: a known dtype, a bounded shape, and data offsets
 /// exactly as long as the shape needs.
-fn safetensors_extent(info: &serde_json::Value) -> Result<(), String> {
+pub(crate) fn safetensors_extent(info: &serde_json::Value) -> Result<(), String> {
     let width: u64 = match info["dtype"].as_str() {
         Some("F64" | "I64" | "U64") => 8,
         Some("F32" | "I32" | "U32") => 4,

@@ -1,8 +1,9 @@
 //! Posting a job: the whole workflow behind `POST /v1/jobs`, knowing nothing of HTTP.
 //!
 //! Order of work, so bad input never half-writes: validate the spec, the dataset, the stake's
-//! token, the model and the split first; then write the content (the sealed dataset, job.json,
-//! shards, the sealed held-out set, the manifest) to the store; then the job, its shards, its
+//! token, the model, the split and the adapter it continues from first; then write the content
+//! (the sealed dataset, job.json, shards, the sealed held-out set, the manifest, the starting
+//! adapter sealed to the job) to the store; then the job, its shards, its
 //! `created` event and its content claims in one database transaction. A failure between the
 //! two leaves only unreferenced blobs.
 
@@ -21,7 +22,7 @@ use crate::chain::Chain;
 use crate::domain::error::DomainError;
 use crate::domain::jobs::find_job;
 use crate::domain::lifecycle::{JobStatus, record_event};
-use crate::domain::{capacity, content, models, pipeline, sealing, sizing};
+use crate::domain::{capacity, content, models, pipeline, sealing, sizing, starting};
 use crate::entities::{job, shard};
 use crate::stake_tokens::{self, StakeTokenError};
 
@@ -64,6 +65,10 @@ pub enum PostingError {
     /// held-out set, another account's upload).
     #[error("{0}")]
     DatasetForbidden(String),
+    /// The adapter the spec continues from (`base_model.adapter`) is one the requester may
+    /// not read: another requester's sealed result, or another account's private upload.
+    #[error("{0}")]
+    AdapterForbidden(String),
     /// The dataset named by CID is not in the store.
     #[error("{0} is not in the content store")]
     DatasetMissing(cid::Cid),
@@ -107,7 +112,7 @@ impl Posting<'_> {
             DatasetSource::Uploaded(bytes) => (bytes, None),
             DatasetSource::Stored(cid) => {
                 // Someone else's private dataset is refused before a byte of it is read.
-                content::check_dataset_claim(self.db, requester, &cid)
+                content::check_claim(self.db, requester, &cid, "dataset")
                     .await
                     .map_err(|e| match e {
                         DomainError::Forbidden(message) => PostingError::DatasetForbidden(message),
@@ -135,6 +140,19 @@ impl Posting<'_> {
             .map_err(PostingError::DatasetLines)?;
         let split = pipeline::split(&records, &spec)
             .map_err(|e| DomainError::invalid(e.path, e.message))?;
+        let start = starting::read_start(
+            self.db,
+            self.store,
+            self.sealing_secret,
+            requester,
+            &spec,
+            &model,
+        )
+        .await
+        .map_err(|e| match e {
+            DomainError::Forbidden(message) => PostingError::AdapterForbidden(message),
+            other => PostingError::Domain(other),
+        })?;
 
         // 2. Content, addressed by CID.
         let job_id = Uuid::now_v7();
@@ -188,6 +206,15 @@ impl Posting<'_> {
         let manifest_json = serde_json::to_vec_pretty(&manifest)
             .map_err(|e| DomainError::internal("encoding the manifest", e))?;
         let manifest_cid = store.put(Bytes::from(manifest_json)).await?;
+        let start_adapter_cid = match &start {
+            Some(start) => Some(
+                start
+                    .store_for(store, self.sealing_secret, job_id)
+                    .await?
+                    .to_string(),
+            ),
+            None => None,
+        };
 
         let largest_shard = manifest.shards.iter().map(|s| s.records).max().unwrap_or(0);
         let task_time_limit_secs =
@@ -221,6 +248,7 @@ impl Posting<'_> {
             task_time_limit_secs: Set(Some(
                 i64::try_from(task_time_limit_secs).unwrap_or(i64::MAX),
             )),
+            start_adapter_cid: Set(start_adapter_cid),
             version: Set(0),
             created_at: Set(now),
             updated_at: Set(now),

@@ -49,8 +49,9 @@ pub fn dataset_associated_data(job_id: Uuid) -> Vec<u8> {
     format!("shardwork dataset {job_id}").into_bytes()
 }
 
-/// What a lease of `task` to `worker` gives: the key to seal its submission with and, after
-/// round 1, the key that opens the round's start.
+/// What a lease of `task` to `worker` gives: the key to seal its submission with and, when
+/// the round starts from an adapter (every round after the first; round 1 of a job that
+/// continues from one), the key that opens it.
 pub fn lease_keys(secret: &str, task: &TaskMessage, worker: &str) -> LeaseKeys {
     let job = job_key(secret, task.job_id);
     let submission = Sealed::Submission {
@@ -59,7 +60,10 @@ pub fn lease_keys(secret: &str, task: &TaskMessage, worker: &str) -> LeaseKeys {
     };
     LeaseKeys {
         submission: submission.key(&job).to_hex(),
-        start: Sealed::start_of(task.round).map(|start| start.key(&job).to_hex()),
+        start: task
+            .previous_adapter_cid
+            .as_ref()
+            .map(|_| Sealed::start_of(task.round).key(&job).to_hex()),
     }
 }
 

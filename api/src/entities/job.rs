@@ -51,6 +51,9 @@ pub struct Model {
     /// estimated at posting from the job's work (`crate::domain::sizing::task_time_limit_secs`).
     /// Null for jobs posted before the bound, which get `sizing::DEFAULT_TASK_TIME_LIMIT_SECS`.
     pub task_time_limit_secs: Option<i64>,
+    /// The adapter round 1 starts from, sealed to this job (`base_model.adapter`, opened and
+    /// sealed again at posting); null for a job that starts from the bare base model.
+    pub start_adapter_cid: Option<String>,
     /// Bumped by every state transition (optimistic concurrency).
     pub version: i32,
     /// When the job was posted.

@@ -17,5 +17,6 @@ mod progress;
 mod quote;
 mod schemathesis;
 mod stake_tokens;
+mod starting;
 mod validator_leases;
 mod workers;

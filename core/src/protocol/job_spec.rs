@@ -141,7 +141,16 @@ pub struct BaseModel {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 2, maximum = 1000))]
     pub num_labels: Option<u32>,
+    /// A PEFT adapter bundle to continue from: round 1 trains from it and is judged against
+    /// it. Either an earlier job's result (its `adapter_cid`, a job of the same requester) or
+    /// an unsealed adapter bundle the requester may read. Its LoRA settings must be the job's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<ContentId>,
 }
+
+/// The classification head's module: a classification job always trains it whole and saves it
+/// with its adapters, whether or not `lora.modules_to_save` names it.
+pub const CLASSIFIER_HEAD: &str = "classifier";
 
 /// LoRA hyper-parameters, named as Hugging Face PEFT names them.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -164,6 +173,20 @@ pub struct LoraSpec {
     /// Modules trained in full and shipped with the adapter (a classification head).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub modules_to_save: Vec<String>,
+}
+
+impl LoraSpec {
+    /// The modules a job of `task` trains whole and saves with its adapters:
+    /// `modules_to_save`, and for classification the head ([`CLASSIFIER_HEAD`]).
+    pub fn saved_modules(&self, task: TrainingTask) -> Vec<String> {
+        let mut saved = self.modules_to_save.clone();
+        if task == TrainingTask::SequenceClassification
+            && !saved.iter().any(|m| m == CLASSIFIER_HEAD)
+        {
+            saved.push(CLASSIFIER_HEAD.to_owned());
+        }
+        saved
+    }
 }
 
 /// Padded tokens one forward/backward pass of causal-LM training holds at most: a micro-batch

@@ -50,7 +50,8 @@ pub struct LeaseKeys {
     /// validator can open it besides.
     #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub submission: String,
-    /// Opens the round's starting adapter (the previous round's merge); absent in round 1.
+    /// Opens the round's starting adapter (the previous round's merge, or in round 1 the
+    /// adapter the job continues from); absent when the round starts from the bare model.
     #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub start: Option<String>,
 }
@@ -85,7 +86,8 @@ pub struct PendingValidation {
     pub manifest_cid: Option<String>,
     /// Sealed; open it with `GET /v1/jobs/{id}/held-out-key`.
     pub held_out_cid: Option<String>,
-    /// The adapter this round started from (none in round 1).
+    /// The adapter this round started from (none in a round 1 that starts from the bare
+    /// base model).
     pub previous_adapter_cid: Option<String>,
     /// The submissions handed in for the same round of the job before this one and not
     /// rejected, oldest first: the validator rejects a copy of any of them (the later of two

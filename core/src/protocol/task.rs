@@ -32,7 +32,8 @@ pub struct TaskMessage {
     pub job_spec_cid: ContentId,
     /// The base model's bundle.
     pub base_model_cid: ContentId,
-    /// The merged adapter of the previous round; absent in round 1.
+    /// The adapter the round starts from: the previous round's merge, or in round 1 the
+    /// adapter the job continues from (absent when round 1 starts from the bare base model).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_adapter_cid: Option<ContentId>,
 }
@@ -67,10 +68,11 @@ impl TaskMessage {
             format!("version {} is not supported", task.version)
         });
         e.check(task.round >= 1, "round", || "rounds count from 1".into());
+        // Round 1 starts from the base model, or from the adapter the job continues from.
         e.check(
-            (task.round == 1) == task.previous_adapter_cid.is_none(),
+            task.round == 1 || task.previous_adapter_cid.is_some(),
             "previous_adapter_cid",
-            || "round 1 starts from the base model; later rounds from the previous merge".into(),
+            || "a round after the first starts from the previous round's merge".into(),
         );
         e.into_result().map(|()| task)
     }
@@ -113,6 +115,16 @@ mod tests {
         let bytes = serde_json::to_vec(&task(2, None)).unwrap();
         let err = TaskMessage::decode(&bytes).unwrap_err();
         assert_eq!(err.errors()[0].path, "previous_adapter_cid");
+    }
+
+    #[test]
+    fn a_first_round_may_continue_from_an_adapter() {
+        let cid = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku";
+        let t = task(1, Some(cid));
+        assert_eq!(
+            TaskMessage::decode(&serde_json::to_vec(&t).unwrap()).unwrap(),
+            t
+        );
     }
 
     #[test]

@@ -35,18 +35,22 @@ pub enum Sealed {
         worker: String,
     },
     /// The adapter a round's merge produced (the next round's start; the job's result after
-    /// the last round).
+    /// the last round). Round 0's is the adapter the job continues from (`base_model.adapter`),
+    /// sealed again to this job when it was posted.
     RoundResult {
-        /// The round, counted from 1.
+        /// The round, counted from 1; 0 for the job's starting adapter.
         round: u32,
     },
 }
 
 impl Sealed {
-    /// What round `round`'s starting adapter is sealed as: the previous round's merge; none in
-    /// round 1, which starts from the bare base model.
-    pub fn start_of(round: u32) -> Option<Sealed> {
-        (round > 1).then(|| Sealed::RoundResult { round: round - 1 })
+    /// What round `round`'s starting adapter is sealed as, when the round has one: the
+    /// previous round's merge, or in round 1 the adapter the job continues from. (A round 1
+    /// without a starting adapter trains from the bare base model.)
+    pub fn start_of(round: u32) -> Sealed {
+        Sealed::RoundResult {
+            round: round.saturating_sub(1),
+        }
     }
 
     /// Its label in the key derivation and the associated data.
@@ -137,8 +141,8 @@ mod tests {
             assert_ne!(a, &job);
         }
         assert_eq!(submission(1, "0xAB").key(&job), keys[0]);
-        assert_eq!(Sealed::start_of(1), None);
-        assert_eq!(Sealed::start_of(3), Some(Sealed::RoundResult { round: 2 }));
+        assert_eq!(Sealed::start_of(1), Sealed::RoundResult { round: 0 });
+        assert_eq!(Sealed::start_of(3), Sealed::RoundResult { round: 2 });
         assert_ne!(
             submission(1, "0xab").key(&SealingKey::from_bytes([8; 32])),
             keys[0]

@@ -960,6 +960,7 @@ export type components = {
         };
         /** @description The model the job adapts, and what the adapter learns to do with it. */
         BaseModel: {
+            adapter?: null | components["schemas"]["ContentId"];
             /** @description Its family (`llama` or `bert`). */
             architecture: components["schemas"]["Architecture"];
             /** @description The model's bundle in the content store. */
@@ -1594,6 +1595,7 @@ export type components = {
              *     ERC-20 that `spec.stake.token` names.
              */
             stake_wei: components["schemas"]["WeiAmount"];
+            start_adapter_cid?: null | components["schemas"]["ContentId"];
             /** @description Where the job is in its lifecycle. */
             status: components["schemas"]["JobStatus"];
             /**
@@ -1634,7 +1636,10 @@ export type components = {
         };
         /** @description The keys a lease gives its holder, as 64 hex digits each. */
         LeaseKeys: {
-            /** @description Opens the round's starting adapter (the previous round's merge); absent in round 1. */
+            /**
+             * @description Opens the round's starting adapter (the previous round's merge, or in round 1 the
+             *     adapter the job continues from); absent when the round starts from the bare model.
+             */
             start?: string | null;
             /**
              * @description Seals what the holder hands in for this task (its adapter and metrics); only the
@@ -1805,7 +1810,10 @@ export type components = {
             manifest_cid?: string | null;
             /** @description The worker's training metrics (metrics.json). */
             metrics_cid: string;
-            /** @description The adapter this round started from (none in round 1). */
+            /**
+             * @description The adapter this round started from (none in a round 1 that starts from the bare
+             *     base model).
+             */
             previous_adapter_cid?: string | null;
             /**
              * Format: int32
@@ -3399,7 +3407,7 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthenticated"];
-            /** @description `dataset_cid` names another requester's job dataset, a job's held-out set, or an upload of another account that the caller has not uploaded too */
+            /** @description `dataset_cid` (or the spec's `base_model.adapter`) names another requester's job dataset, a job's held-out set, an upload of another account that the caller has not uploaded too, or (the adapter) a sealed result of another requester's job */
             403: {
                 headers: {
                     [name: string]: unknown;

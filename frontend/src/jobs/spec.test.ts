@@ -142,6 +142,12 @@ describe('checkSpecForm', () => {
     expect(checkSpecForm(form({ 'base_model.cid': 'not-a-cid' }), now).errors['base_model.cid']?.[0]).toMatch(/is not a CID/);
     expect(checkSpecForm(form({ 'base_model.cid': 'QmYwAPJzv5CZsnA625s3Xf2nemtYgPpHdWEz79ojWnPbdG' }), now).spec).not.toBeNull();
   });
+
+  it('sends the adapter a job continues from only when one is named', () => {
+    expect(checkSpecForm(form(), now).spec?.base_model).not.toHaveProperty('adapter');
+    expect(checkSpecForm(form({ 'base_model.adapter': ` ${CID} ` }), now).spec?.base_model.adapter).toBe(CID);
+    expect(checkSpecForm(form({ 'base_model.adapter': 'job-7' }), now).errors['base_model.adapter']?.[0]).toMatch(/is not a CID/);
+  });
 });
 
 describe('helpers', () => {

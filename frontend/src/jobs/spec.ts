@@ -49,6 +49,8 @@ export interface JobSpec {
     architecture: Architecture;
     task: TrainingTask;
     num_labels?: number;
+    /** The adapter round 1 continues from: an earlier job's result, or an unsealed PEFT bundle. */
+    adapter?: string;
   };
   lora: {
     r: number;
@@ -84,6 +86,7 @@ export const SPEC_INPUTS = [
   'base_model.architecture',
   'base_model.task',
   'base_model.num_labels',
+  'base_model.adapter',
   'lora.r',
   'lora.alpha',
   'lora.dropout',
@@ -129,6 +132,7 @@ export function defaultForm(now: Date): SpecForm {
     'base_model.architecture': 'bert',
     'base_model.task': 'sequence_classification',
     'base_model.num_labels': '2',
+    'base_model.adapter': '',
     'lora.r': '8',
     'lora.alpha': '16',
     'lora.dropout': '0.05',
@@ -226,6 +230,9 @@ export function checkSpecForm(form: SpecForm, now: Date, tokens: readonly StakeT
     c.add('base_model.num_labels', 'num_labels applies to classification only');
   }
 
+  const adapter = form['base_model.adapter'].trim();
+  c.check(adapter === '' || CID.test(adapter), 'base_model.adapter', () => `${JSON.stringify(adapter)} is not a CID (Qm… or b…)`);
+
   const r = c.int(form, 'lora.r', loraLimits.r.minimum, MAX_LORA_RANK);
   const alpha = c.num(form, 'lora.alpha');
   const alphaAbove = loraLimits.alpha.exclusiveMinimum;
@@ -321,7 +328,14 @@ export function checkSpecForm(form: SpecForm, now: Date, tokens: readonly StakeT
   const spec: JobSpec = {
     version: PROTOCOL_VERSION,
     kind,
-    base_model: { cid, format, architecture, task, ...(numLabels === undefined ? {} : { num_labels: numLabels }) },
+    base_model: {
+      cid,
+      format,
+      architecture,
+      task,
+      ...(numLabels === undefined ? {} : { num_labels: numLabels }),
+      ...(adapter === '' ? {} : { adapter }),
+    },
     lora: { r, alpha, dropout, target_modules: targets, modules_to_save: toSave },
     // The server's defaults, sent explicitly so the posted spec reads complete.
     training: {

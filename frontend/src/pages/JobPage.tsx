@@ -706,6 +706,10 @@ function ResultPanel({ id }: { id: string }) {
           <p>
             Adapter <code>{result.adapter_cid}</code> in Hugging Face PEFT format.
           </p>
+          <p className="muted" data-testid="result-continue">
+            To train it further on new data, post a job with this CID as its “Continue from adapter” (or{' '}
+            <code>shardwork job continue {id} --data …</code>).
+          </p>
           <ul className="files">
             {result.files.map((f) =>
               new URL(f.url, location.href).origin === location.origin ? (

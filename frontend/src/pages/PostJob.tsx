@@ -239,6 +239,11 @@ export function PostJob() {
           {form['base_model.task'] === 'sequence_classification' &&
             text('base_model.num_labels', 'Labels', '2 to 1000 classes.', 'numeric')}
         </div>
+        {text(
+          'base_model.adapter',
+          'Continue from adapter (optional)',
+          'The result CID of one of your completed jobs, or an unsealed PEFT adapter bundle: round 1 trains from it and is judged against it. Its LoRA settings must be the ones below.',
+        )}
       </fieldset>
 
       <fieldset>

@@ -54,9 +54,9 @@ impl JobContext {
         what.seal_for(self.job_id, &self.job_key)
     }
 
-    /// How the round `round`'s starting adapter is sealed (none in round 1: the bare model).
-    pub(crate) fn start_seal(&self, round: i32) -> Option<BundleSeal> {
-        Sealed::start_of(round as u32).map(|start| self.seal(&start))
+    /// How the round `round`'s starting adapter is sealed, when it has one.
+    pub(crate) fn start_seal(&self, round: i32) -> BundleSeal {
+        self.seal(&Sealed::start_of(round as u32))
     }
 
     /// How worker `worker`'s submission for task `task_id` is sealed.

@@ -454,7 +454,7 @@ impl ValidatorNode {
             self.blobs.as_ref(),
             cid,
             dir.path(),
-            context.start_seal(round).as_ref(),
+            Some(&context.start_seal(round)),
         )
         .await?;
         let (context, device, path) = (

@@ -206,7 +206,7 @@ impl ValidatorNode {
                     self.blobs.as_ref(),
                     cid,
                     &d,
-                    context.start_seal(pending.round).as_ref(),
+                    Some(&context.start_seal(pending.round)),
                 )
                 .await?;
                 Some(d)

@@ -71,10 +71,8 @@ impl ClassifyJob {
         device: &Device,
     ) -> Result<ClassifyJob> {
         let targets: Vec<&str> = lora.target_modules.iter().map(String::as_str).collect();
-        let mut to_save: Vec<&str> = lora.modules_to_save.iter().map(String::as_str).collect();
-        if !to_save.contains(&"classifier") {
-            to_save.push("classifier");
-        }
+        let saved = lora.saved_modules(TrainingTask::SequenceClassification);
+        let to_save: Vec<&str> = saved.iter().map(String::as_str).collect();
         let lora = LoraConfig::new(
             lora.r as usize,
             lora.alpha,

@@ -136,6 +136,15 @@ def test_a_bert_classification_job_runs_to_completion(client, marketplace, tmp_p
     progress = client.progress(job)
     assert progress.rounds and progress.tasks
 
+    # Continued on the same data: round 1 starts from the first job's result, scored on the
+    # same held-out records, so it starts exactly where the first job ended.
+    first = client.result(job)
+    more = client.continue_job(job, marketplace.reviews, progress=False)
+    assert str(more.spec.base_model.adapter.root) == str(first.adapter_cid)
+    assert more.start_adapter_cid is not None
+    run_to_completion(client, more, capsys)
+    assert client.result(more).aggregate["details"]["start_metric"] == first.aggregate["metric"]
+
 
 def test_a_causal_lm_chat_and_instruction_job_runs_to_completion(client, marketplace, tmp_path, capsys):
     if marketplace.llm_cid is None:

@@ -70,6 +70,12 @@ class Client:
         :class:`ApiError` (422) whose ``errors`` name every field or line at fault."""
         return _jobs.post_job(self.transport, spec, dataset, progress)
 
+    def continue_job(self, job: JobRef, dataset: Dataset, spec: Spec | None = None, *, progress: Progress = True) -> JobView:
+        """Posts a job that continues from completed job ``job``'s result on new data: round 1
+        trains from its adapter and is judged against it. The spec is ``spec`` or the earlier
+        job's own with its deadline moved ahead; ``base_model.adapter`` names the result."""
+        return _jobs.continue_job(self.transport, job, dataset, spec, progress)
+
     def job(self, job: JobRef) -> JobView:
         return _jobs.get_job(self.transport, job)
 

@@ -6,6 +6,7 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Union
 from uuid import UUID
@@ -156,6 +157,37 @@ def post_job(transport: Transport, spec: Spec, dataset: Dataset, progress: Progr
     finally:
         finish()
     return JobView.model_validate(response.json())
+
+
+def _text(value: Any) -> str:
+    """A generated string wrapper (``RootModel[str]``) or a plain string, as text."""
+    return str(getattr(value, "root", value))
+
+
+def continuing_spec(earlier: JobView, spec: Spec | None = None) -> dict[str, Any]:
+    """The spec of a job continuing from ``earlier``'s result: ``spec`` or the earlier job's
+    own (its deadline moved as far ahead of now as it was ahead of that job's posting), with
+    ``base_model.adapter`` naming the result. A job continues from a completed one."""
+    if earlier.result_adapter_cid is None:
+        raise ValueError(f"job {earlier.id} is {earlier.status.value} and has no result to continue from")
+    if spec is None:
+        out = spec_json(earlier.spec)
+        out["deadline"] = (datetime.now(timezone.utc) + (earlier.deadline - earlier.created_at)).isoformat()
+    else:
+        out = spec_json(spec)
+    base = dict(out.get("base_model") or {})
+    base["adapter"] = _text(earlier.result_adapter_cid)
+    out["base_model"] = base
+    return out
+
+
+def continue_job(
+    transport: Transport, job: JobRef, dataset: Dataset, spec: Spec | None = None, progress: Progress = True
+) -> JobView:
+    """Posts a job that continues from completed job ``job``'s result on ``dataset``: round 1
+    trains from that adapter and is judged against it."""
+    earlier = get_job(transport, job)
+    return post_job(transport, continuing_spec(earlier, spec), dataset, progress)
 
 
 def get_job(transport: Transport, job: JobRef) -> JobView:

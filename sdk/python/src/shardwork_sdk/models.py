@@ -532,7 +532,7 @@ class LeaseKeys(BaseModel):
     start: Annotated[
         str | None,
         Field(
-            description="Opens the round's starting adapter (the previous round's merge); absent in round 1.",
+            description="Opens the round's starting adapter (the previous round's merge, or in round 1 the\nadapter the job continues from); absent when the round starts from the bare model.",
             pattern='^[0-9a-f]{64}$',
         ),
     ] = None
@@ -721,7 +721,9 @@ class PendingValidation(BaseModel):
     ]
     previous_adapter_cid: Annotated[
         str | None,
-        Field(description='The adapter this round started from (none in round 1).'),
+        Field(
+            description='The adapter this round started from (none in a round 1 that starts from the bare\nbase model).'
+        ),
     ] = None
     round: Annotated[int, Field(description="The task's round, counted from 1.")]
     samples: Annotated[
@@ -1575,6 +1577,7 @@ class BaseModelModel(BaseModel):
         extra='forbid',
         populate_by_name=True,
     )
+    adapter: ContentId | None = None
     architecture: Annotated[
         Architecture, Field(description='Its family (`llama` or `bert`).')
     ]
@@ -2864,6 +2867,7 @@ class JobView(BaseModel):
             pattern='^0*[0-9]{1,78}$',
         ),
     ]
+    start_adapter_cid: ContentId | None = None
     status: Annotated[
         JobStatus, Field(description='Where the job is in its lifecycle.')
     ]

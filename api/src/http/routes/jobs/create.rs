@@ -131,6 +131,9 @@ fn posting_problem(err: PostingError) -> ApiError {
         PostingError::DatasetForbidden(message) => {
             ApiError::field(ProblemKind::Forbidden, "dataset_cid", message)
         }
+        PostingError::AdapterForbidden(message) => {
+            ApiError::field(ProblemKind::Forbidden, "base_model.adapter", message)
+        }
         PostingError::DatasetMissing(cid) => {
             ApiError::invalid("dataset_cid", format!("{cid} is not in the content store"))
         }
@@ -167,7 +170,7 @@ fn posting_problem(err: PostingError) -> ApiError {
         (status = 201, description = "Posted; awaiting funding", body = JobView,
             headers(("Location" = String, description = "The job's URL, `/v1/jobs/{id}`"))),
         (status = 400, description = "Neither multipart nor JSON, a part is missing, unknown or repeated, or the spec does not decode", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 403, description = "`dataset_cid` names another requester's job dataset, a job's held-out set, or an upload of another account that the caller has not uploaded too", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 403, description = "`dataset_cid` (or the spec's `base_model.adapter`) names another requester's job dataset, a job's held-out set, an upload of another account that the caller has not uploaded too, or (the adapter) a sealed result of another requester's job", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 413, description = "The spec or the dataset exceeds its limit", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The spec, the dataset or its split breaks a rule, or the stake's token is not one the escrow accepts; every field or line at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The content store or the database failed", body = ProblemBody, content_type = PROBLEM_JSON),

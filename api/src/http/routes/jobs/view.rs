@@ -38,6 +38,10 @@ pub struct JobView {
     /// The final merged adapter, once the job is completed.
     #[schema(value_type = Option<ContentId>)]
     pub result_adapter_cid: Option<String>,
+    /// The adapter round 1 starts from when the job continues from one (`base_model.adapter`),
+    /// sealed to this job: its workers get the key with their round-1 leases.
+    #[schema(value_type = Option<ContentId>)]
+    pub start_adapter_cid: Option<String>,
     /// The stake the spec offers, in its asset's smallest unit: wei for ETH, or units of the
     /// ERC-20 that `spec.stake.token` names.
     #[schema(value_type = WeiAmount)]
@@ -120,6 +124,7 @@ impl From<job::Model> for JobView {
             manifest_cid: m.manifest_cid,
             held_out_cid: m.heldout_cid,
             result_adapter_cid: m.result_adapter_cid,
+            start_adapter_cid: m.start_adapter_cid,
             stake_wei: m.stake_wei,
             shards: m.shards,
             rounds: m.rounds,
