@@ -784,16 +784,18 @@ fn summarise(
     wall: f64,
     events: &[EventView],
 ) -> DemoReport {
-    let aggregated = events.iter().rev().find_map(|e| match &e.event {
-        JobEvent::Aggregated(a) => Some(a),
-        _ => None,
-    });
     let completed = events.iter().rev().find_map(|e| match &e.event {
         JobEvent::Completed(c) => Some(c),
         _ => None,
     });
     let finalize = events.iter().rev().find_map(|e| match &e.event {
         JobEvent::Finalize(f) => Some(f),
+        _ => None,
+    });
+    // The result is the best round's merge (decision 0046); before a payout, the last merge.
+    let result_round = finalize.and_then(|f| f.round);
+    let aggregated = events.iter().rev().find_map(|e| match &e.event {
+        JobEvent::Aggregated(a) if result_round.is_none_or(|r| r == a.round) => Some(a),
         _ => None,
     });
     let payouts: BTreeMap<&str, &events::Payout> = completed

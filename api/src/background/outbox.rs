@@ -477,10 +477,14 @@ async fn completed_work(
     if contributions.is_empty() {
         return Ok(None);
     }
+    // The result handed over is the best completed round's merge, as a completion's is.
+    let best = crate::domain::flow::rounds::best_round(db, job.id).await?;
     Ok(Some(FederatedAbort {
         job_id: id,
         earned_bps: earned,
-        adapter_cid: last.aggregate_adapter_cid.unwrap_or_default(),
+        adapter_cid: best
+            .and_then(|r| r.aggregate_adapter_cid)
+            .unwrap_or_default(),
         reason: reason.to_owned(),
         contributions,
     }))

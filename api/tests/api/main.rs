@@ -3,6 +3,7 @@
 mod helpers;
 
 mod auth;
+mod best_round;
 mod bonds;
 mod chain_follow;
 mod content;

@@ -593,8 +593,12 @@ pub struct Contribution {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finalize {
-    /// The final adapter.
+    /// The final adapter: the merge of the round with the best held-out metric.
     pub adapter_cid: String,
+    /// That round (absent in events recorded before the best round was chosen, which took the
+    /// last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
     /// The job's shard manifest.
     pub manifest_cid: Option<String>,
     /// Every contributor with its score, sorted by address (the order the escrow wants).

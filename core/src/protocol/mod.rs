@@ -10,6 +10,7 @@ pub mod events;
 pub mod ids;
 pub mod job_spec;
 pub mod manifest;
+pub mod metric;
 pub mod model_files;
 pub mod node;
 pub mod problem;
@@ -31,6 +32,7 @@ pub use job_spec::{
     Stake, TrainingArgs, TrainingTask, ValidationSpec,
 };
 pub use manifest::{HeldOutRef, ShardManifest, ShardRef};
+pub use metric::HeldOutMetric;
 pub use records::{ChatMessage, DatasetRecord, Label, RecordError};
 pub use status::{JobStatus, ProofStatus, RoundStatus, TaskStatus, VerdictStatus};
 pub use submission::{Submission, SubmissionMetrics};

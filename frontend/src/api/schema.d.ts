@@ -460,8 +460,8 @@ export type paths = {
             cookie?: never;
         };
         /**
-         * A completed job's final adapter: its CID, each file with a download link, and the last
-         *     round's merge summary.
+         * A completed job's final adapter: its CID, each file with a download link, and the merge
+         *     summary of the round it came from (the best round's, which need not be the last).
          * @description **Role:** `requester`: any signed-in address (sign-in always grants it).
          */
         get: operations["get_job_result"];
@@ -1229,12 +1229,18 @@ export type components = {
         };
         /** @description Payload of `finalize`: what the payout sends on chain. */
         Finalize: {
-            /** @description The final adapter. */
+            /** @description The final adapter: the merge of the round with the best held-out metric. */
             adapter_cid: string;
             /** @description Every contributor with its score, sorted by address (the order the escrow wants). */
             contributions: components["schemas"]["Contribution"][];
             /** @description The job's shard manifest. */
             manifest_cid?: string | null;
+            /**
+             * Format: int32
+             * @description That round (absent in events recorded before the best round was chosen, which took the
+             *     last).
+             */
+            round?: number | null;
         };
         /** @description Payload of `funded`: the escrow holding the job's stake. */
         Funded: {
@@ -1479,7 +1485,10 @@ export type components = {
         JobResult: {
             /** @description The final merged adapter (its bundle) in the content store. */
             adapter_cid: string;
-            /** @description The last round's merge summary: metric, base metric and their name. */
+            /**
+             * @description The merge summary of the round the adapter came from (the round with the best held-out
+             *     metric): metric, base metric and their name.
+             */
             aggregate?: unknown;
             /** @description Each file of the adapter, with a download link. */
             files: components["schemas"]["ResultFile"][];

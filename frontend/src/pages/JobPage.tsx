@@ -664,6 +664,13 @@ function FundPanel({
   );
 }
 
+/** "loss 1.4400" from a round's merge summary (the result route's `aggregate`), if it has one. */
+function resultMetric(aggregate: unknown): string | null {
+  if (typeof aggregate !== 'object' || aggregate === null) return null;
+  const { metric, metric_name: name } = aggregate as { metric?: unknown; metric_name?: unknown };
+  return typeof metric === 'number' && typeof name === 'string' ? `${name} ${metric.toFixed(4)}` : null;
+}
+
 function ResultPanel({ id }: { id: string }) {
   const p = usePortal();
   const [result, setResult] = useState<JobResult | null>(null);
@@ -706,6 +713,11 @@ function ResultPanel({ id }: { id: string }) {
           <p>
             Adapter <code>{result.adapter_cid}</code> in Hugging Face PEFT format.
           </p>
+          {resultMetric(result.aggregate) && (
+            <p data-testid="result-metric">
+              Held-out {resultMetric(result.aggregate)}: the best of the job's rounds, which is the one handed over.
+            </p>
+          )}
           <p className="muted" data-testid="result-continue">
             To train it further on new data, post a job with this CID as its “Continue from adapter” (or{' '}
             <code>shardwork job continue {id} --data …</code>).

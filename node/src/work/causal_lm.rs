@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use candle_core::{Device, Tensor};
 use shardwork_core::protocol::ChatMessage;
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
-use shardwork_core::protocol::{JobSpec, TrainingTask};
+use shardwork_core::protocol::{HeldOutMetric, JobSpec, TrainingTask};
 use shardwork_trainer::causal_model::{BaseWeights, CausalModel};
 use shardwork_trainer::generate::{GenerateOptions, Sampling, generate};
 use shardwork_trainer::llama::Llama;
@@ -36,7 +36,7 @@ const EVAL_BATCH: usize = 16;
 /// Held-out loss per learned token: the quality of an adapter is the share of the way from the
 /// base model's loss to 0 it went, and a verdict asks the loss to fall by the minimum gain.
 pub const LOSS: Metric = Metric {
-    name: "loss",
+    name: HeldOutMetric::Loss.name(),
     direction: Direction::LowerIsBetter,
     best: 0.0,
     // A continuous metric: an honest round moves it by tenths of a nat (the demo's rounds:

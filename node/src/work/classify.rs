@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use candle_core::{Device, Tensor};
 use shardwork_core::protocol::job_spec::{LoraSpec, TrainingArgs};
-use shardwork_core::protocol::{JobSpec, TrainingTask};
+use shardwork_core::protocol::{HeldOutMetric, JobSpec, TrainingTask};
 
 use shardwork_trainer::bert::{BertClassifier, BertWeights, ClassifierSpec};
 use shardwork_trainer::data::ClassificationSet;
@@ -186,7 +186,7 @@ impl ClassifyJob {
 
 /// Held-out accuracy: the share of the way from the base model's accuracy to 1.
 const ACCURACY: Metric = Metric {
-    name: "accuracy",
+    name: HeldOutMetric::Accuracy.name(),
     direction: Direction::HigherIsBetter,
     best: 1.0,
     // A discrete, noisy metric: one honest shard's update from a merged start can score below

@@ -221,10 +221,8 @@ pub async fn record(
             Err(DomainError::NotFound(_)) => None,
             Err(e) => return Err(e),
         };
-        if let Some(last) = last.filter(|r| r.status == RoundStatus::Completed)
-            && let Some(adapter_cid) = last.aggregate_adapter_cid
-        {
-            queue_finalization(&txn, &job, adapter_cid, now).await?;
+        if last.is_some_and(|r| r.status == RoundStatus::Completed) {
+            queue_finalization(&txn, &job, now).await?;
             finalization_queued = true;
         }
     }

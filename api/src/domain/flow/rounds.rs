@@ -9,7 +9,7 @@ use sea_orm::{
     QueryOrder, TransactionTrait,
 };
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{EventKind, JobEvent, events};
+use shardwork_core::protocol::{EventKind, HeldOutMetric, JobEvent, events};
 use uuid::Uuid;
 
 pub use shardwork_core::protocol::node::Aggregate;
@@ -331,25 +331,29 @@ pub async fn record_aggregate<C: ConnectionTrait>(
         .await?;
         return Ok(AggregateOutcome::PayoutAwaitsProofs);
     }
-    queue_finalization(txn, job, adapter_cid, now).await?;
+    queue_finalization(txn, job, now).await?;
     Ok(AggregateOutcome::FinalizationQueued)
 }
 
-/// Queues the job's payout with `adapter_cid` (its last round's merge) as the result: the
-/// `finalize` event, which the outbox sends on chain, with every contributor's score. Called
-/// once every proof of training of the job is decided, by the last merge or the last proof.
+/// Queues the job's payout with the merge of its best round ([`best_round`]) as the result:
+/// the `finalize` event, which the outbox sends on chain, with every contributor's score.
+/// Called once every proof of training of the job is decided, by the last merge or the last
+/// proof.
 pub(super) async fn queue_finalization<C: ConnectionTrait>(
     txn: &C,
     job: &job::Model,
-    adapter_cid: String,
     now: DateTime<Utc>,
 ) -> Result<(), DomainError> {
+    let best = best_round(txn, job.id)
+        .await?
+        .ok_or_else(|| DomainError::internal("finalizing", "a job without a merged round"))?;
     let contributions = payout::contributions(txn, job.id).await?;
     record_event(
         txn,
         job.id,
         &JobEvent::Finalize(events::Finalize {
-            adapter_cid,
+            adapter_cid: best.aggregate_adapter_cid.unwrap_or_default(),
+            round: Some(best.number as u32),
             manifest_cid: job.manifest_cid.clone(),
             contributions,
         }),
@@ -358,4 +362,46 @@ pub(super) async fn queue_finalization<C: ConnectionTrait>(
     )
     .await?;
     Ok(())
+}
+
+/// The job's completed round whose merge scored the best held-out metric, the later of equals
+/// (decision 0046): the job's result. A later round's merge can score below an earlier one (a
+/// merge falls back to the best accepted adapter, whose minimum gain from a merged start may be
+/// negative), and the requester gets the best it paid for, not the last. A round whose
+/// summary names no known metric never wins over one that does. `None` before any merge.
+pub async fn best_round<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+) -> Result<Option<round::Model>, DomainError> {
+    let completed = round::Entity::find()
+        .filter(round::Column::JobId.eq(job_id))
+        .filter(round::Column::Status.eq(RoundStatus::Completed.as_str()))
+        .filter(round::Column::AggregateAdapterCid.is_not_null())
+        .order_by_asc(round::Column::Number)
+        .all(db)
+        .await?;
+    let scored = |r: &round::Model| -> Option<(HeldOutMetric, f64)> {
+        let summary = r.aggregate.as_ref()?;
+        let metric = HeldOutMetric::named(summary["metric_name"].as_str()?)?;
+        Some((
+            metric,
+            summary["metric"].as_f64().filter(|m| m.is_finite())?,
+        ))
+    };
+    let mut best: Option<(round::Model, Option<(HeldOutMetric, f64)>)> = None;
+    for r in completed {
+        let score = scored(&r);
+        let better = match (&best, score) {
+            (None, _) => true,
+            (Some((_, None)), _) => true,
+            (Some((_, Some(_))), None) => false,
+            (Some((_, Some((_, held)))), Some((metric, value))) => {
+                metric.at_least_as_good(value, *held)
+            }
+        };
+        if better {
+            best = Some((r, score));
+        }
+    }
+    Ok(best.map(|(r, _)| r))
 }

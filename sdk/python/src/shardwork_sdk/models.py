@@ -354,7 +354,12 @@ class Finalize(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    adapter_cid: Annotated[str, Field(description='The final adapter.')]
+    adapter_cid: Annotated[
+        str,
+        Field(
+            description='The final adapter: the merge of the round with the best held-out metric.'
+        ),
+    ]
     contributions: Annotated[
         list[Contribution],
         Field(
@@ -363,6 +368,13 @@ class Finalize(BaseModel):
     ]
     manifest_cid: Annotated[
         str | None, Field(description="The job's shard manifest.")
+    ] = None
+    round: Annotated[
+        int | None,
+        Field(
+            description='That round (absent in events recorded before the best round was chosen, which took the\nlast).',
+            ge=0,
+        ),
     ] = None
 
 
@@ -2225,7 +2237,7 @@ class JobResult(BaseModel):
     aggregate: Annotated[
         Any | None,
         Field(
-            description="The last round's merge summary: metric, base metric and their name."
+            description='The merge summary of the round the adapter came from (the round with the best held-out\nmetric): metric, base metric and their name.'
         ),
     ] = None
     files: Annotated[

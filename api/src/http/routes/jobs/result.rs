@@ -1,8 +1,9 @@
-//! `GET /v1/jobs/{id}/result`: the final adapter of a completed job — its CID and each file of
-//! the PEFT folder with a download link, plus its held-out metric; and
+//! `GET /v1/jobs/{id}/result`: the final adapter of a completed job (the merge of its round with
+//! the best held-out metric, decision 0046) — its CID and each file of the PEFT folder with a
+//! download link, plus its held-out metric; and
 //! `GET /v1/jobs/{id}/result/files/{name}`, each file opened. Both for the job's requester,
-//! validators and admins only: the adapter is sealed on the content store (to the last round's
-//! key, `shardwork_core::store::keys`), and this server opens it for them.
+//! validators and admins only: the adapter is sealed on the content store (to its round's key,
+//! `shardwork_core::store::keys`), and this server opens it for them.
 
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::http::header;
@@ -47,12 +48,13 @@ pub struct JobResult {
     pub adapter_cid: String,
     /// Each file of the adapter, with a download link.
     pub files: Vec<ResultFile>,
-    /// The last round's merge summary: metric, base metric and their name.
+    /// The merge summary of the round the adapter came from (the round with the best held-out
+    /// metric): metric, base metric and their name.
     pub aggregate: Option<serde_json::Value>,
 }
 
-/// A completed job's final adapter: its CID, each file with a download link, and the last
-/// round's merge summary.
+/// A completed job's final adapter: its CID, each file with a download link, and the merge
+/// summary of the round it came from (the best round's, which need not be the last).
 #[utoipa::path(
     get,
     path = "/v1/jobs/{id}/result",
@@ -86,10 +88,7 @@ pub async fn result(
             name,
         })
         .collect();
-    let aggregate = round::Entity::find()
-        .filter(round::Column::JobId.eq(job.id))
-        .order_by_desc(round::Column::Number)
-        .one(&state.db)
+    let aggregate = result_round(&state, &job, &adapter)
         .await?
         .and_then(|r| r.aggregate);
     Ok(HttpResponse::Ok().json(JobResult {
@@ -98,6 +97,20 @@ pub async fn result(
         files,
         aggregate,
     }))
+}
+
+/// The round whose merge is the job's result `adapter` (its best round, decision 0046).
+async fn result_round(
+    state: &AppState,
+    job: &job::Model,
+    adapter: &str,
+) -> Result<Option<round::Model>, ApiError> {
+    Ok(round::Entity::find()
+        .filter(round::Column::JobId.eq(job.id))
+        .filter(round::Column::AggregateAdapterCid.eq(adapter))
+        .order_by_desc(round::Column::Number)
+        .one(&state.db)
+        .await?)
 }
 
 /// The completed job's final adapter: its CID and its bundle, which must be sealed.
@@ -166,8 +179,12 @@ pub async fn file(
         .get_bytes(&file_cid.0, FILE_LIMIT)
         .await
         .map_err(|e| ApiError::internal("reading the result adapter", e))?;
+    // Sealed to the round that made it: the best one, which need not be the last.
+    let round = result_round(&state, &job, &adapter)
+        .await?
+        .map_or(job.rounds, |r| r.number);
     let opened = Sealed::RoundResult {
-        round: job.rounds as u32,
+        round: round as u32,
     }
     .seal_for(
         job.id,

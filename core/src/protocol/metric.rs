@@ -1,0 +1,64 @@
+//! The held-out metrics a validator judges and reports by, and which way each is better: one
+//! definition for the nodes that measure them, the API that picks a job's result by them, and
+//! the reports that print them.
+
+use serde::{Deserialize, Serialize};
+
+/// A held-out metric, by the name it is reported under (`Aggregated::metric_name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldOutMetric {
+    /// A causal LM's mean cross-entropy per learned token: lower is better.
+    Loss,
+    /// A classifier's share of correct labels: higher is better.
+    Accuracy,
+}
+
+impl HeldOutMetric {
+    /// The name it is reported under.
+    pub const fn name(self) -> &'static str {
+        match self {
+            HeldOutMetric::Loss => "loss",
+            HeldOutMetric::Accuracy => "accuracy",
+        }
+    }
+
+    /// The metric reported as `name`, if it is one.
+    pub fn named(name: &str) -> Option<HeldOutMetric> {
+        [HeldOutMetric::Loss, HeldOutMetric::Accuracy]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+
+    /// Whether a lower value is better.
+    pub const fn lower_is_better(self) -> bool {
+        matches!(self, HeldOutMetric::Loss)
+    }
+
+    /// Whether `value` is at least as good as `than`.
+    pub fn at_least_as_good(self, value: f64, than: f64) -> bool {
+        if self.lower_is_better() {
+            value <= than
+        } else {
+            value >= than
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_metric_is_better_its_own_way_and_named_once() {
+        for m in [HeldOutMetric::Loss, HeldOutMetric::Accuracy] {
+            assert_eq!(HeldOutMetric::named(m.name()), Some(m));
+        }
+        assert_eq!(HeldOutMetric::named("perplexity"), None);
+        assert!(HeldOutMetric::Loss.at_least_as_good(1.4, 1.8));
+        assert!(!HeldOutMetric::Loss.at_least_as_good(1.9, 1.8));
+        assert!(HeldOutMetric::Accuracy.at_least_as_good(0.9, 0.8));
+        assert!(HeldOutMetric::Accuracy.at_least_as_good(0.8, 0.8));
+        assert!(!HeldOutMetric::Accuracy.at_least_as_good(0.7, 0.8));
+    }
+}
