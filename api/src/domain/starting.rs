@@ -26,6 +26,7 @@ use shardwork_core::store::{ContentStore, StoreError, content_key};
 use uuid::Uuid;
 
 use crate::domain::error::DomainError;
+use crate::domain::flow::rounds;
 use crate::domain::lifecycle::JobStatus;
 use crate::domain::models::{ModelFacts, safetensors_extent};
 use crate::domain::sealing::job_key;
@@ -82,6 +83,11 @@ pub async fn read_start<C: ConnectionTrait>(
     };
     let cid = named.0;
     let own_result = own_result(db, requester, &cid).await?;
+    // Anything but the requester's own result is read only once the requester may read it,
+    // so a refusal says nothing of what someone else's private upload holds.
+    if own_result.is_none() {
+        content::check_claim(db, requester, &cid, "adapter").await?;
+    }
     let bundle_bytes = store
         .get_bytes(&cid, MAX_BUNDLE_BYTES)
         .await
@@ -92,7 +98,9 @@ pub async fn read_start<C: ConnectionTrait>(
     let opener = match (&own_result, bundle.sealed) {
         (Some(source), true) => Some(
             Sealed::RoundResult {
-                round: source.rounds as u32,
+                round: rounds::result_round(db, source)
+                    .await?
+                    .map_or(source.rounds, |r| r.number) as u32,
             }
             .seal_for(source.id, &job_key(sealing_secret, source.id)),
         ),
@@ -102,10 +110,7 @@ pub async fn read_start<C: ConnectionTrait>(
                  completed job, or from an unsealed adapter bundle"
             )));
         }
-        (_, false) => {
-            content::check_claim(db, requester, &cid, "adapter").await?;
-            None
-        }
+        (_, false) => None,
     };
     let file_cid = |name: &str| {
         bundle.file(name).map(|c| c.0).ok_or_else(|| {

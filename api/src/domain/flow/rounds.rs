@@ -364,6 +364,23 @@ pub(super) async fn queue_finalization<C: ConnectionTrait>(
     Ok(())
 }
 
+/// The round of `job` whose merge is its result (`result_adapter_cid`: its best round, which
+/// the result is sealed to); `None` before the job has a result.
+pub async fn result_round<C: ConnectionTrait>(
+    db: &C,
+    job: &job::Model,
+) -> Result<Option<round::Model>, DomainError> {
+    let Some(result) = &job.result_adapter_cid else {
+        return Ok(None);
+    };
+    Ok(round::Entity::find()
+        .filter(round::Column::JobId.eq(job.id))
+        .filter(round::Column::AggregateAdapterCid.eq(result.as_str()))
+        .order_by_desc(round::Column::Number)
+        .one(db)
+        .await?)
+}
+
 /// The job's completed round whose merge scored the best held-out metric, the later of equals
 /// (decision 0046): the job's result. A later round's merge can score below an earlier one (a
 /// merge falls back to the best accepted adapter, whose minimum gain from a merged start may be

@@ -8,16 +8,16 @@
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::Bundle;
 use shardwork_core::store::keys::Sealed;
 use uuid::Uuid;
 
+use crate::domain::flow::rounds::result_round;
 use crate::domain::jobs::find_job;
 use crate::domain::lifecycle::JobStatus;
 use crate::domain::sealing::job_key;
-use crate::entities::{job, round};
+use crate::entities::job;
 use crate::http::access::require_overseer;
 use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::ApiError;
@@ -88,7 +88,7 @@ pub async fn result(
             name,
         })
         .collect();
-    let aggregate = result_round(&state, &job, &adapter)
+    let aggregate = result_round(&state.db, &job)
         .await?
         .and_then(|r| r.aggregate);
     Ok(HttpResponse::Ok().json(JobResult {
@@ -97,20 +97,6 @@ pub async fn result(
         files,
         aggregate,
     }))
-}
-
-/// The round whose merge is the job's result `adapter` (its best round, decision 0046).
-async fn result_round(
-    state: &AppState,
-    job: &job::Model,
-    adapter: &str,
-) -> Result<Option<round::Model>, ApiError> {
-    Ok(round::Entity::find()
-        .filter(round::Column::JobId.eq(job.id))
-        .filter(round::Column::AggregateAdapterCid.eq(adapter))
-        .order_by_desc(round::Column::Number)
-        .one(&state.db)
-        .await?)
 }
 
 /// The completed job's final adapter: its CID and its bundle, which must be sealed.
@@ -180,7 +166,7 @@ pub async fn file(
         .await
         .map_err(|e| ApiError::internal("reading the result adapter", e))?;
     // Sealed to the round that made it: the best one, which need not be the last.
-    let round = result_round(&state, &job, &adapter)
+    let round = result_round(&state.db, &job)
         .await?
         .map_or(job.rounds, |r| r.number);
     let opened = Sealed::RoundResult {
