@@ -209,19 +209,38 @@ async fn requester_posts_watches_and_downloads_the_adapter_from_the_terminal() {
         "and not from the bare model: {continued}"
     );
 
-    // A job that has no result cannot be continued.
+    // A job that has no result (posted, never funded) cannot be continued, and says why.
+    let out = shardwork(
+        &[
+            "job",
+            "--dev-requester",
+            "post",
+            "--spec",
+            &good_arg,
+            "--data",
+            &data_arg,
+        ],
+        &env,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let unfunded = text(&out.stdout).lines().next().unwrap().trim().to_owned();
     let out = shardwork(
         &[
             "job",
             "--dev-requester",
             "continue",
-            &uuid::Uuid::nil().to_string(),
+            &unfunded,
             "--data",
             &data_arg,
         ],
         &env,
     );
     assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no result to continue from"),
+        "{}",
+        text(&out.stderr)
+    );
     drop(up);
 }
 

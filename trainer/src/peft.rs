@@ -14,11 +14,11 @@ use crate::error::{Error, Result};
 use crate::lora::{LoraConfig, Trainables};
 
 /// Name of the adapter's config file in an adapter directory.
-pub const CONFIG_FILE: &str = "adapter_config.json";
+pub const CONFIG_FILE: &str = shardwork_core::protocol::adapter::PEFT_CONFIG_FILE;
 /// Name of the adapter's weights file in an adapter directory.
-pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
+pub const WEIGHTS_FILE: &str = shardwork_core::protocol::adapter::PEFT_WEIGHTS_FILE;
 /// What PEFT prefixes every saved tensor name with.
-pub const PREFIX: &str = "base_model.model.";
+pub const PREFIX: &str = shardwork_core::protocol::adapter::PEFT_TENSOR_PREFIX;
 
 /// The subset of PEFT's `LoraConfig` this trainer reads and writes. Unknown fields in a file
 /// written by PEFT are ignored; settings we cannot reproduce (DoRA, rsLoRA, fan-in-fan-out)

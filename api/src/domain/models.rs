@@ -239,51 +239,85 @@ async fn check_safetensors(
 ) -> Result<serde_json::Map<String, serde_json::Value>, DomainError> {
     let size = store.stat(&cid.0).await.map_err(store_failed)?.size;
     let head = prefix(store, cid, 8).await?;
-    if head.len() < 8 {
-        return Err(invalid(format!(
-            "{name}: {size} bytes is too short for a safetensors file"
-        )));
-    }
-    let header_len = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
-    if header_len > MAX_SAFETENSORS_HEADER || 8 + header_len > size {
-        return Err(invalid(format!(
-            "{name}: the header claims {header_len} bytes but the file is {size}: truncated or \
-             not a safetensors file"
-        )));
-    }
+    let header_len = safetensors_header_len(&head, size, MAX_SAFETENSORS_HEADER)
+        .map_err(|m| invalid(format!("{name}: {m}")))?;
     let bytes = prefix(store, cid, 8 + header_len as usize).await?;
-    let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&bytes[8..8 + header_len as usize]).map_err(|e| {
-            invalid(format!(
-                "{name}: the safetensors header is not valid JSON: {e}"
-            ))
-        })?;
+    safetensors_header(&bytes, header_len, size).map_err(|fault| match fault.tensor {
+        Some(tensor) => DomainError::invalid(
+            format!("base_model.{name}.{tensor}"),
+            format!("{name}: {}", fault.message),
+        ),
+        None => invalid(format!("{name}: {}", fault.message)),
+    })
+}
+
+/// The header length a safetensors file of `size` bytes announces in its first 8 bytes
+/// (`head`), at most `max_header`.
+pub(crate) fn safetensors_header_len(
+    head: &[u8],
+    size: u64,
+    max_header: u64,
+) -> Result<u64, String> {
+    let Some(announced) = head.get(..8) else {
+        return Err(format!("{size} bytes is too short for a safetensors file"));
+    };
+    let header_len = u64::from_le_bytes(announced.try_into().unwrap_or_default());
+    if header_len > max_header || 8 + header_len > size {
+        return Err(format!(
+            "the header claims {header_len} bytes but the file is {size}: truncated or not a \
+             safetensors file"
+        ));
+    }
+    Ok(header_len)
+}
+
+/// What is wrong with a safetensors header: the tensor at fault, if one is.
+pub(crate) struct HeaderFault {
+    /// The tensor whose entry is wrong; `None` for the header as a whole.
+    pub tensor: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The header of a safetensors file of `size` bytes, from its first `8 + header_len` bytes
+/// (`bytes`): valid JSON, at most `limits::MAX_TENSORS` tensors, each entry's extent as the
+/// nodes' reader demands (a shape that declares more than its bytes is refused here, not when
+/// a node sizes it), and the tensors ending where the file does.
+pub(crate) fn safetensors_header(
+    bytes: &[u8],
+    header_len: u64,
+    size: u64,
+) -> Result<serde_json::Map<String, serde_json::Value>, HeaderFault> {
+    let whole = |message: String| HeaderFault {
+        tensor: None,
+        message,
+    };
+    let text = bytes
+        .get(8..8 + header_len as usize)
+        .ok_or_else(|| whole("the file ends inside its header".into()))?;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(text)
+        .map_err(|e| whole(format!("the safetensors header is not valid JSON: {e}")))?;
     if header.len() as u64 > limits::MAX_TENSORS {
-        return Err(invalid(format!(
-            "{name}: {} tensors is more than {}",
+        return Err(whole(format!(
+            "{} tensors is more than {}",
             header.len(),
             limits::MAX_TENSORS
         )));
     }
-    // Each tensor's bytes are its shape times its type's width, as the nodes' reader demands:
-    // a shape that declares more than its bytes is refused here, not when a node sizes it.
-    for (tensor, info) in header.iter().filter(|(k, _)| *k != "__metadata__") {
-        safetensors_extent(info).map_err(|message| {
-            DomainError::invalid(
-                format!("base_model.{name}.{tensor}"),
-                format!("{name}: {message}"),
-            )
+    let tensors = || header.iter().filter(|(k, _)| *k != "__metadata__");
+    for (tensor, info) in tensors() {
+        safetensors_extent(info).map_err(|message| HeaderFault {
+            tensor: Some(tensor.clone()),
+            message,
         })?;
     }
-    let data_end = header
-        .iter()
-        .filter(|(k, _)| *k != "__metadata__")
+    let data_end = tensors()
         .filter_map(|(_, v)| v["data_offsets"][1].as_u64())
         .max()
         .unwrap_or(0);
     if 8 + header_len + data_end != size {
-        return Err(invalid(format!(
-            "{name}: its tensors need {} bytes but the file is {size}: truncated",
+        return Err(whole(format!(
+            "its tensors need {} bytes but the file is {size}: truncated",
             8 + header_len + data_end
         )));
     }
@@ -292,7 +326,7 @@ async fn check_safetensors(
 
 /// Checks one safetensors header entry: a known dtype, a bounded shape, and data offsets
 /// exactly as long as the shape needs.
-pub(crate) fn safetensors_extent(info: &serde_json::Value) -> Result<(), String> {
+fn safetensors_extent(info: &serde_json::Value) -> Result<(), String> {
     let width: u64 = match info["dtype"].as_str() {
         Some("F64" | "I64" | "U64") => 8,
         Some("F32" | "I32" | "U32") => 4,

@@ -19,6 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter};
+use shardwork_core::protocol::adapter::{
+    PEFT_CONFIG_FILE as CONFIG_FILE, PEFT_TENSOR_PREFIX as PEFT_PREFIX,
+    PEFT_WEIGHTS_FILE as WEIGHTS_FILE,
+};
 use shardwork_core::protocol::job_spec::CLASSIFIER_HEAD;
 use shardwork_core::protocol::{Architecture, Bundle, JobSpec};
 use shardwork_core::store::keys::Sealed;
@@ -28,19 +32,13 @@ use uuid::Uuid;
 use crate::domain::error::DomainError;
 use crate::domain::flow::rounds;
 use crate::domain::lifecycle::JobStatus;
-use crate::domain::models::{ModelFacts, safetensors_extent};
+use crate::domain::models::{ModelFacts, safetensors_header, safetensors_header_len};
 use crate::domain::sealing::job_key;
 use crate::domain::{content, sizing::ModelShape};
 use crate::entities::job;
 
 /// The spec field every refusal here names.
 const FIELD: &str = "base_model.adapter";
-/// PEFT's configuration file in an adapter folder.
-pub const CONFIG_FILE: &str = "adapter_config.json";
-/// PEFT's weights file in an adapter folder.
-pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
-/// What PEFT prefixes every saved tensor name with.
-const PEFT_PREFIX: &str = "base_model.model.";
 /// The largest bundle document read.
 const MAX_BUNDLE_BYTES: u64 = 1 << 20;
 /// The largest `adapter_config.json` read.
@@ -305,28 +303,19 @@ fn targets(path: &str, target: &str) -> bool {
 /// and otherwise only the tensors of the job's saved modules.
 fn check_weights(bytes: &[u8], spec: &JobSpec, shape: &ModelShape) -> Result<(), DomainError> {
     let bad = |message: String| refuse(format!("{WEIGHTS_FILE}: {message}"));
-    if bytes.len() < 8 {
-        return Err(bad("too short for a safetensors file".into()));
-    }
-    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default());
-    if header_len > HEADER_ROOM || 8 + header_len > bytes.len() as u64 {
-        return Err(bad(format!(
-            "the header claims {header_len} bytes of a {}-byte file",
-            bytes.len()
-        )));
-    }
-    let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&bytes[8..8 + header_len as usize])
-            .map_err(|e| bad(format!("the header is not valid JSON: {e}")))?;
+    let size = bytes.len() as u64;
+    let header_len = safetensors_header_len(bytes, size, HEADER_ROOM).map_err(bad)?;
+    let header =
+        safetensors_header(bytes, header_len, size).map_err(|fault| match fault.tensor {
+            Some(tensor) => bad(format!("{tensor}: {}", fault.message)),
+            None => bad(fault.message),
+        })?;
     let r = u64::from(spec.lora.r);
     let architecture = spec.base_model.architecture;
     let saved = spec.lora.saved_modules(spec.base_model.task);
     let mut saved_present = BTreeSet::new();
     let mut factors: BTreeMap<String, [bool; 2]> = BTreeMap::new();
-    let mut data_end = 0u64;
     for (name, info) in header.iter().filter(|(k, _)| *k != "__metadata__") {
-        safetensors_extent(info).map_err(|m| bad(format!("{name}: {m}")))?;
-        data_end = data_end.max(info["data_offsets"][1].as_u64().unwrap_or(0));
         if info["dtype"].as_str() != Some("F32") {
             return Err(bad(format!(
                 "{name} is {}; the nodes train f32 factors",
@@ -393,13 +382,6 @@ fn check_weights(bytes: &[u8], spec: &JobSpec, shape: &ModelShape) -> Result<(),
     if let Some(missing) = saved.iter().find(|m| !saved_present.contains(*m)) {
         return Err(bad(format!(
             "it holds no tensor of {missing}, which the job trains whole and saves"
-        )));
-    }
-    if 8 + header_len + data_end != bytes.len() as u64 {
-        return Err(bad(format!(
-            "its tensors need {} bytes but the file is {}: truncated",
-            8 + header_len + data_end,
-            bytes.len()
         )));
     }
     Ok(())

@@ -6,7 +6,8 @@ use serde_json::json;
 use shardwork_api::background::outbox::Dispatcher;
 
 use crate::flow::{
-    get, post_json, put, register_cpu_worker, sealed_merge, started_job_with, step, take_tasks,
+    get, post_json, put, register_cpu_worker, sealed_merge, started_job_with, step, submit,
+    take_tasks,
 };
 use crate::helpers::*;
 use crate::on_both_databases;
@@ -46,8 +47,11 @@ async fn a_job_whose_last_merge_is_worse_hands_over_its_best_round(backend: Back
         let lease = claim.body["lease_token"].as_str().unwrap().to_owned();
         let adapter = put(&app, &format!("round {round} adapter")).await;
         let metrics = put(&app, &format!("{{\"round\": {round}}}")).await;
-        let submitted = send(&service, post_json(&worker, &format!("/v1/tasks/{}/submit", task.task_id),
-            json!({"version": 1, "task_id": task.task_id, "lease_token": lease, "adapter_cid": adapter, "metrics_cid": metrics, "samples": 12}))).await;
+        let submitted = send(
+            &service,
+            submit(&worker, task.task_id, &lease, &adapter, &metrics),
+        )
+        .await;
         assert_eq!(submitted.status, 201, "{}", submitted.text);
         let id = submitted.body["id"].as_str().unwrap();
         let verdict = send(

@@ -65,6 +65,9 @@ fn adapter_weights(fill: f32) -> Vec<u8> {
     out
 }
 
+/// The files of a PEFT adapter folder: name and bytes.
+type AdapterFiles = Vec<(&'static str, Vec<u8>)>;
+
 /// Stores a PEFT bundle of `files`, sealed with `seal` when given; its CID.
 async fn put_adapter(
     app: &TestApp,
@@ -242,53 +245,38 @@ async fn a_start_that_could_not_train_is_refused_naming_the_field(backend: Backe
     .await;
     assert_eq!(reply.status, 201, "{}", reply.text);
 
-    let wrong_rank = put_adapter(
-        &app,
-        &[
-            ("adapter_config.json", adapter_config(4)),
-            ("adapter_model.safetensors", adapter_weights(0.5)),
-        ],
-        None,
-    )
-    .await;
-    let reply = send(
-        &service,
-        post_job(&requester, &continuing(&wrong_rank), &dataset(40)),
-    )
-    .await;
-    field_error(&reply, "lora.r is 8");
-
+    // Each start that could not train is refused naming the field, and nothing is recorded.
     let mut short = adapter_weights(0.5);
     short.truncate(short.len() - 4);
-    let truncated = put_adapter(
-        &app,
-        &[
-            ("adapter_config.json", adapter_config(8)),
-            ("adapter_model.safetensors", short),
-        ],
-        None,
-    )
-    .await;
-    let reply = send(
-        &service,
-        post_job(&requester, &continuing(&truncated), &dataset(40)),
-    )
-    .await;
-    field_error(&reply, "truncated");
-
-    let no_config = put_adapter(
-        &app,
-        &[("adapter_model.safetensors", adapter_weights(0.5))],
-        None,
-    )
-    .await;
-    let reply = send(
-        &service,
-        post_job(&requester, &continuing(&no_config), &dataset(40)),
-    )
-    .await;
-    field_error(&reply, "adapter_config.json");
-
+    let refused: [(AdapterFiles, &str); 3] = [
+        (
+            vec![
+                ("adapter_config.json", adapter_config(4)),
+                ("adapter_model.safetensors", adapter_weights(0.5)),
+            ],
+            "lora.r is 8",
+        ),
+        (
+            vec![
+                ("adapter_config.json", adapter_config(8)),
+                ("adapter_model.safetensors", short),
+            ],
+            "truncated",
+        ),
+        (
+            vec![("adapter_model.safetensors", adapter_weights(0.5))],
+            "adapter_config.json",
+        ),
+    ];
+    for (files, needle) in refused {
+        let cid = put_adapter(&app, &files, None).await;
+        let reply = send(
+            &service,
+            post_job(&requester, &continuing(&cid), &dataset(40)),
+        )
+        .await;
+        field_error(&reply, needle);
+    }
     let missing = "bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku";
     let reply = send(
         &service,

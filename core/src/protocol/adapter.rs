@@ -9,6 +9,12 @@ use super::job_spec::LoraSpec;
 
 /// The adapter layout Shardwork produces: Hugging Face PEFT's.
 pub const ADAPTER_FORMAT_PEFT: &str = "peft";
+/// Name of a PEFT adapter's config file in its folder (and its bundle).
+pub const PEFT_CONFIG_FILE: &str = "adapter_config.json";
+/// Name of a PEFT adapter's weights file in its folder (and its bundle).
+pub const PEFT_WEIGHTS_FILE: &str = "adapter_model.safetensors";
+/// What PEFT prefixes every saved tensor name with.
+pub const PEFT_TENSOR_PREFIX: &str = "base_model.model.";
 
 /// What an adapter is and where it came from, stored beside it in its bundle (shardwork.json).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

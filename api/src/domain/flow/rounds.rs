@@ -408,13 +408,11 @@ pub async fn best_round<C: ConnectionTrait>(
     let mut best: Option<(round::Model, Option<(HeldOutMetric, f64)>)> = None;
     for r in completed {
         let score = scored(&r);
-        let better = match (&best, score) {
+        let held = best.as_ref().and_then(|(_, held)| *held);
+        let better = match (held, score) {
             (None, _) => true,
-            (Some((_, None)), _) => true,
-            (Some((_, Some(_))), None) => false,
-            (Some((_, Some((_, held)))), Some((metric, value))) => {
-                metric.at_least_as_good(value, *held)
-            }
+            (Some(_), None) => false,
+            (Some((_, held)), Some((metric, value))) => metric.at_least_as_good(value, held),
         };
         if better {
             best = Some((r, score));
