@@ -79,6 +79,11 @@ pub struct DemoArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// After the chat SFT job, a preference (DPO) job that continues from its result, on pairs
+    /// of each conversation's corpus answer (chosen) against the SFT adapter's own answer
+    /// (rejected), as self-play fine-tuning builds them.
+    #[arg(long, conflicts_with_all = ["classification", "sample_model"])]
+    pub dpo: bool,
 }
 
 impl DemoArgs {
@@ -101,6 +106,7 @@ impl DemoArgs {
             sample_reviews: None,
             timeout_secs: 3_600,
             json: true,
+            dpo: false,
         }
     }
 }
@@ -119,6 +125,13 @@ pub struct DemoReport {
     pub metric_name: String,
     pub final_metric: Option<f64>,
     pub base_metric: Option<f64>,
+    /// Round 1's start scored by the validator (the adapter the job continues from, or the
+    /// base model).
+    pub start_metric: Option<f64>,
+    /// What the validator measured beside the metric on the result's merge (a preference
+    /// job's reward accuracy and margin).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_out: Option<Value>,
     pub adapter_cid: Option<String>,
     pub contributors: Vec<ContributorReport>,
     /// A job that could not finish: why it was refunded, and how much went back.
@@ -131,6 +144,9 @@ pub struct DemoReport {
     pub proofs: ProofsReport,
     /// The validators' compute against the workers'.
     pub compute: ComputeReport,
+    /// `--dpo`: the preference job that continued from this one's result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preference: Option<Box<DemoReport>>,
 }
 
 /// What the job's training and its validation cost, in seconds summed over every task and
@@ -222,6 +238,13 @@ impl ProofsReport {
     }
 }
 
+impl DemoReport {
+    /// Whether it reports a preference job (judged by the DPO loss).
+    fn is_preference(&self) -> bool {
+        self.metric_name == shardwork_core::protocol::HeldOutMetric::DpoLoss.name()
+    }
+}
+
 /// Why a job was refunded instead of completed.
 #[derive(Debug, serde::Serialize)]
 pub struct RefundReport {
@@ -265,9 +288,18 @@ pub async fn run(config: Config, args: DemoArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
+        if let Some(preference) = &report.preference {
+            print_report(preference);
+            crate::demo_preference::print_summary(&report, preference);
+        }
     }
     if report.status != JobStatus::Completed.as_str() {
         bail!("the demo job ended {}", report.status);
+    }
+    if let Some(preference) = &report.preference
+        && preference.status != JobStatus::Completed.as_str()
+    {
+        bail!("the demo's preference job ended {}", preference.status);
     }
     Ok(())
 }
@@ -575,8 +607,41 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
         nodes::dev_key(nodes::REQUESTER_DEV_KEY),
         &[],
     )?);
+    let mut report = run_job(deployment, &requester, model, &spec, dataset.clone(), args).await?;
+    if let (Some(probe), Some(_)) = (&chat, &report.adapter_cid) {
+        report.sample_answer =
+            Some(answer_before_and_after(&requester, report.job_id, probe, &spec).await?);
+    }
+    if let (true, Some(probe)) = (args.dpo, &chat)
+        && report.status == JobStatus::Completed.as_str()
+    {
+        let preference = crate::demo_preference::run(
+            deployment,
+            &requester,
+            &report,
+            &spec,
+            &dataset,
+            &probe.model,
+            args,
+        )
+        .await?;
+        report.preference = Some(Box::new(preference));
+    }
+    Ok(report)
+}
+
+/// Posts the job `spec` on `dataset` as the development requester, funds it, follows it to its
+/// end printing each event, and summarises what its events measured.
+pub(crate) async fn run_job(
+    deployment: &crate::up::Deployment,
+    requester: &Arc<ApiClient>,
+    model: String,
+    spec: &Value,
+    dataset: String,
+    args: &DemoArgs,
+) -> anyhow::Result<DemoReport> {
     let started = Instant::now();
-    let job = requester.post_job(&spec, Bytes::from(dataset)).await?;
+    let job = requester.post_job(spec, Bytes::from(dataset)).await?;
     let job_id: Uuid = job["id"]
         .as_str()
         .and_then(|s| s.parse().ok())
@@ -590,7 +655,7 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
     );
     let mut events: Vec<EventView> = Vec::new();
     let status = crate::job_events::follow(
-        &requester,
+        requester,
         job_id,
         Duration::from_secs(args.timeout_secs),
         Duration::from_millis(250),
@@ -633,10 +698,6 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
             .dishonest
             .iter()
             .any(|a| a.to_string().eq_ignore_ascii_case(&c.address));
-    }
-    if let (Some(probe), Some(_)) = (&chat, &report.adapter_cid) {
-        report.sample_answer =
-            Some(answer_before_and_after(&requester, job_id, probe, &spec).await?);
     }
     Ok(report)
 }
@@ -839,6 +900,13 @@ fn summarise(
         metric_name: aggregated.map_or_else(|| "accuracy".into(), |a| a.metric_name.clone()),
         final_metric: aggregated.map(|a| a.metric),
         base_metric: aggregated.map(|a| a.base_metric),
+        start_metric: events.iter().find_map(|e| match &e.event {
+            JobEvent::Verdict(v) if v.round == 1 => v.report["start_metric"].as_f64(),
+            _ => None,
+        }),
+        held_out: aggregated
+            .map(|a| a.details["held_out"].clone())
+            .filter(|v| v.as_object().is_some_and(|o| !o.is_empty())),
         adapter_cid: completed.map(|c| c.adapter_cid.clone()),
         contributors,
         refund: events.iter().rev().find_map(|e| match &e.event {
@@ -852,6 +920,7 @@ fn summarise(
         sample_answer: None,
         proofs: ProofsReport::of(events),
         compute: ComputeReport::of(events, &rounds),
+        preference: None,
     }
 }
 
@@ -878,7 +947,9 @@ fn print_report(r: &DemoReport) {
         r.final_metric.unwrap_or(f64::NAN),
         r.base_metric.unwrap_or(f64::NAN)
     );
-    if let Some(a) = &r.sample_answer {
+    // A preference job's answers are the SFT adapter's and the DPO adapter's, which
+    // `demo_preference::print_summary` prints under those names.
+    if let Some(a) = r.sample_answer.as_ref().filter(|_| !r.is_preference()) {
         println!("held-out question  {}", a.question);
         println!("  reference        {}", a.reference);
         println!("  base model       {}", a.before.trim());

@@ -8,6 +8,7 @@ mod cli;
 mod config;
 mod contracts_cmd;
 mod demo;
+mod demo_preference;
 mod dev_secrets;
 mod earnings_cmd;
 mod infra;

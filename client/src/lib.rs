@@ -728,6 +728,7 @@ impl ApiClient {
         Ok(JobKeys {
             held_out: field("key")?,
             job: field("job_key")?,
+            start_adapter: value["start_adapter_cid"].as_str().map(str::to_owned),
         })
     }
 }
@@ -739,4 +740,6 @@ pub struct JobKeys {
     pub held_out: String,
     /// The root of the job's adapter keys.
     pub job: String,
+    /// The adapter the job continues from, sealed to it as round 0's result, if any.
+    pub start_adapter: Option<String>,
 }

@@ -355,9 +355,9 @@ pub fn keep_a_tenth(shard: &Path) -> Result<(), NodeError> {
     std::fs::write(shard, out).map_err(|e| NodeError::Io(e.to_string()))
 }
 
-/// Rewrites the JSONL records of `shard` with wrong answers: binary labels flipped, other labels
-/// and every `completion`, `output` and chat reply moved to the next record (the last to the
-/// first).
+/// Rewrites the JSONL records of `shard` with wrong answers: binary labels flipped, preference
+/// pairs reversed, other labels and every `completion`, `output` and chat reply moved to the
+/// next record (the last to the first).
 pub fn flip_answers(shard: &Path) -> Result<(), NodeError> {
     let text = std::fs::read_to_string(shard).map_err(|e| NodeError::Io(e.to_string()))?;
     let mut records = Vec::new();
@@ -389,6 +389,16 @@ pub fn flip_answers(shard: &Path) -> Result<(), NodeError> {
             {
                 object.insert("content".into(), replies[k].clone());
             }
+        }
+    }
+    // Preference pairs: the preference reversed, rejected answer for chosen.
+    for record in &mut records {
+        if let Some(object) = record.as_object_mut()
+            && let (Some(chosen), Some(rejected)) =
+                (object.remove("chosen"), object.remove("rejected"))
+        {
+            object.insert("chosen".into(), rejected);
+            object.insert("rejected".into(), chosen);
         }
     }
     for field in ["label", "completion", "output"] {
@@ -501,6 +511,17 @@ mod tests {
         assert!(
             text.contains("\"completion\":\"A\",\"prompt\":\"b?\""),
             "{text}"
+        );
+        std::fs::write(
+            &shard,
+            "{\"prompt\":\"2+2=\",\"chosen\":\"4\",\"rejected\":\"5\"}\n",
+        )
+        .unwrap();
+        flip_answers(&shard).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&shard).unwrap(),
+            "{\"chosen\":\"5\",\"prompt\":\"2+2=\",\"rejected\":\"4\"}\n",
+            "the preference reversed"
         );
     }
 }

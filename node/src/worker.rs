@@ -250,6 +250,28 @@ impl WorkerNode {
             None => None,
         };
 
+        // A preference job continuing from an adapter is judged against that adapter.
+        let reference = match &task.reference_adapter_cid {
+            Some(cid) => {
+                let reference_dir = dir.path().join("reference");
+                let seal = seals.reference.as_ref().ok_or_else(|| {
+                    NodeError::Content(format!(
+                        "the lease of task {} gives no key to its reference policy {cid}",
+                        lease.task_id
+                    ))
+                })?;
+                fetch_bundle(
+                    self.blobs.as_ref(),
+                    &cid.to_string(),
+                    &reference_dir,
+                    Some(seal),
+                )
+                .await?;
+                Some(reference_dir)
+            }
+            None => None,
+        };
+
         let (progress_tx, progress_rx) = watch::channel(None::<shardwork_trainer::train::Progress>);
         let device = self.device.clone();
         let behaviour = self.behaviour;
@@ -259,7 +281,11 @@ impl WorkerNode {
         let round = task.round;
         let training = if behaviour.trains(round) {
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
-                let work = work::load(spec, &model_dir, &device)?;
+                let reference = match reference {
+                    Some(dir) => Some(Adapter::load(&dir, &device)?),
+                    None => None,
+                };
+                let work = work::load(spec, &model_dir, reference, &device)?;
                 // What the whole shard's run takes, which a lazy worker's forged proof claims.
                 let asked_steps = match behaviour {
                     Behaviour::Lazy => {
@@ -449,10 +475,12 @@ impl From<&work::Trained> for Claimed {
     }
 }
 
-/// How a lease's adapters are sealed: what the worker hands in, and the round's start.
+/// How a lease's adapters are sealed: what the worker hands in, the round's start, and a
+/// preference job's reference policy.
 struct LeaseSeals {
     submission: BundleSeal,
     start: Option<BundleSeal>,
+    reference: Option<BundleSeal>,
 }
 
 impl LeaseSeals {
@@ -472,6 +500,10 @@ impl LeaseSeals {
             submission: submission.seal_with(task.job_id, key(&lease.keys.submission)?),
             start: match &lease.keys.start {
                 Some(hex) => Some(Sealed::start_of(task.round).seal_with(task.job_id, key(hex)?)),
+                None => None,
+            },
+            reference: match &lease.keys.reference {
+                Some(hex) => Some(Sealed::JOB_START.seal_with(task.job_id, key(hex)?)),
                 None => None,
             },
         })

@@ -505,12 +505,14 @@ async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
     );
 }
 
-/// The README's first command's job, CI-sized: `shardwork demo` (chat SFT of SmolLM2-135M-Instruct
-/// on chatterbot-corpus, 3 shards x 2 rounds) completes, the final adapter's held-out loss per
-/// learned token is below the base model's, every contributor is paid, and the report carries a
-/// held-out question answered before and after.
+/// The README's first command's job, CI-sized, and its preference stage: `shardwork demo --dpo`
+/// (chat SFT of SmolLM2-135M-Instruct on chatterbot-corpus, 3 shards x 2 rounds) completes, the
+/// final adapter's held-out loss per learned token is below the base model's, every contributor
+/// is paid, and the report carries a held-out question answered before and after; then the DPO
+/// job continuing from that result (3 x 2, self-play pairs) completes too, starting at ln 2
+/// against the SFT adapter and ending below it with a reward accuracy of at least 0.75.
 #[tokio::test(flavor = "multi_thread")]
-async fn chat_sft_demo_lowers_held_out_loss_and_pays_its_contributors() {
+async fn chat_sft_then_dpo_demo_lowers_held_out_losses_and_pays_its_contributors() {
     if !chat_fixtures("tests embedded chat demo") {
         return;
     }
@@ -527,6 +529,7 @@ async fn chat_sft_demo_lowers_held_out_loss_and_pays_its_contributors() {
             "2",
             "--timeout-secs",
             "900",
+            "--dpo",
         ])
         .env("SHARDWORK_DATA_DIR", dir.path())
         .env(
@@ -564,5 +567,23 @@ async fn chat_sft_demo_lowers_held_out_loss_and_pays_its_contributors() {
             .iter()
             .all(|c| c["accepted"].as_u64().unwrap() >= 1 && c["paid_wei"] != "0"),
         "every contributor had an adapter accepted and was paid: {report}"
+    );
+
+    let dpo = &report["preference"];
+    assert_eq!(dpo["status"], "completed", "{dpo}");
+    assert_eq!(dpo["metric_name"], "dpo_loss", "{dpo}");
+    let start = dpo["start_metric"].as_f64().unwrap();
+    let end = dpo["final_metric"].as_f64().unwrap();
+    let accuracy = dpo["held_out"]["reward_accuracy"].as_f64().unwrap();
+    assert!(
+        (start - std::f64::consts::LN_2).abs() < 1e-3,
+        "round 1 starts at the reference, the SFT adapter: {dpo}"
+    );
+    assert!(end < std::f64::consts::LN_2 && accuracy >= 0.75, "{dpo}");
+    assert!(dpo["sample_answer"]["after"].is_string(), "{dpo}");
+    let contributors = dpo["contributors"].as_array().unwrap();
+    assert!(
+        !contributors.is_empty() && contributors.iter().all(|c| c["paid_wei"] != "0"),
+        "{dpo}"
     );
 }

@@ -11,7 +11,10 @@
 //! * a federated chat SFT job (3 shards x 2 rounds) runs to payout, with every round starting
 //!   from the last merge, and the final held-out loss per learned token below the base model's;
 //! * a worker that registered too little memory for the job is never leased one of its tasks,
-//!   while the others are; what the chain credits each contributor equals what was recorded.
+//!   while the others are; what the chain credits each contributor equals what was recorded;
+//! * SFT -> DPO through the terminal: `shardwork job continue` posts a preference job (3 shards
+//!   x 2 rounds) from the SFT result, which runs to payout with its held-out DPO loss below
+//!   ln 2 and its reward accuracy at least 0.75.
 //!
 //! Needs SmolLM2 and chatterbot-corpus (`scripts/install/python-fixtures`): a loud skip without
 //! them, a failure in CI.
@@ -432,5 +435,93 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
         let credited = ledger.withdrawable(escrow, who, ETH).await.unwrap();
         assert_eq!(credited.to_string(), p.amount_wei, "{}", p.address);
     }
+
+    // SFT -> DPO through the terminal: `shardwork job continue` posts a preference job (3
+    // shards x 2 rounds) from the SFT result, on pairs preferring each conversation's own
+    // answer to the next conversation's, judged against the SFT adapter.
+    let pairs: String = conversations
+        .iter()
+        .step_by(stride.max(1))
+        .take(60)
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter_map(|w| {
+            let turns = |c: &Value| c["messages"].as_array().cloned().unwrap_or_default();
+            let (own, next) = (turns(w[0]), turns(w[1]));
+            let (question, answer, other) = (own.first()?, own.get(1)?, next.get(1)?);
+            (answer["content"] != other["content"]).then(|| {
+                format!(
+                    "{}\n",
+                    json!({ "chosen": [question, answer], "rejected": [question, other] })
+                )
+            })
+        })
+        .collect();
+    let pairs_path = dir.path().join("pairs.jsonl");
+    std::fs::write(&pairs_path, pairs).unwrap();
+    let mut dpo_spec = spec(&model_cid, 4, 64);
+    dpo_spec["training"]["dpo"] = json!({ "beta": 0.1 });
+    dpo_spec["training"]["learning_rate"] = json!(0.002);
+    let dpo_path = dir.path().join("dpo.json");
+    std::fs::write(&dpo_path, dpo_spec.to_string()).unwrap();
+    let out = shardwork_tests::shardwork(
+        &[
+            "job",
+            "--dev-requester",
+            "continue",
+            &job_id.to_string(),
+            "--data",
+            &pairs_path.display().to_string(),
+            "--spec",
+            &dpo_path.display().to_string(),
+            "--dev-fund",
+            "--watch",
+        ],
+        &[("SHARDWORK_API_URL", api_url.clone())],
+    );
+    let (stdout, stderr) = (
+        shardwork_tests::text(&out.stdout),
+        shardwork_tests::text(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "job continue --watch failed:\n{stdout}\n{stderr}\napi log:\n{}",
+        api.log_text()
+    );
+    let dpo_id: uuid::Uuid = stdout.lines().next().unwrap().trim().parse().unwrap();
+    let dpo_job = requester.job(dpo_id).await.unwrap();
+    assert_eq!(dpo_job["status"], "completed", "{dpo_job}");
+    let sft_job = requester.job(job_id).await.unwrap();
+    assert_eq!(
+        dpo_job["spec"]["base_model"]["adapter"], sft_job["result_adapter_cid"],
+        "the DPO job continued from the SFT result"
+    );
+    let dpo_events = requester.events(dpo_id, 0).await.unwrap();
+    let dpo_merges: Vec<_> = dpo_events
+        .iter()
+        .filter_map(|e| match &e.event {
+            JobEvent::Aggregated(a) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dpo_merges.len(), 2, "one merge per round");
+    let last = dpo_merges.last().unwrap();
+    assert_eq!(last.metric_name, "dpo_loss");
+    let accuracy = last.details["held_out"]["reward_accuracy"]
+        .as_f64()
+        .unwrap();
+    println!(
+        "DPO held-out loss {:.4} (ln 2 = {:.4} at the SFT reference), reward accuracy {accuracy:.3}",
+        last.metric,
+        std::f64::consts::LN_2
+    );
+    assert!(last.metric < std::f64::consts::LN_2, "{last:?}");
+    assert!(accuracy >= 0.75, "{last:?}");
+    assert!(
+        dpo_events
+            .iter()
+            .any(|e| matches!(e.event, JobEvent::Completed(_))),
+        "the DPO job was paid out"
+    );
     api.kill();
 }

@@ -7,7 +7,7 @@
 //! shards with, and shuffled by the protocol's one shuffle ([`shuffle::permutation`]), so the
 //! same dataset and seed give the same held-out set and shards on any machine.
 
-use shardwork_core::protocol::{DatasetRecord, FieldError, JobSpec, shuffle};
+use shardwork_core::protocol::{DatasetRecord, FieldError, JobSpec, PreferencePrompt, shuffle};
 
 use crate::domain::sizing::held_out_count;
 
@@ -39,22 +39,31 @@ pub fn parse_records<'a>(
         if raw.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let checked =
-            DatasetRecord::parse_for(raw, spec.base_model.task, spec.base_model.num_labels)
-                .map_err(|e| match e.field {
-                    Some(field) if !e.message.contains(&field) => format!("{field}: {}", e.message),
-                    _ => e.message,
-                })
-                .and_then(|record| match record {
-                    DatasetRecord::Messages(_) if !has_chat_template => Err(
-                        "field \"messages\": the base model has no chat template to lay a \
+        let checked = DatasetRecord::parse_for(raw, spec.records_for())
+            .map_err(|e| match e.field {
+                Some(field) if !e.message.contains(&field) => format!("{field}: {}", e.message),
+                _ => e.message,
+            })
+            .and_then(|record| match record {
+                DatasetRecord::Messages(_) if !has_chat_template => Err(
+                    "field \"messages\": the base model has no chat template to lay a \
                          conversation out with; use {\"prompt\",\"completion\"} or \
                          {\"instruction\",\"output\"} records, or a model whose tokenizer has \
                          one"
+                    .to_owned(),
+                ),
+                DatasetRecord::Preference {
+                    prompt: PreferencePrompt::Turns(_),
+                    ..
+                } if !has_chat_template => Err(
+                    "fields \"chosen\" and \"rejected\" are turn lists, but the base model has \
+                         no chat template to lay a conversation out with; use \
+                         {\"prompt\",\"chosen\",\"rejected\"} strings, or a model whose tokenizer \
+                         has one"
                         .to_owned(),
-                    ),
-                    _ => Ok(()),
-                });
+                ),
+                _ => Ok(()),
+            });
         match checked {
             Ok(()) => records.push(raw),
             Err(message) => fail(line, message),

@@ -49,9 +49,10 @@ pub fn dataset_associated_data(job_id: Uuid) -> Vec<u8> {
     format!("shardwork dataset {job_id}").into_bytes()
 }
 
-/// What a lease of `task` to `worker` gives: the key to seal its submission with and, when
-/// the round starts from an adapter (every round after the first; round 1 of a job that
-/// continues from one), the key that opens it.
+/// What a lease of `task` to `worker` gives: the key to seal its submission with; when the
+/// round starts from an adapter (every round after the first; round 1 of a job that continues
+/// from one), the key that opens it; and when the task names a reference policy (a preference
+/// job that continues from an adapter), the key that opens that.
 pub fn lease_keys(secret: &str, task: &TaskMessage, worker: &str) -> LeaseKeys {
     let job = job_key(secret, task.job_id);
     let submission = Sealed::Submission {
@@ -64,6 +65,10 @@ pub fn lease_keys(secret: &str, task: &TaskMessage, worker: &str) -> LeaseKeys {
             .previous_adapter_cid
             .as_ref()
             .map(|_| Sealed::start_of(task.round).key(&job).to_hex()),
+        reference: task
+            .reference_adapter_cid
+            .as_ref()
+            .map(|_| Sealed::JOB_START.key(&job).to_hex()),
     }
 }
 

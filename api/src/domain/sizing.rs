@@ -192,10 +192,11 @@ pub fn training_memory_mb(spec: &JobSpec, shape: &ModelShape, vocab: u64, parame
     const F32: u128 = 4;
     const RUNTIME: u128 = 512 << 20;
     let adapter = adapter_params(spec, shape).unwrap_or(0);
-    let batch_tokens = u128::from(spec.training.batch_size) * u128::from(spec.training.max_seq_len);
+    // A preference record is two answers, and a pass holds both answers of a pair.
+    let sequence = sequences_per_record(spec) * u128::from(spec.training.max_seq_len);
+    let batch_tokens = u128::from(spec.training.batch_size) * sequence;
     let tokens = match spec.base_model.architecture {
-        Architecture::Llama => batch_tokens
-            .min(u128::from(SFT_TOKENS_PER_PASS).max(u128::from(spec.training.max_seq_len))),
+        Architecture::Llama => batch_tokens.min(u128::from(SFT_TOKENS_PER_PASS).max(sequence)),
         Architecture::Bert => batch_tokens,
     };
     let h = u128::from(shape.hidden_size);
@@ -235,14 +236,29 @@ pub const DEFAULT_TASK_TIME_LIMIT_SECS: u64 = 24 * 60 * 60;
 /// token (a full model's forward and backward; LoRA's frozen weights skip their own gradients,
 /// so this over-counts), over every record padded to `max_seq_len`, `epochs` times.
 pub fn task_time_limit_secs(spec: &JobSpec, parameters: u128, largest_shard_records: u64) -> u64 {
-    let tokens = u128::from(largest_shard_records)
+    let sequences = u128::from(largest_shard_records).saturating_mul(sequences_per_record(spec));
+    let tokens = sequences
         .saturating_mul(u128::from(spec.training.max_seq_len))
         .saturating_mul(u128::from(spec.training.epochs));
-    let training_secs =
-        parameters.saturating_mul(6).saturating_mul(tokens) / SLOWEST_TRAINING_FLOPS;
+    // A preference task first scores its shard under the reference policy: one forward pass
+    // (two FLOPs per parameter and token) over every answer.
+    let reference = match spec.training.dpo {
+        Some(_) => sequences.saturating_mul(u128::from(spec.training.max_seq_len)),
+        None => 0,
+    };
+    let training_secs = parameters
+        .saturating_mul(6)
+        .saturating_mul(tokens)
+        .saturating_add(parameters.saturating_mul(2).saturating_mul(reference))
+        / SLOWEST_TRAINING_FLOPS;
     u64::try_from(training_secs)
         .unwrap_or(u64::MAX)
         .saturating_add(TASK_SETUP_SECS)
+}
+
+/// Sequences a model runs per dataset record: both answers of a preference pair, else one.
+fn sequences_per_record(spec: &JobSpec) -> u128 {
+    if spec.training.dpo.is_some() { 2 } else { 1 }
 }
 
 /// How `records` split into held-out and training: the held-out set gets `ceil(f·n)` records
@@ -308,6 +324,27 @@ mod tests {
         let twice = task_time_limit_secs(&spec, 135_000_000, 160);
         assert_eq!(twice - TASK_SETUP_SECS, 2 * (secs - TASK_SETUP_SECS));
         assert_eq!(task_time_limit_secs(&spec, u128::MAX, u64::MAX), u64::MAX);
+
+        // A preference pair is two answers trained (6 FLOPs per parameter and token) and first
+        // scored by the reference (2): 8/6 of twice the work, and twice the tokens in a pass.
+        let mut dpo = spec.clone();
+        dpo.training.dpo = Some(Default::default());
+        let dpo_secs = task_time_limit_secs(&dpo, 135_000_000, 80);
+        assert_eq!(
+            dpo_secs - TASK_SETUP_SECS,
+            (6 + 2) * 135_000_000 * 2 * 80 * 64 / 5_000_000_000
+        );
+        let (_, shape) = ModelShape::reference(Architecture::Llama);
+        let memory = |s: &JobSpec| {
+            let mut s = s.clone();
+            s.training.max_seq_len = 256;
+            training_memory_mb(&s, &shape, 49_152, 135_000_000)
+        };
+        // At 256 tokens an SFT pass holds one record, a preference pass both answers of one.
+        assert!(
+            memory(&dpo) > memory(&spec),
+            "a pass holds both answers of a pair"
+        );
     }
 
     #[test]

@@ -144,8 +144,9 @@ pub async fn read_start<C: ConnectionTrait>(
     Ok(Some(StartAdapter { config, weights }))
 }
 
-/// The completed job of `requester` whose result is `cid` (compared by multihash, as every
-/// content rule is), if there is one.
+/// The ended job of `requester` whose result is `cid` (compared by multihash, as every
+/// content rule is), if there is one: a completed job, or one that ended early paying its
+/// completed rounds (`refunded` with a result: decision 0047).
 async fn own_result<C: ConnectionTrait>(
     db: &C,
     requester: &str,
@@ -154,7 +155,10 @@ async fn own_result<C: ConnectionTrait>(
     let wanted = content_key(cid);
     let finished = job::Entity::find()
         .filter(job::Column::Requester.eq(requester))
-        .filter(job::Column::Status.eq(JobStatus::Completed.as_str()))
+        .filter(
+            job::Column::Status
+                .is_in([JobStatus::Completed.as_str(), JobStatus::Refunded.as_str()]),
+        )
         .filter(job::Column::ResultAdapterCid.is_not_null())
         .all(db)
         .await?;

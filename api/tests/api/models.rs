@@ -121,6 +121,51 @@ async fn llm_jobs_are_checked_against_their_model(backend: Backend) {
     .await;
     assert_eq!(ok.status, 201, "{}", ok.text);
 
+    // A preference (DPO) job takes preference pairs only, each refused naming its line and
+    // field; pairs of chat turns need a template, pairs of strings do not.
+    let mut dpo = llm_spec(&without_template);
+    dpo["training"]["dpo"] = json!({ "beta": 0.1 });
+    let pair =
+        |i: usize| format!("{{\"prompt\":\"say {i}\",\"chosen\":\"{i}\",\"rejected\":\"no\"}}\n");
+    let pairs: String = (0..30).map(pair).collect();
+    let ok = send(&service, post_job(&token, &dpo, pairs.as_bytes())).await;
+    assert_eq!(ok.status, 201, "{}", ok.text);
+    for (line, path, says) in [
+        (
+            "{\"prompt\":\"p\",\"chosen\":\"a\"}",
+            "dataset:3",
+            "missing field `rejected`",
+        ),
+        (
+            "{\"prompt\":\"p\",\"chosen\":\"a\",\"rejected\":\"a\"}",
+            "dataset:3",
+            "prefers nothing",
+        ),
+        ("{\"text\":\"plain\"}", "dataset:3", "not a preference pair"),
+        (
+            "{\"chosen\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"a\"}],\
+              \"rejected\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"b\"}]}",
+            "dataset:3",
+            "no chat template",
+        ),
+    ] {
+        let data = format!("{}{}\n{}", pair(0) + &pair(1), line, pairs);
+        let refused = send(&service, post_job(&token, &dpo, data.as_bytes())).await;
+        assert_eq!(refused.status, 422, "{line}: {}", refused.text);
+        assert_eq!(refused.body["errors"][0]["path"], path, "{}", refused.text);
+        assert!(refused.text.contains(says), "{line}: {}", refused.text);
+    }
+    // SFT records are not pairs, and pairs are not SFT records.
+    let refused = send(&service, post_job(&token, &dpo, &instructions)).await;
+    assert_eq!(refused.status, 422, "{}", refused.text);
+    let refused = send(
+        &service,
+        post_job(&token, &llm_spec(&without_template), pairs.as_bytes()),
+    )
+    .await;
+    assert_eq!(refused.status, 422, "{}", refused.text);
+    assert!(refused.text.contains("training.dpo"), "{}", refused.text);
+
     // A job no node can hold: refused naming the model, and no job is written. The largest
     // registered worker has 700 MiB; this tiny model at 32,768-token passes needs about 780.
     let worker = access_token(&service, &worker_key(), &["worker"]).await;

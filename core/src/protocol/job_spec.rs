@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::PROTOCOL_VERSION;
 use super::ids::{ContentId, EthAddress, WeiAmount};
+use super::records::RecordsFor;
 use super::validation::{SpecErrors, decode_json};
 
 /// LoRA rank bounds. Above 256 a LoRA stops being a small adapter.
@@ -236,6 +237,58 @@ pub struct TrainingArgs {
     /// What the learning-rate schedule (warmup, then cosine decay) spans; `task` when omitted.
     #[serde(default, skip_serializing_if = "LrSchedule::is_task")]
     pub schedule: LrSchedule,
+    /// Present: the job is preference fine-tuning (DPO) of a causal LM on
+    /// `{"prompt","chosen","rejected"}` records, against the job's starting point as the
+    /// reference policy (the base model, or `base_model.adapter`: a DPO job after an SFT
+    /// one continues from its result). Absent: supervised training.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpo: Option<DpoArgs>,
+}
+
+/// How a DPO job weighs its preference pairs.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpoArgs {
+    /// How far the policy may move from the reference: the scale of the implicit reward
+    /// `beta · (log π(y|x) − log π_ref(y|x))`; 0.1 when omitted (TRL's default).
+    #[serde(default = "DpoArgs::default_beta")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(exclusive_minimum = 0, maximum = 5, default = 0.1)
+    )]
+    pub beta: f64,
+    /// The loss on each pair's reward margin; `sigmoid` (DPO's) when omitted.
+    #[serde(default)]
+    pub loss: PreferenceLoss,
+}
+
+impl DpoArgs {
+    fn default_beta() -> f64 {
+        0.1
+    }
+}
+
+impl Default for DpoArgs {
+    fn default() -> Self {
+        DpoArgs {
+            beta: DpoArgs::default_beta(),
+            loss: PreferenceLoss::default(),
+        }
+    }
+}
+
+/// The loss a DPO job puts on each pair's margin `h = (log π(y_w) − log π_ref(y_w)) −
+/// (log π(y_l) − log π_ref(y_l))`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PreferenceLoss {
+    /// DPO: `−log σ(β h)`.
+    #[default]
+    Sigmoid,
+    /// IPO: `(h − 1 / (2β))²`, with each answer's log-probability averaged over its tokens.
+    Ipo,
 }
 
 /// What one warmup + cosine learning-rate schedule spans. Measured (DESIGN step 6): `job`
@@ -330,11 +383,23 @@ pub struct ValidationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0, maximum = 1))]
     pub proof_rate: Option<f64>,
+    /// How many completed rounds in a row may fail to improve on the best held-out metric so
+    /// far before the job ends early: the completed rounds are paid, the stake of the rounds
+    /// not run goes back to the requester, and the best round's merge is the result. 2 when
+    /// omitted (one round below the best is within a held-out set's noise; two in a row is a
+    /// trend); a value at or above `rounds - 1` never ends a job early. Docs: decisions/0047.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100, default = 2))]
+    pub patience: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
+
+/// Completed rounds in a row without a better held-out metric that end a job early when its
+/// spec names no `validation.patience`.
+pub const DEFAULT_PATIENCE: u32 = 2;
 
 /// The most a job may ask a worker to bond per task's pay.
 pub const MAX_BOND_MULTIPLE: u32 = 20;
@@ -362,6 +427,12 @@ impl ValidationSpec {
             .unwrap_or_else(|| (1.25 * self.min_proof_rate()).min(1.0))
     }
 
+    /// The completed rounds in a row without a better held-out metric that end a job early:
+    /// the spec's `patience`, or [`DEFAULT_PATIENCE`].
+    pub fn patience(&self) -> u32 {
+        self.patience.unwrap_or(DEFAULT_PATIENCE)
+    }
+
     fn is_default(&self) -> bool {
         *self == ValidationSpec::default()
     }
@@ -375,6 +446,7 @@ impl Default for ValidationSpec {
             spot_check: ValidationSpec::default_spot_check(),
             bond_multiple: 0,
             proof_rate: None,
+            patience: None,
         }
     }
 }
@@ -446,6 +518,18 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
+    /// The records this job trains on: labelled texts, any causal-LM shape, or preference
+    /// pairs for a DPO job.
+    pub fn records_for(&self) -> RecordsFor {
+        match (self.base_model.task, &self.training.dpo) {
+            (TrainingTask::SequenceClassification, _) => RecordsFor::Classification {
+                num_labels: self.base_model.num_labels,
+            },
+            (TrainingTask::CausalLm, None) => RecordsFor::Sft,
+            (TrainingTask::CausalLm, Some(_)) => RecordsFor::Preference,
+        }
+    }
+
     /// Decodes and validates a spec; `now` anchors the deadline checks.
     pub fn parse(json: &[u8], now: DateTime<Utc>) -> Result<JobSpec, SpecErrors> {
         let spec: JobSpec = decode_json(json)?;
@@ -611,6 +695,22 @@ impl JobSpec {
             "training.gradient_accumulation",
             || format!("{} is outside 1..=1024", t.gradient_accumulation),
         );
+        if let Some(dpo) = &t.dpo {
+            e.check(
+                dpo.beta.is_finite() && dpo.beta > 0.0 && dpo.beta <= 5.0,
+                "training.dpo.beta",
+                || format!("{} is outside (0, 5]", dpo.beta),
+            );
+            e.check(
+                self.base_model.task == TrainingTask::CausalLm,
+                "training.dpo",
+                || {
+                    "preference training needs base_model.task causal_lm; a \
+                     sequence_classification job has no answers to prefer"
+                        .to_owned()
+                },
+            );
+        }
     }
 
     fn validate_topology(&self, e: &mut SpecErrors) {
@@ -664,6 +764,13 @@ impl JobSpec {
                      or validation.bond_multiple"
                 )
             });
+        }
+        if let Some(patience) = self.validation.patience {
+            e.check(
+                (1..=MAX_ROUNDS).contains(&patience),
+                "validation.patience",
+                || format!("{patience} is outside 1..={MAX_ROUNDS}"),
+            );
         }
         let f = self.held_out_fraction;
         e.check(
@@ -794,6 +901,67 @@ pub(crate) mod tests {
         let mut v = valid_json();
         v["validation"] = serde_json::json!({ "aggregation": "mode" });
         assert!(parse(v).is_err());
+    }
+
+    #[test]
+    fn a_dpo_job_is_a_causal_lm_job_with_preference_settings() {
+        let causal = |training_dpo: serde_json::Value| {
+            let mut v = valid_json();
+            v["base_model"]["architecture"] = "llama".into();
+            v["base_model"]["task"] = "causal_lm".into();
+            v["base_model"]["num_labels"] = serde_json::Value::Null;
+            v["lora"] = serde_json::json!({ "r": 8, "alpha": 16, "target_modules": ["q_proj"] });
+            v["training"]["dpo"] = training_dpo;
+            v
+        };
+        let spec = parse(causal(serde_json::json!({}))).unwrap();
+        assert_eq!(spec.records_for(), RecordsFor::Preference);
+        let dpo = spec.training.dpo.unwrap();
+        assert_eq!((dpo.beta, dpo.loss), (0.1, PreferenceLoss::Sigmoid));
+        let spec = parse(causal(serde_json::json!({ "beta": 0.5, "loss": "ipo" }))).unwrap();
+        assert_eq!(spec.training.dpo.unwrap().loss, PreferenceLoss::Ipo);
+        let mut sft = causal(serde_json::Value::Null);
+        sft["training"].as_object_mut().unwrap().remove("dpo");
+        let sft = parse(sft).unwrap();
+        assert_eq!(sft.records_for(), RecordsFor::Sft);
+        assert!(
+            serde_json::to_value(&sft).unwrap()["training"]
+                .get("dpo")
+                .is_none(),
+            "an SFT spec writes no dpo field, so stored specs keep their bytes"
+        );
+        for beta in [0.0, 6.0] {
+            let errors = parse(causal(serde_json::json!({ "beta": beta }))).unwrap_err();
+            assert_eq!(paths(&errors), ["training.dpo.beta"], "{errors}");
+        }
+        let mut classify = valid_json();
+        classify["training"]["dpo"] = serde_json::json!({});
+        let errors = parse(classify).unwrap_err();
+        assert_eq!(paths(&errors), ["training.dpo"], "{errors}");
+        assert!(errors.to_string().contains("causal_lm"), "{errors}");
+    }
+
+    #[test]
+    fn patience_defaults_to_two_rounds_and_is_bounded_by_the_rounds_limit() {
+        let spec = parse(valid_json()).unwrap();
+        assert_eq!(spec.validation.patience(), DEFAULT_PATIENCE);
+        let written = serde_json::to_value(&spec).unwrap();
+        assert!(
+            written
+                .get("validation")
+                .is_none_or(|v| v.get("patience").is_none()),
+            "an omitted patience is not written, so stored specs keep their bytes"
+        );
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "patience": 1 });
+        assert_eq!(parse(v).unwrap().validation.patience(), 1);
+        for patience in [0, MAX_ROUNDS + 1] {
+            let mut v = valid_json();
+            v["validation"] = serde_json::json!({ "patience": patience });
+            let errors = parse(v).unwrap_err();
+            assert_eq!(paths(&errors), ["validation.patience"], "{errors}");
+            assert!(errors.to_string().contains("outside 1..=100"), "{errors}");
+        }
     }
 
     #[test]

@@ -12,27 +12,36 @@ pub enum HeldOutMetric {
     Loss,
     /// A classifier's share of correct labels: higher is better.
     Accuracy,
+    /// A preference job's mean DPO (or IPO) loss per held-out pair against the job's
+    /// reference policy (ln 2 at the reference, for DPO): lower is better.
+    DpoLoss,
 }
 
 impl HeldOutMetric {
+    /// Every metric.
+    pub const ALL: [HeldOutMetric; 3] = [
+        HeldOutMetric::Loss,
+        HeldOutMetric::Accuracy,
+        HeldOutMetric::DpoLoss,
+    ];
+
     /// The name it is reported under.
     pub const fn name(self) -> &'static str {
         match self {
             HeldOutMetric::Loss => "loss",
             HeldOutMetric::Accuracy => "accuracy",
+            HeldOutMetric::DpoLoss => "dpo_loss",
         }
     }
 
     /// The metric reported as `name`, if it is one.
     pub fn named(name: &str) -> Option<HeldOutMetric> {
-        [HeldOutMetric::Loss, HeldOutMetric::Accuracy]
-            .into_iter()
-            .find(|m| m.name() == name)
+        HeldOutMetric::ALL.into_iter().find(|m| m.name() == name)
     }
 
     /// Whether a lower value is better.
     pub const fn lower_is_better(self) -> bool {
-        matches!(self, HeldOutMetric::Loss)
+        matches!(self, HeldOutMetric::Loss | HeldOutMetric::DpoLoss)
     }
 
     /// Whether `value` is at least as good as `than`.
@@ -51,7 +60,7 @@ mod tests {
 
     #[test]
     fn each_metric_is_better_its_own_way_and_named_once() {
-        for m in [HeldOutMetric::Loss, HeldOutMetric::Accuracy] {
+        for m in HeldOutMetric::ALL {
             assert_eq!(HeldOutMetric::named(m.name()), Some(m));
         }
         assert_eq!(HeldOutMetric::named("perplexity"), None);
@@ -60,5 +69,6 @@ mod tests {
         assert!(HeldOutMetric::Accuracy.at_least_as_good(0.9, 0.8));
         assert!(HeldOutMetric::Accuracy.at_least_as_good(0.8, 0.8));
         assert!(!HeldOutMetric::Accuracy.at_least_as_good(0.7, 0.8));
+        assert!(HeldOutMetric::DpoLoss.at_least_as_good(0.5, std::f64::consts::LN_2));
     }
 }

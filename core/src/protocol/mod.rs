@@ -28,12 +28,12 @@ pub use bundle::Bundle;
 pub use events::{EventKind, EventView, JobEvent, StatusChange};
 pub use ids::{ContentId, EthAddress, WeiAmount};
 pub use job_spec::{
-    Aggregation, Architecture, BaseModel, JobKind, JobSpec, LoraSpec, LrSchedule, ModelFormat,
-    Stake, TrainingArgs, TrainingTask, ValidationSpec,
+    Aggregation, Architecture, BaseModel, DpoArgs, JobKind, JobSpec, LoraSpec, LrSchedule,
+    ModelFormat, PreferenceLoss, Stake, TrainingArgs, TrainingTask, ValidationSpec,
 };
 pub use manifest::{HeldOutRef, ShardManifest, ShardRef};
 pub use metric::HeldOutMetric;
-pub use records::{ChatMessage, DatasetRecord, Label, RecordError};
+pub use records::{ChatMessage, DatasetRecord, Label, PreferencePrompt, RecordError, RecordsFor};
 pub use status::{JobStatus, ProofStatus, RoundStatus, TaskStatus, VerdictStatus};
 pub use submission::{Submission, SubmissionMetrics};
 pub use task::{TASK_QUEUE, TaskMessage};

@@ -54,6 +54,11 @@ pub struct LeaseKeys {
     /// adapter the job continues from); absent when the round starts from the bare model.
     #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub start: Option<String>,
+    /// Opens the task's `reference_adapter_cid` (a preference job's reference policy, the
+    /// adapter the job continues from); absent when the task names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub reference: Option<String>,
 }
 
 /// A submission waiting for its verdict, with everything the validator needs to fetch.

@@ -13,6 +13,7 @@
 //! | [`DatasetRecord::Instruction`] | `{"instruction","input"?,"output"}` | causal LM, output learned |
 //! | [`DatasetRecord::Messages`] | `{"messages":[{"role","content"}]}` | causal LM via the chat template, assistant turns learned |
 //! | [`DatasetRecord::Labelled`] | `{"text","label"}` | sequence classification |
+//! | [`DatasetRecord::Preference`] | `{"prompt","chosen","rejected"}`, or turn lists (below) | preference pairs (DPO) |
 //!
 //! Fields outside a record's shape are refused rather than ignored: a misspelt
 //! `"complection"` would otherwise train on nothing the requester meant.
@@ -22,10 +23,25 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::protocol::TrainingTask;
-
 /// The shapes, as error messages list them.
-pub const RECORD_SHAPES: &str = r#"expected {"text"}, {"prompt","completion"}, {"instruction","input","output"}, {"messages":[{"role","content"}]} or {"text","label"}"#;
+pub const RECORD_SHAPES: &str = r#"expected {"text"}, {"prompt","completion"}, {"instruction","input","output"}, {"messages":[{"role","content"}]}, {"text","label"} or {"prompt","chosen","rejected"}"#;
+
+/// The preference shapes, as error messages list them.
+pub const PREFERENCE_SHAPES: &str = r#"a preference record is {"prompt","chosen","rejected"} with three strings, {"chosen":[turns],"rejected":[turns]} sharing every turn but the assistant's last, or {"prompt":[turns],"chosen":[one assistant turn],"rejected":[one assistant turn]}"#;
+
+/// The records a job trains on, as its spec says ([`crate::protocol::JobSpec::records_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordsFor {
+    /// `{"text","label"}`, integer labels below `num_labels`.
+    Classification {
+        /// The job's labels.
+        num_labels: Option<u32>,
+    },
+    /// Any causal-LM shape: text, prompt/completion, instruction, messages.
+    Sft,
+    /// Preference pairs, for a DPO job.
+    Preference,
+}
 
 /// The roles a chat turn may take.
 pub const CHAT_ROLES: [&str; 3] = ["system", "user", "assistant"];
@@ -68,6 +84,17 @@ impl Label {
     }
 }
 
+/// The prompt a preference pair answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreferencePrompt {
+    /// `"prompt": "…"`: plain text; each answer follows it as written (as a
+    /// `{"prompt","completion"}` record's completion does).
+    Text(String),
+    /// The turns both answers follow, laid out by the model's chat template; each answer is
+    /// the assistant turn after them.
+    Turns(Vec<ChatMessage>),
+}
+
 /// One dataset record, of any shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DatasetRecord {
@@ -97,6 +124,15 @@ pub enum DatasetRecord {
         text: String,
         /// Its class.
         label: Label,
+    },
+    /// A prompt, the answer preferred and the answer rejected, for preference training (DPO).
+    Preference {
+        /// What both answers follow.
+        prompt: PreferencePrompt,
+        /// The preferred answer; never empty.
+        chosen: String,
+        /// The rejected answer; never empty, never the chosen one.
+        rejected: String,
     },
 }
 
@@ -186,6 +222,59 @@ fn only(obj: Fields, allowed: &[&str], shape: &str) -> Result<(), RecordError> {
 
 const NOTHING_TO_LEARN: &str = ", so there is nothing to learn";
 
+/// The chat turns of the list `value` at field `key`, each `{"role","content"}` with a known
+/// role.
+fn turns(value: &Value, key: &str) -> Result<Vec<ChatMessage>, RecordError> {
+    let Value::Array(items) = value else {
+        return Err(RecordError::field(
+            key,
+            format!("field {key:?} must be an array of turns"),
+        ));
+    };
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let role = item.get("role").and_then(Value::as_str);
+        let content = item.get("content").and_then(Value::as_str);
+        let (Some(role), Some(content)) = (role, content) else {
+            return Err(RecordError::field(
+                format!("{key}[{i}]"),
+                format!("{key}[{i}] needs string fields \"role\" and \"content\""),
+            ));
+        };
+        if let Some(other) = item
+            .as_object()
+            .and_then(|o| o.keys().find(|k| *k != "role" && *k != "content"))
+        {
+            return Err(RecordError::field(
+                format!("{key}[{i}].{other}"),
+                format!("{key}[{i}] has field {other:?}; a turn is {{\"role\",\"content\"}}"),
+            ));
+        }
+        if !CHAT_ROLES.contains(&role) {
+            return Err(RecordError::field(
+                format!("{key}[{i}].role"),
+                format!("{key}[{i}].role {role:?} is not one of {CHAT_ROLES:?}"),
+            ));
+        }
+        messages.push(ChatMessage::new(role, content));
+    }
+    Ok(messages)
+}
+
+/// Refuses an answer of a preference pair (at `path`) that is not an assistant's turn.
+fn answer_turn(turn: &ChatMessage, path: &str) -> Result<(), RecordError> {
+    if turn.role == "assistant" {
+        return Ok(());
+    }
+    Err(RecordError::field(
+        format!("{path}.role"),
+        format!(
+            "{path}.role is {:?}; the answers of a preference pair are assistant turns",
+            turn.role
+        ),
+    ))
+}
+
 impl DatasetRecord {
     /// Parses one JSONL line (without its newline).
     pub fn parse(line: &[u8]) -> Result<Self, RecordError> {
@@ -205,6 +294,11 @@ impl DatasetRecord {
                 "record is not a JSON object; {RECORD_SHAPES}"
             )));
         };
+        if obj.contains_key("chosen") || obj.contains_key("rejected") {
+            let shape = r#"{"prompt","chosen","rejected"}"#;
+            only(obj, &["prompt", "chosen", "rejected"], shape)?;
+            return Self::preference(obj);
+        }
         if obj.contains_key("messages") {
             only(obj, &["messages"], r#"{"messages"}"#)?;
             return Self::messages(&obj["messages"]);
@@ -263,39 +357,7 @@ impl DatasetRecord {
     }
 
     fn messages(value: &Value) -> Result<Self, RecordError> {
-        let Value::Array(items) = value else {
-            return Err(RecordError::field(
-                "messages",
-                "field \"messages\" must be an array",
-            ));
-        };
-        let mut messages = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let role = item.get("role").and_then(Value::as_str);
-            let content = item.get("content").and_then(Value::as_str);
-            let (Some(role), Some(content)) = (role, content) else {
-                return Err(RecordError::field(
-                    format!("messages[{i}]"),
-                    format!("messages[{i}] needs string fields \"role\" and \"content\""),
-                ));
-            };
-            if let Some(key) = item
-                .as_object()
-                .and_then(|o| o.keys().find(|k| *k != "role" && *k != "content"))
-            {
-                return Err(RecordError::field(
-                    format!("messages[{i}].{key}"),
-                    format!("messages[{i}] has field {key:?}; a turn is {{\"role\",\"content\"}}"),
-                ));
-            }
-            if !CHAT_ROLES.contains(&role) {
-                return Err(RecordError::field(
-                    format!("messages[{i}].role"),
-                    format!("messages[{i}].role {role:?} is not one of {CHAT_ROLES:?}"),
-                ));
-            }
-            messages.push(ChatMessage::new(role, content));
-        }
+        let messages = turns(value, "messages")?;
         if !messages.iter().any(|m| m.role == "assistant") {
             return Err(RecordError::field(
                 "messages",
@@ -303,6 +365,122 @@ impl DatasetRecord {
             ));
         }
         Ok(DatasetRecord::Messages(messages))
+    }
+
+    /// A preference record in one of its three forms ([`PREFERENCE_SHAPES`]).
+    fn preference(obj: Fields) -> Result<Self, RecordError> {
+        let side = |key: &str| match obj.get(key) {
+            None | Some(Value::Null) => Err(RecordError::field(
+                key,
+                format!("missing field `{key}`; {PREFERENCE_SHAPES}"),
+            )),
+            Some(value) => Ok(value),
+        };
+        let (chosen, rejected) = (side("chosen")?, side("rejected")?);
+        let (prompt, chosen, rejected) = match (obj.get("prompt"), chosen, rejected) {
+            (Some(Value::String(prompt)), Value::String(c), Value::String(r)) => {
+                (PreferencePrompt::Text(prompt.clone()), c.clone(), r.clone())
+            }
+            (None | Some(Value::Null), Value::Array(_), Value::Array(_)) => {
+                let chosen = turns(chosen, "chosen")?;
+                let rejected = turns(rejected, "rejected")?;
+                let (Some((c, shared)), Some((r, theirs))) =
+                    (chosen.split_last(), rejected.split_last())
+                else {
+                    return Err(RecordError::field(
+                        "chosen",
+                        format!("an answer list is empty; {PREFERENCE_SHAPES}"),
+                    ));
+                };
+                if shared.len() != theirs.len() {
+                    return Err(RecordError::field(
+                        "rejected",
+                        format!(
+                            "rejected has {} turns and chosen {}; both share every turn but \
+                             the last",
+                            theirs.len() + 1,
+                            shared.len() + 1
+                        ),
+                    ));
+                }
+                if let Some(i) = (0..shared.len()).find(|&i| shared[i] != theirs[i]) {
+                    return Err(RecordError::field(
+                        format!("rejected[{i}]"),
+                        format!(
+                            "rejected[{i}] differs from chosen[{i}]; both share every turn but \
+                             the last"
+                        ),
+                    ));
+                }
+                answer_turn(c, &format!("chosen[{}]", shared.len()))?;
+                answer_turn(r, &format!("rejected[{}]", shared.len()))?;
+                if shared.is_empty() {
+                    return Err(RecordError::field(
+                        "chosen",
+                        "chosen and rejected share no prompt turn, so the answers answer nothing",
+                    ));
+                }
+                (
+                    PreferencePrompt::Turns(shared.to_vec()),
+                    c.content.clone(),
+                    r.content.clone(),
+                )
+            }
+            (Some(Value::Array(_)), Value::Array(_), Value::Array(_)) => {
+                let prompt = turns(&obj["prompt"], "prompt")?;
+                if prompt.is_empty() {
+                    return Err(RecordError::field(
+                        "prompt",
+                        "field \"prompt\" has no turns",
+                    ));
+                }
+                let one = |key: &str| -> Result<String, RecordError> {
+                    let answer = turns(&obj[key], key)?;
+                    let [last] = answer.as_slice() else {
+                        return Err(RecordError::field(
+                            key,
+                            format!(
+                                "{key} has {} turns; after a \"prompt\" list it is one \
+                                 assistant turn",
+                                answer.len()
+                            ),
+                        ));
+                    };
+                    answer_turn(last, &format!("{key}[0]"))?;
+                    Ok(last.content.clone())
+                };
+                (
+                    PreferencePrompt::Turns(prompt),
+                    one("chosen")?,
+                    one("rejected")?,
+                )
+            }
+            _ => {
+                return Err(RecordError::record(format!(
+                    "\"prompt\", \"chosen\" and \"rejected\" mix strings and turn lists; \
+                     {PREFERENCE_SHAPES}"
+                )));
+            }
+        };
+        for (key, answer) in [("chosen", &chosen), ("rejected", &rejected)] {
+            if answer.trim().is_empty() {
+                return Err(RecordError::field(
+                    key,
+                    format!("field {key:?} is empty{NOTHING_TO_LEARN}"),
+                ));
+            }
+        }
+        if chosen == rejected {
+            return Err(RecordError::field(
+                "rejected",
+                "rejected is the same answer as chosen, so the pair prefers nothing",
+            ));
+        }
+        Ok(DatasetRecord::Preference {
+            prompt,
+            chosen,
+            rejected,
+        })
     }
 
     /// The shape's name, as [`RECORD_SHAPES`] writes it.
@@ -313,18 +491,15 @@ impl DatasetRecord {
             DatasetRecord::Instruction { .. } => r#"{"instruction","input","output"}"#,
             DatasetRecord::Messages(_) => r#"{"messages"}"#,
             DatasetRecord::Labelled { .. } => r#"{"text","label"}"#,
+            DatasetRecord::Preference { .. } => r#"{"prompt","chosen","rejected"}"#,
         }
     }
 
-    /// Whether this record can be trained by a job of `task` with `num_labels` labels
-    /// (classification only; integer labels must be below it).
-    pub fn check_for(
-        &self,
-        task: TrainingTask,
-        num_labels: Option<u32>,
-    ) -> Result<(), RecordError> {
-        match (task, self) {
-            (TrainingTask::SequenceClassification, DatasetRecord::Labelled { label, .. }) => {
+    /// Whether this record can be trained by a job that trains on `records` (integer
+    /// classification labels must be below its `num_labels`).
+    pub fn check_for(&self, records: RecordsFor) -> Result<(), RecordError> {
+        match (records, self) {
+            (RecordsFor::Classification { num_labels }, DatasetRecord::Labelled { label, .. }) => {
                 match (label, num_labels) {
                     (Label::Int(label), Some(n)) if *label >= u64::from(n) => {
                         Err(RecordError::field(
@@ -335,35 +510,40 @@ impl DatasetRecord {
                     _ => Ok(()),
                 }
             }
-            (TrainingTask::SequenceClassification, DatasetRecord::Text(_)) => {
-                Err(RecordError::field(
-                    "label",
-                    "missing field `label`: a sequence-classification record is {\"text\",\"label\"}",
-                ))
-            }
-            (TrainingTask::SequenceClassification, other) => Err(RecordError::record(format!(
-                "a {} record is for causal-LM jobs; a sequence-classification record is \
+            (RecordsFor::Classification { .. }, DatasetRecord::Text(_)) => Err(RecordError::field(
+                "label",
+                "missing field `label`: a sequence-classification record is {\"text\",\"label\"}",
+            )),
+            (RecordsFor::Classification { .. }, other) => Err(RecordError::record(format!(
+                "a {} record is not for sequence-classification jobs, whose records are \
                  {{\"text\",\"label\"}}",
                 other.shape()
             ))),
-            (TrainingTask::CausalLm, DatasetRecord::Labelled { .. }) => Err(RecordError::field(
+            (RecordsFor::Sft, DatasetRecord::Labelled { .. }) => Err(RecordError::field(
                 "label",
                 "field \"label\" belongs to sequence-classification records; a causal-LM job \
                  takes {\"text\"}, {\"prompt\",\"completion\"}, {\"instruction\",\"input\",\"output\"} \
                  or {\"messages\"}",
             )),
-            (TrainingTask::CausalLm, _) => Ok(()),
+            (RecordsFor::Sft, DatasetRecord::Preference { .. }) => Err(RecordError::record(
+                "a preference record is for a DPO job (a spec with `training.dpo`); a \
+                     supervised causal-LM job takes {\"text\"}, {\"prompt\",\"completion\"}, \
+                     {\"instruction\",\"input\",\"output\"} or {\"messages\"}",
+            )),
+            (RecordsFor::Sft, _) => Ok(()),
+            (RecordsFor::Preference, DatasetRecord::Preference { .. }) => Ok(()),
+            (RecordsFor::Preference, other) => Err(RecordError::record(format!(
+                "a {} record is not a preference pair; {PREFERENCE_SHAPES}",
+                other.shape()
+            ))),
         }
     }
 
-    /// Parses one line and checks it fits a job of `task` (see [`Self::check_for`]).
-    pub fn parse_for(
-        line: &[u8],
-        task: TrainingTask,
-        num_labels: Option<u32>,
-    ) -> Result<Self, RecordError> {
+    /// Parses one line and checks it fits a job that trains on `records` (see
+    /// [`Self::check_for`]).
+    pub fn parse_for(line: &[u8], records: RecordsFor) -> Result<Self, RecordError> {
         let record = Self::parse(line)?;
-        record.check_for(task, num_labels)?;
+        record.check_for(records)?;
         Ok(record)
     }
 }
@@ -477,37 +657,158 @@ mod tests {
     fn a_record_must_fit_the_jobs_task() {
         let labelled = DatasetRecord::parse(br#"{"text":"a","label":7}"#).unwrap();
         let err = labelled
-            .check_for(TrainingTask::SequenceClassification, Some(2))
+            .check_for(RecordsFor::Classification {
+                num_labels: Some(2),
+            })
             .unwrap_err();
         assert!(err.contains("label 7 is outside 0..2"), "{err}");
         assert!(
             labelled
-                .check_for(TrainingTask::SequenceClassification, Some(8))
+                .check_for(RecordsFor::Classification {
+                    num_labels: Some(8)
+                })
                 .is_ok()
         );
         assert_eq!(
             labelled
-                .check_for(TrainingTask::CausalLm, None)
+                .check_for(RecordsFor::Sft)
                 .unwrap_err()
                 .field
                 .as_deref(),
             Some("label")
         );
         let text = DatasetRecord::parse(br#"{"text":"a"}"#).unwrap();
-        assert!(text.check_for(TrainingTask::CausalLm, None).is_ok());
+        assert!(text.check_for(RecordsFor::Sft).is_ok());
         assert!(
-            text.check_for(TrainingTask::SequenceClassification, Some(2))
-                .unwrap_err()
-                .contains("missing field `label`")
+            text.check_for(RecordsFor::Classification {
+                num_labels: Some(2)
+            })
+            .unwrap_err()
+            .contains("missing field `label`")
         );
         let chat = DatasetRecord::parse(
             br#"{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a"}]}"#,
         )
         .unwrap();
         assert!(
-            chat.check_for(TrainingTask::SequenceClassification, Some(2))
-                .unwrap_err()
-                .contains("for causal-LM jobs")
+            chat.check_for(RecordsFor::Classification {
+                num_labels: Some(2)
+            })
+            .unwrap_err()
+            .contains("not for sequence-classification jobs")
         );
+    }
+
+    #[test]
+    fn preference_pairs_are_read_in_each_form_and_refused_naming_the_field() {
+        let plain =
+            DatasetRecord::parse(br#"{"prompt":"2+2=","chosen":"4","rejected":"5"}"#).unwrap();
+        assert_eq!(
+            plain,
+            DatasetRecord::Preference {
+                prompt: PreferencePrompt::Text("2+2=".into()),
+                chosen: "4".into(),
+                rejected: "5".into()
+            }
+        );
+        let user = ChatMessage::new("user", "Hi");
+        let implicit = DatasetRecord::from_json(&json!({
+            "chosen": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}],
+            "rejected": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Go away."}]
+        }))
+        .unwrap();
+        let expected = DatasetRecord::Preference {
+            prompt: PreferencePrompt::Turns(vec![user.clone()]),
+            chosen: "Hello!".into(),
+            rejected: "Go away.".into(),
+        };
+        assert_eq!(implicit, expected);
+        let explicit = DatasetRecord::from_json(&json!({
+            "prompt": [{"role": "user", "content": "Hi"}],
+            "chosen": [{"role": "assistant", "content": "Hello!"}],
+            "rejected": [{"role": "assistant", "content": "Go away."}]
+        }))
+        .unwrap();
+        assert_eq!(explicit, expected);
+        assert!(plain.check_for(RecordsFor::Preference).is_ok());
+        assert!(
+            plain
+                .check_for(RecordsFor::Sft)
+                .unwrap_err()
+                .contains("training.dpo")
+        );
+        assert!(
+            DatasetRecord::parse(br#"{"text":"a"}"#)
+                .unwrap()
+                .check_for(RecordsFor::Preference)
+                .unwrap_err()
+                .contains("not a preference pair")
+        );
+
+        let field = |value: serde_json::Value| {
+            let err = DatasetRecord::from_json(&value).unwrap_err();
+            (err.field.clone(), err.message)
+        };
+        let turn = |role: &str, content: &str| json!({"role": role, "content": content});
+        for (value, path, says) in [
+            (
+                json!({"prompt": "p", "chosen": "a"}),
+                Some("rejected"),
+                "missing field `rejected`",
+            ),
+            (
+                json!({"prompt": "p", "chosen": "", "rejected": "b"}),
+                Some("chosen"),
+                "is empty",
+            ),
+            (
+                json!({"prompt": "p", "chosen": "a", "rejected": "a"}),
+                Some("rejected"),
+                "prefers nothing",
+            ),
+            (
+                json!({"prompt": "p", "chosen": "a", "rejected": "b", "score": 1}),
+                Some("score"),
+                "not part of",
+            ),
+            (
+                json!({"prompt": "p", "chosen": [turn("assistant", "a")], "rejected": "b"}),
+                None,
+                "mix strings",
+            ),
+            (
+                json!({"chosen": [turn("user", "q"), turn("assistant", "a")],
+                       "rejected": [turn("user", "other"), turn("assistant", "b")]}),
+                Some("rejected[0]"),
+                "differs from chosen[0]",
+            ),
+            (
+                json!({"chosen": [turn("user", "q"), turn("user", "a")],
+                       "rejected": [turn("user", "q"), turn("assistant", "b")]}),
+                Some("chosen[1].role"),
+                "assistant turns",
+            ),
+            (
+                json!({"chosen": [turn("assistant", "a")], "rejected": [turn("assistant", "b")]}),
+                Some("chosen"),
+                "share no prompt turn",
+            ),
+            (
+                json!({"chosen": [turn("user", "q"), turn("robot", "a")],
+                       "rejected": [turn("user", "q"), turn("assistant", "b")]}),
+                Some("chosen[1].role"),
+                "not one of",
+            ),
+            (
+                json!({"prompt": [turn("user", "q")], "chosen": [turn("assistant", "a"), turn("assistant", "c")],
+                       "rejected": [turn("assistant", "b")]}),
+                Some("chosen"),
+                "one assistant turn",
+            ),
+        ] {
+            let (got_path, message) = field(value.clone());
+            assert_eq!(got_path.as_deref(), path, "{value}: {message}");
+            assert!(message.contains(says), "{value}: {message}");
+        }
     }
 }

@@ -36,6 +36,11 @@ pub struct TaskMessage {
     /// adapter the job continues from (absent when round 1 starts from the bare base model).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_adapter_cid: Option<ContentId>,
+    /// A preference job's reference policy when it continues from an adapter: that adapter
+    /// (the job's start, in every round). Absent for other jobs, and for a preference job
+    /// from the bare base model, which is then the reference.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_adapter_cid: Option<ContentId>,
 }
 
 impl TaskMessage {
@@ -96,6 +101,7 @@ mod tests {
             job_spec_cid: cid,
             base_model_cid: cid,
             previous_adapter_cid: previous.map(|p| p.parse().unwrap()),
+            reference_adapter_cid: None,
         }
     }
 

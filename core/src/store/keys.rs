@@ -44,6 +44,10 @@ pub enum Sealed {
 }
 
 impl Sealed {
+    /// What the adapter a job continues from is sealed as, once it is the job's (its round 0's
+    /// result): round 1's start, and a preference job's reference policy in every round.
+    pub const JOB_START: Sealed = Sealed::RoundResult { round: 0 };
+
     /// What round `round`'s starting adapter is sealed as, when the round has one: the
     /// previous round's merge, or in round 1 the adapter the job continues from. (A round 1
     /// without a starting adapter trains from the bare base model.)

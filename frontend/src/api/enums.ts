@@ -3,7 +3,7 @@
 
 /** The values of each string enum of the API, in the order the server lists them. */
 export const ENUMS = {
-  AggregateOutcome: ["next_round_opened", "finalization_queued", "payout_awaits_proofs"],
+  AggregateOutcome: ["next_round_opened", "ended_early", "finalization_queued", "payout_awaits_proofs"],
   Aggregation: ["exact", "trimmed_mean", "median"],
   Architecture: ["llama", "bert"],
   Device: ["cpu", "gpu"],
@@ -11,6 +11,7 @@ export const ENUMS = {
   JobStatus: ["awaiting_funding", "open", "completed", "cancelled", "refunded"],
   LrSchedule: ["task", "job"],
   ModelFormat: ["safetensors", "gguf"],
+  PreferenceLoss: ["sigmoid", "ipo"],
   ProofStatus: ["not_due", "pending", "passed", "failed"],
   Role: ["requester", "worker", "validator", "admin"],
   TaskStatus: ["queued", "leased", "submitted", "accepted", "failed"],

@@ -503,7 +503,8 @@ export type paths = {
         get?: never;
         put?: never;
         /**
-         * Records the merge of a round: opens the next round from it, or queues the payout.
+         * Records the merge of a round: opens the next round from it, queues the payout, or ends the
+         *     job early when its held-out metric has not improved for `validation.patience` rounds.
          * @description **Role:** `validator` (configured addresses only).
          */
         post: operations["record_aggregate"];
@@ -934,10 +935,13 @@ export type components = {
          * @description What recording a merge led to.
          * @enum {string}
          */
-        AggregateOutcome: "next_round_opened" | "finalization_queued" | "payout_awaits_proofs";
+        AggregateOutcome: "next_round_opened" | "ended_early" | "finalization_queued" | "payout_awaits_proofs";
         /** @description What recording the merge led to. */
         AggregateResponse: {
-            /** @description Whether the next round opened, the payout was queued, or it waits for proofs. */
+            /**
+             * @description Whether the next round opened, the payout was queued or waits for proofs, or the job
+             *     ends early for want of improvement (`validation.patience`).
+             */
             outcome: components["schemas"]["AggregateOutcome"];
         };
         /**
@@ -1138,6 +1142,18 @@ export type components = {
          * @enum {string}
          */
         Device: "cpu" | "gpu";
+        /** @description How a DPO job weighs its preference pairs. */
+        DpoArgs: {
+            /**
+             * Format: double
+             * @description How far the policy may move from the reference: the scale of the implicit reward
+             *     `beta · (log π(y|x) − log π_ref(y|x))`; 0.1 when omitted (TRL's default).
+             * @default 0.1
+             */
+            beta: number;
+            /** @description The loss on each pair's reward margin; `sigmoid` (DPO's) when omitted. */
+            loss?: components["schemas"]["PreferenceLoss"];
+        };
         /** @description A submission of the same round handed in before the one being judged. */
         EarlierSubmission: {
             /** @description Its adapter's bundle. */
@@ -1314,6 +1330,7 @@ export type components = {
             key: string;
             /** @description The sealed held-out set in the content store. */
             sealed_cid: components["schemas"]["ContentId"];
+            start_adapter_cid?: null | components["schemas"]["ContentId"];
         };
         /** @description Something that happened to a job. */
         JobEvent: {
@@ -1646,6 +1663,11 @@ export type components = {
         /** @description The keys a lease gives its holder, as 64 hex digits each. */
         LeaseKeys: {
             /**
+             * @description Opens the task's `reference_adapter_cid` (a preference job's reference policy, the
+             *     adapter the job continues from); absent when the task names none.
+             */
+            reference?: string | null;
+            /**
              * @description Opens the round's starting adapter (the previous round's merge, or in round 1 the
              *     adapter the job continues from); absent when the round starts from the bare model.
              */
@@ -1857,6 +1879,12 @@ export type components = {
             /** @description The address of the worker who trained the adapter. */
             worker: string;
         };
+        /**
+         * @description The loss a DPO job puts on each pair's margin `h = (log π(y_w) − log π_ref(y_w)) −
+         *     (log π(y_l) − log π_ref(y_l))`.
+         * @enum {string}
+         */
+        PreferenceLoss: "sigmoid" | "ipo";
         /** @description The problem+json body (RFC 7807). */
         Problem: {
             /** @description What went wrong this time, for a person. */
@@ -2485,6 +2513,7 @@ export type components = {
             /** @description The job spec document (job.json). */
             job_spec_cid: components["schemas"]["ContentId"];
             previous_adapter_cid?: null | components["schemas"]["ContentId"];
+            reference_adapter_cid?: null | components["schemas"]["ContentId"];
             /**
              * Format: int32
              * @description Rounds count from 1.
@@ -2570,6 +2599,7 @@ export type components = {
              * @description Records per forward and backward pass.
              */
             batch_size: number;
+            dpo?: null | components["schemas"]["DpoArgs"];
             /**
              * Format: int32
              * @description Passes over the shard.
@@ -2646,6 +2676,16 @@ export type components = {
              *     score a few examples below it while the merge of all of them gains.
              */
             min_gain?: number | null;
+            /**
+             * Format: int32
+             * @description How many completed rounds in a row may fail to improve on the best held-out metric so
+             *     far before the job ends early: the completed rounds are paid, the stake of the rounds
+             *     not run goes back to the requester, and the best round's merge is the result. 2 when
+             *     omitted (one round below the best is within a held-out set's noise; two in a row is a
+             *     trend); a value at or above `rounds - 1` never ends a job early. Docs: decisions/0047.
+             * @default 2
+             */
+            patience: number | null;
             /**
              * Format: double
              * @description Share of scored submissions whose proof of training is replayed, drawn from the
@@ -4071,7 +4111,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The job is not completed */
+            /** @description The job has no result: it is not completed, and did not end early paying a completed round */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4143,7 +4183,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description The job is not completed */
+            /** @description The job has no result: it is not completed, and did not end early paying a completed round */
             409: {
                 headers: {
                     [name: string]: unknown;

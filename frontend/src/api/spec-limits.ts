@@ -9,6 +9,9 @@ export const SPEC_LIMITS = {
   BaseModel: {
     num_labels: { minimum: 2, maximum: 1000 },
   },
+  DpoArgs: {
+    beta: { maximum: 5, exclusiveMinimum: 0, default: 0.1 },
+  },
   JobSpec: {
     held_out_fraction: { maximum: 0.5, exclusiveMinimum: 0 },
     min_reputation: { minimum: 0, maximum: 10000, default: 0 },
@@ -37,6 +40,7 @@ export const SPEC_LIMITS = {
   ValidationSpec: {
     bond_multiple: { minimum: 0, maximum: 20, default: 0 },
     min_gain: { minimum: -1, maximum: 1 },
+    patience: { minimum: 1, maximum: 100, default: 2 },
     proof_rate: { maximum: 1, exclusiveMinimum: 0 },
     spot_check: { minimum: 0, maximum: 1, default: 0.1 },
   },

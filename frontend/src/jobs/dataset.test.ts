@@ -31,6 +31,8 @@ describe('record shapes', () => {
     const scan = await scanDataset(new Blob([lines.join('\n')]));
     expect(scan.shapes).toEqual({ chat: 2, instruction: 2, prompt_completion: 1, labelled: 1, text: 1, unknown: 1 });
     expect(recordShape({ messages: [] })).toBe('chat');
+    expect(recordShape({ prompt: 'p', chosen: 'a', rejected: 'b' })).toBe('preference');
+    expect(recordShape({ chosen: [], rejected: [] })).toBe('preference');
   });
 
   it('names a single shape, or the mix, most common first', async () => {

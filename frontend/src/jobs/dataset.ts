@@ -16,9 +16,10 @@ export interface DatasetScan {
 export const MAX_LINE_ERRORS = 5;
 
 /** The record shapes a dataset may hold; the server checks each record's fields in full. */
-export type RecordShape = 'chat' | 'instruction' | 'prompt_completion' | 'labelled' | 'text' | 'unknown';
+export type RecordShape = 'preference' | 'chat' | 'instruction' | 'prompt_completion' | 'labelled' | 'text' | 'unknown';
 
 export const SHAPE_LABEL: Record<RecordShape, string> = {
+  preference: 'preference ({"prompt","chosen","rejected"})',
   chat: 'chat ({"messages"})',
   instruction: 'instruction ({"instruction","input","output"})',
   prompt_completion: 'prompt/completion',
@@ -29,6 +30,7 @@ export const SHAPE_LABEL: Record<RecordShape, string> = {
 
 /** A record's shape, from the key that decides it, as the server's parser tells them apart. */
 export function recordShape(record: object): RecordShape {
+  if ('chosen' in record || 'rejected' in record) return 'preference';
   if ('messages' in record) return 'chat';
   if ('instruction' in record || 'output' in record) return 'instruction';
   if ('prompt' in record || 'completion' in record) return 'prompt_completion';

@@ -59,6 +59,23 @@ describe('checkSpecForm', () => {
     expect(errors['training.schedule']).toEqual(['choose task or job']);
   });
 
+  it('makes a causal-LM job preference training when a DPO beta is given, and only then', () => {
+    const llama = {
+      'base_model.architecture': 'llama',
+      'base_model.task': 'causal_lm',
+      'base_model.num_labels': '',
+      'lora.modules_to_save': '',
+    };
+    expect(checkSpecForm(form(llama), now).spec?.training.dpo).toBeUndefined();
+    expect(checkSpecForm(form({ ...llama, 'training.dpo.beta': '0.1' }), now).spec?.training.dpo).toEqual({ beta: 0.1 });
+    expect(checkSpecForm(form({ ...llama, 'training.dpo.beta': '0' }), now).errors['training.dpo.beta']).toEqual([
+      '0 is outside (0, 5]',
+    ]);
+    expect(checkSpecForm(form({ 'training.dpo.beta': '0.1' }), now).errors['training.dpo.beta']).toEqual([
+      'preference training needs a causal LM (llama)',
+    ]);
+  });
+
   it('takes rank bounds inclusively', () => {
     for (const [r, ok] of [
       ['1', true],

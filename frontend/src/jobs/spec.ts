@@ -8,7 +8,13 @@ import { SPEC_LIMITS } from '../api/spec-limits';
 
 // The server's limits reach the portal through the OpenAPI document (src/api/spec-limits.ts is
 // generated from it), so a limit changed in job_spec.rs changes here on the next `gen:api`.
-const { BaseModel: modelLimits, JobSpec: jobLimits, LoraSpec: loraLimits, TrainingArgs: trainingLimits } = SPEC_LIMITS;
+const {
+  BaseModel: modelLimits,
+  DpoArgs: dpoLimits,
+  JobSpec: jobLimits,
+  LoraSpec: loraLimits,
+  TrainingArgs: trainingLimits,
+} = SPEC_LIMITS;
 
 export const PROTOCOL_VERSION = jobLimits.version.maximum;
 export const MAX_LORA_RANK = loraLimits.r.maximum;
@@ -69,6 +75,8 @@ export interface JobSpec {
     gradient_accumulation: number;
     /** What one warmup + cosine spans: each task's own steps, or the whole job's rounds. */
     schedule: LrSchedule;
+    /** Present: preference fine-tuning (DPO) on {"prompt","chosen","rejected"} pairs. */
+    dpo?: { beta: number };
   };
   shards: number;
   rounds: number;
@@ -98,6 +106,7 @@ export const SPEC_INPUTS = [
   'training.max_seq_len',
   'training.seed',
   'training.schedule',
+  'training.dpo.beta',
   'shards',
   'rounds',
   'held_out_fraction',
@@ -144,6 +153,7 @@ export function defaultForm(now: Date): SpecForm {
     'training.max_seq_len': '128',
     'training.seed': '7',
     'training.schedule': 'task',
+    'training.dpo.beta': '',
     shards: '3',
     rounds: '2',
     held_out_fraction: '0.1',
@@ -275,6 +285,19 @@ export function checkSpecForm(form: SpecForm, now: Date, tokens: readonly StakeT
   const seed = c.int(form, 'training.seed', trainingLimits.seed.minimum, Number.MAX_SAFE_INTEGER);
   const schedule = form['training.schedule'] as LrSchedule;
   c.check(schedule === 'task' || schedule === 'job', 'training.schedule', () => 'choose task or job');
+  // Empty: supervised training; a beta: preference fine-tuning (DPO) of a causal LM.
+  let dpo: { beta: number } | undefined;
+  if (form['training.dpo.beta'].trim() !== '') {
+    const beta = c.num(form, 'training.dpo.beta');
+    const { exclusiveMinimum: betaAbove, maximum: betaMax } = dpoLimits.beta;
+    c.check(
+      Number.isNaN(beta) || (beta > betaAbove && beta <= betaMax),
+      'training.dpo.beta',
+      () => `${beta} is outside (${betaAbove}, ${betaMax}]`,
+    );
+    c.check(task === 'causal_lm', 'training.dpo.beta', () => 'preference training needs a causal LM (llama)');
+    dpo = { beta };
+  }
 
   const shards = c.int(form, 'shards', jobLimits.shards.minimum, MAX_SHARDS);
   const rounds = c.int(form, 'rounds', jobLimits.rounds.minimum, MAX_ROUNDS);
@@ -347,6 +370,7 @@ export function checkSpecForm(form: SpecForm, now: Date, tokens: readonly StakeT
       warmup_ratio: DEFAULT_WARMUP_RATIO,
       gradient_accumulation: DEFAULT_GRADIENT_ACCUMULATION,
       schedule,
+      ...(dpo === undefined ? {} : { dpo }),
     },
     shards,
     rounds,

@@ -343,7 +343,10 @@ export function JobPage({ id }: { id: string }) {
         </Alert>
       )}
 
-      {job.status === 'completed' && <ResultPanel id={job.id} />}
+      {/* A job that ended early paying its completed rounds (refunded with a result) has one too. */}
+      {(job.status === 'completed' || (job.status === 'refunded' && job.result_adapter_cid)) && (
+        <ResultPanel id={job.id} />
+      )}
 
       <section className="card" aria-labelledby="log-title">
         <h2 id="log-title">Event log</h2>

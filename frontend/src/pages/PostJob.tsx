@@ -274,6 +274,13 @@ export function PostJob() {
             ],
             'Over the job suits many short rounds; per task suits two or three.',
           )}
+          {form['base_model.task'] === 'causal_lm' &&
+            text(
+              'training.dpo.beta',
+              'Preference (DPO) beta',
+              'Empty: supervised training. A beta (0.1 is usual): DPO on {"prompt","chosen","rejected"} pairs against the starting point (the base model, or the adapter above).',
+              'decimal',
+            )}
         </div>
       </fieldset>
 

@@ -10,11 +10,12 @@ use candle_core::Device;
 use shardwork_core::protocol::{JobSpec, ValidationSpec};
 use shardwork_core::store::keys::{BundleSeal, Sealed};
 use shardwork_core::store::seal::{self, SealingKey};
+use shardwork_trainer::peft::Adapter;
 use uuid::Uuid;
 
 use super::similarity::Update;
 use crate::NodeError;
-use crate::content::{Blobs, MAX_FILE_BYTES};
+use crate::content::{Blobs, MAX_FILE_BYTES, fetch_bundle};
 use crate::models::WorkDir;
 use crate::work::{self, HeldOut, Work};
 use shardwork_client::ApiClient;
@@ -304,10 +305,24 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
     let held_out_path = loader.work_dir.job_dir(job_id)?.join("held-out.jsonl");
     std::fs::write(&held_out_path, plain)
         .map_err(|e| NodeError::Io(format!("{}: {e}", held_out_path.display())))?;
+    // A preference job continuing from an adapter is judged against that adapter.
+    let reference_dir = match (&keys.start_adapter, &spec.training.dpo) {
+        (Some(cid), Some(_)) => {
+            let dir = loader.work_dir.job_dir(job_id)?.join("reference");
+            let seal = Sealed::JOB_START.seal_for(job_id, &job_key);
+            fetch_bundle(loader.blobs, cid, &dir, Some(&seal)).await?;
+            Some(dir)
+        }
+        _ => None,
+    };
     let device = loader.device.clone();
     let validation = spec.validation;
     tokio::task::spawn_blocking(move || -> Result<JobContext, NodeError> {
-        let work = work::load(spec, &model_dir, &device)?;
+        let reference = match reference_dir {
+            Some(dir) => Some(Adapter::load(&dir, &device)?),
+            None => None,
+        };
+        let work = work::load(spec, &model_dir, reference, &device)?;
         let held_out = work.held_out(&held_out_path)?;
         let base_metric = work.score(None, &held_out, &device)?;
         Ok(JobContext {

@@ -751,13 +751,13 @@ fn measure(
         (None, None)
     };
     let scored = finite && norm <= rules.max_relative_norm;
-    let metric = if scored {
-        match work.score(Some(&adapter), &context.held_out, device) {
-            Ok(m) => m,
+    let (metric, beside) = if scored {
+        match work.score_report(Some(&adapter), &context.held_out, device) {
+            Ok(s) => (s.metric, s.beside_json()),
             Err(e) => return Ok(rejected(format!("the adapter does not fit the model: {e}"))),
         }
     } else {
-        f64::NAN
+        (f64::NAN, serde_json::Value::Null)
     };
     let scores = Scores {
         kind: work.metric(),
@@ -786,6 +786,7 @@ fn measure(
         report: json!({
             "metric_name": scores.kind.name,
             "metric": finite_or_null(metric),
+            "held_out": beside,
             "base_metric": context.base_metric,
             "start_metric": start_metric,
             "min_gain": scores.min_gain,
@@ -894,17 +895,18 @@ fn merge_round_adapters(
             context.work.seed(),
         )
         .and_then(|(merged, report)| {
-            let metric = context
+            let scored = context
                 .work
-                .score(Some(&merged), &context.held_out, device)?;
-            Ok((merged, report, metric))
+                .score_report(Some(&merged), &context.held_out, device)?;
+            Ok((merged, report, scored))
         });
         match attempt {
-            Ok((merged, report, metric)) if metric_kind.gain(metric, start_metric) > 0.0 => {
+            Ok((merged, report, scored)) if metric_kind.gain(scored.metric, start_metric) > 0.0 => {
                 return Ok(ChosenMerge {
                     adapter: merged,
-                    metric,
+                    metric: scored.metric,
                     details: json!({
+                        "held_out": scored.beside_json(),
                         "merge": name,
                         "requested": aggregation_name(requested),
                         "fallback": (!tried.is_empty()).then_some(&tried),
@@ -914,8 +916,9 @@ fn merge_round_adapters(
                     }),
                 });
             }
-            Ok((_, _, metric)) => tried.push(format!(
-                "{name} merge scored {metric:.4}, not better than the round's start {start_metric:.4}"
+            Ok((_, _, scored)) => tried.push(format!(
+                "{name} merge scored {:.4}, not better than the round's start {start_metric:.4}",
+                scored.metric
             )),
             Err(e) => tried.push(format!("{name} merge failed: {e}")),
         }
@@ -933,13 +936,14 @@ fn merge_round_adapters(
         },
         tensors: adapters[best].tensors.clone(),
     };
-    let metric = context
+    let scored = context
         .work
-        .score(Some(&adapter), &context.held_out, device)?;
+        .score_report(Some(&adapter), &context.held_out, device)?;
     Ok(ChosenMerge {
         adapter,
-        metric,
+        metric: scored.metric,
         details: json!({
+            "held_out": scored.beside_json(),
             "merge": "best_adapter",
             "requested": aggregation_name(requested),
             "fallback": tried,

@@ -201,14 +201,7 @@ impl CausalLmJob {
         }
         let attached = self.lock()?;
         load_values(&attached, start)?;
-        let t = &self.training;
-        let cfg = SftConfig {
-            lora: self.lora.clone(),
-            optim: round.optim(t, total_steps),
-            batch_size: t.batch_size.max(1) as usize,
-            max_seq_len: t.max_seq_len as usize,
-            seed: t.seed,
-        };
+        let cfg = self.run_config(round, total_steps);
         let (report, trace) = sft::train_span(
             &attached.model,
             &attached.trainables,
@@ -220,6 +213,40 @@ impl CausalLmJob {
         )?;
         let adapter = Adapter::from_trainables(self.adapter_config(), &attached.trainables)?;
         Ok((adapter, report, trace))
+    }
+
+    /// The settings of a run of `total_steps` optimiser steps at `round` of the job's schedule.
+    pub(super) fn run_config(&self, round: RoundOf, total_steps: usize) -> SftConfig {
+        let t = &self.training;
+        SftConfig {
+            lora: self.lora.clone(),
+            optim: round.optim(t, total_steps),
+            batch_size: t.batch_size.max(1) as usize,
+            max_seq_len: t.max_seq_len as usize,
+            seed: t.seed,
+        }
+    }
+
+    /// The job's training settings.
+    pub(super) fn training(&self) -> &TrainingArgs {
+        &self.training
+    }
+
+    /// The job's rounds (1 for a run of its own).
+    pub(super) fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    /// Runs `run` on the model with `adapter`'s values in its LoRA layers (the fresh ones,
+    /// which make it the base model, without one), holding the job's model for the while.
+    pub(super) fn with_adapter<T>(
+        &self,
+        adapter: Option<&Adapter>,
+        run: impl FnOnce(&Llama, &Trainables) -> Result<T>,
+    ) -> Result<T> {
+        let attached = self.lock()?;
+        load_values(&attached, adapter)?;
+        run(&attached.model, &attached.trainables)
     }
 
     /// Held-out loss and perplexity of the model at `adapter` (the base model without one).

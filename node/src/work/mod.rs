@@ -8,11 +8,13 @@
 //! a new implementation of [`Work`] and one arm of [`load`]; the loops do not change.
 //!
 //! Implementations: [`classify`] (BERT-family sequence classification, judged by held-out
-//! accuracy) and [`causal_lm`] (Llama-family supervised fine-tuning, judged by held-out loss
-//! per learned token).
+//! accuracy), [`causal_lm`] (Llama-family supervised fine-tuning, judged by held-out loss
+//! per learned token) and [`preference`] (Llama-family DPO on preference pairs, judged by the
+//! held-out DPO loss).
 
 pub mod causal_lm;
 pub mod classify;
+pub mod preference;
 
 use std::any::Any;
 use std::path::Path;
@@ -168,6 +170,29 @@ impl RoundOf {
     }
 }
 
+/// A held-out scoring: the judged metric and the measures reported beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldOutScore {
+    /// The metric the work is judged by ([`Work::metric`]).
+    pub metric: f64,
+    /// Other measures of the same pass, by name (`reward_accuracy`), reported, never judged.
+    pub beside: Vec<(&'static str, f64)>,
+}
+
+impl HeldOutScore {
+    /// The measures beside the metric as a JSON object (`null` for a non-finite one).
+    pub fn beside_json(&self) -> serde_json::Value {
+        self.beside
+            .iter()
+            .map(|(name, value)| {
+                let value = value.is_finite().then_some(*value);
+                ((*name).to_owned(), serde_json::json!(value))
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+}
+
 /// A job's held-out set, parsed once by the [`Work`] that scores it. Opaque to the nodes: only
 /// the implementation that made it reads it.
 pub struct HeldOut(Box<dyn Any + Send + Sync>);
@@ -222,18 +247,48 @@ pub trait Work: Send + Sync {
     /// The held-out metric of the model at `adapter` (the base model without one).
     fn score(&self, adapter: Option<&Adapter>, held_out: &HeldOut, device: &Device) -> Result<f64>;
 
+    /// [`Work::score`] with what else the work measures on the same pass, for the verdict's
+    /// and the merge's reports (a preference job's reward accuracy and margin); by default the
+    /// metric alone.
+    fn score_report(
+        &self,
+        adapter: Option<&Adapter>,
+        held_out: &HeldOut,
+        device: &Device,
+    ) -> Result<HeldOutScore> {
+        Ok(HeldOutScore {
+            metric: self.score(adapter, held_out, device)?,
+            beside: Vec::new(),
+        })
+    }
+
     /// The frozen base weight the adapter's module `module` (its PEFT name) adapts, or `None`
     /// when the model has no such module.
     fn base_weight(&self, module: &str) -> Result<Option<Tensor>>;
 }
 
 /// The work a job's spec asks for, on the base model in `model_dir` (already verified by CID).
-/// A kind the nodes cannot run is an [`Error::Invalid`] naming it.
-pub fn load(spec: JobSpec, model_dir: &Path, device: &Device) -> Result<Arc<dyn Work>> {
+/// `reference`: a preference job's reference policy when it is an adapter (the one the job
+/// continues from; the base model without one); other kinds have none. A kind the nodes cannot
+/// run is an [`Error::Invalid`] naming it.
+pub fn load(
+    spec: JobSpec,
+    model_dir: &Path,
+    reference: Option<Adapter>,
+    device: &Device,
+) -> Result<Arc<dyn Work>> {
+    if reference.is_some() && spec.training.dpo.is_none() {
+        return Err(Error::Invalid(
+            "a reference adapter was given for a job that is not preference training".into(),
+        ));
+    }
     match spec.base_model.task {
         TrainingTask::SequenceClassification => Ok(Arc::new(classify::ClassifyJob::load(
             spec, model_dir, device,
         )?)),
+        TrainingTask::CausalLm if spec.training.dpo.is_some() => Ok(Arc::new(
+            preference::PreferenceJob::load(spec, model_dir, reference, device)?,
+        )),
         TrainingTask::CausalLm => Ok(Arc::new(causal_lm::CausalLmJob::load(
             spec, model_dir, device,
         )?)),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 
 import pytest
 from eth_account import Account
@@ -153,6 +154,23 @@ def test_a_causal_lm_chat_and_instruction_job_runs_to_completion(client, marketp
     done, seen = run_to_completion(client, job, capsys)
     check_events(seen, shards=1)
     check_adapter(client, job, tmp_path / "adapter", "CAUSAL_LM")
+
+    # SFT -> DPO: a preference job continuing from the SFT result, judged against it.
+    dpo = llm_spec(marketplace.llm_cid)
+    dpo["training"]["dpo"] = {"beta": 0.1}
+    pairs = [
+        {"prompt": f"What comes after {i}? ", "chosen": f"{i + 1}.", "rejected": f"I do not know what comes after {i}."}
+        for i in range(10)
+    ]
+    preferred = client.continue_job(done, pairs, dpo, progress=False)
+    assert str(preferred.spec.base_model.adapter.root) == str(done.result_adapter_cid)
+    run_to_completion(client, preferred, capsys)
+    aggregate = client.result(preferred).aggregate
+    assert aggregate["metric_name"] == "dpo_loss"
+    # Round 1 started at the reference (the SFT adapter): a DPO loss of ln 2.
+    assert abs(aggregate["details"]["start_metric"] - math.log(2)) < 1e-3
+    assert aggregate["metric"] < aggregate["details"]["start_metric"]
+    assert 0.0 <= aggregate["details"]["held_out"]["reward_accuracy"] <= 1.0
 
 
 def test_following_a_cancelled_job_raises_naming_how_it_ended(client, marketplace):

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 pub use shardwork_core::protocol::Label;
-use shardwork_core::protocol::{DatasetRecord, TrainingTask};
+use shardwork_core::protocol::{DatasetRecord, RecordsFor};
 
 use crate::error::{Error, Result};
 
@@ -44,7 +44,8 @@ impl ClassificationSet {
         let mut texts = Vec::new();
         let mut raw = Vec::new();
         let mut lines = Vec::new();
-        let records = super::jsonl::read_records(path, TrainingTask::SequenceClassification, None)?;
+        let records =
+            super::jsonl::read_records(path, RecordsFor::Classification { num_labels: None })?;
         for (line_no, record) in records {
             let DatasetRecord::Labelled { text, label } = record else {
                 return Err(Error::Dataset {

@@ -5,21 +5,17 @@ use std::io::BufRead;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use shardwork_core::protocol::{DatasetRecord, TrainingTask};
+use shardwork_core::protocol::{DatasetRecord, RecordsFor};
 
 use crate::error::{Error, Result};
 
-/// The dataset records of `path` that a job of `task` trains on, each with its 1-based line,
+/// The dataset records of `path` that a job training on `records` reads, each with its 1-based line,
 /// read with the protocol's one record parser (the one the API checks datasets with at posting).
 /// A bad line is an error naming the file, the line and the field at fault.
-pub fn read_records(
-    path: &Path,
-    task: TrainingTask,
-    num_labels: Option<u32>,
-) -> Result<Vec<(usize, DatasetRecord)>> {
+pub fn read_records(path: &Path, records: RecordsFor) -> Result<Vec<(usize, DatasetRecord)>> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let out = each_line(std::io::BufReader::new(file), path, |line| {
-        DatasetRecord::parse_for(line.as_bytes(), task, num_labels).map_err(|e| e.message)
+        DatasetRecord::parse_for(line.as_bytes(), records).map_err(|e| e.message)
     })?;
     if out.is_empty() {
         return Err(Error::Dataset {

@@ -82,6 +82,38 @@ pub fn linear_cross_entropy(
     targets: &Tensor,
     with_grad: bool,
 ) -> Result<Tensor> {
+    fused(hidden, w, bias, targets, with_grad, Reduction::Mean)
+}
+
+/// Each row's −log softmax(hidden · wᵀ + bias)[row, target[row]], as an `(n)` tensor: what a
+/// loss that weighs rows differently (a preference pair's log-probabilities, summed per
+/// answer) is built from. Differentiable through `hidden` as [`linear_cross_entropy`] is, its
+/// gradient made during the forward pass and scaled per row by the backward pass.
+pub fn linear_cross_entropy_rows(
+    hidden: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    targets: &Tensor,
+    with_grad: bool,
+) -> Result<Tensor> {
+    fused(hidden, w, bias, targets, with_grad, Reduction::PerRow)
+}
+
+/// Whether the fused op returns the rows' mean or each row's loss.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reduction {
+    Mean,
+    PerRow,
+}
+
+fn fused(
+    hidden: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    targets: &Tensor,
+    with_grad: bool,
+    reduction: Reduction,
+) -> Result<Tensor> {
     let (_, _, vocab) = check_shapes(hidden, w, bias, targets)?;
     let targets_vec = target_ids(targets, vocab)?;
     let on_cpu_f32 = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32;
@@ -91,7 +123,10 @@ pub fn linear_cross_entropy(
         } else {
             hidden.detach()
         };
-        return linear_cross_entropy_composed(&hidden, w, bias, targets);
+        return match reduction {
+            Reduction::Mean => linear_cross_entropy_composed(&hidden, w, bias, targets),
+            Reduction::PerRow => linear_cross_entropy_rows_composed(&hidden, w, bias, targets),
+        };
     }
     let bias = bias.map(|b| b.to_vec1::<f32>()).transpose()?;
     // Tracked even without `with_grad`, so that a backward pass through a scoring loss fails
@@ -106,8 +141,30 @@ pub fn linear_cross_entropy(
         bias,
         targets: targets_vec,
         with_grad,
+        reduction,
         grad: Mutex::new(None),
     })
+}
+
+/// The composed ops [`linear_cross_entropy_rows`] replaces: each row's `−log_softmax` at its
+/// target, through the full logits.
+pub fn linear_cross_entropy_rows_composed(
+    hidden: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    targets: &Tensor,
+) -> Result<Tensor> {
+    check_shapes(hidden, w, bias, targets)?;
+    let logits = hidden.matmul(&w.t()?)?;
+    let logits = match bias {
+        Some(bias) => logits.broadcast_add(bias)?,
+        None => logits,
+    };
+    let log_probs = candle_nn::ops::log_softmax(&logits, 1)?;
+    log_probs
+        .gather(&targets.unsqueeze(1)?, 1)?
+        .squeeze(1)?
+        .neg()
 }
 
 /// The composed ops [`linear_cross_entropy`] replaces: `hidden·wᵀ (+ bias)` then
@@ -202,6 +259,7 @@ struct LinearCrossEntropy {
     bias: Option<Vec<f32>>,
     targets: Vec<u32>,
     with_grad: bool,
+    reduction: Reduction,
     grad: Mutex<Option<Tensor>>,
 }
 
@@ -236,15 +294,26 @@ impl CustomOp1 for LinearCrossEntropy {
             self.packs.as_deref(),
             self.bias.as_deref(),
             &self.targets,
-            self.with_grad,
+            self.with_grad.then_some(match self.reduction {
+                Reduction::Mean => 1.0 / n as f32,
+                Reduction::PerRow => 1.0,
+            }),
         )?;
         if self.with_grad {
             let grad = Tensor::from_vec(out.grad, (n, d), &Device::Cpu)?;
             *self.grad.lock().unwrap_or_else(PoisonError::into_inner) = Some(grad);
         }
-        // f64 and a fixed order: the mean is the same whatever thread made each term.
-        let loss = out.losses.iter().sum::<f64>() / n as f64;
-        Ok((CpuStorage::F32(vec![loss as f32]), Shape::from(())))
+        match self.reduction {
+            Reduction::Mean => {
+                // f64 and a fixed order: the mean is the same whatever thread made each term.
+                let loss = out.losses.iter().sum::<f64>() / n as f64;
+                Ok((CpuStorage::F32(vec![loss as f32]), Shape::from(())))
+            }
+            Reduction::PerRow => Ok((
+                CpuStorage::F32(out.losses.iter().map(|&l| l as f32).collect()),
+                Shape::from(n),
+            )),
+        }
     }
 
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
@@ -258,9 +327,12 @@ impl CustomOp1 for LinearCrossEntropy {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        match grad {
-            Some(grad) => Ok(Some(grad.broadcast_mul(grad_res)?)),
-            None => bail!("{OP}: no gradient was computed (the forward pass did not run)"),
+        match (grad, self.reduction) {
+            (Some(grad), Reduction::Mean) => Ok(Some(grad.broadcast_mul(grad_res)?)),
+            (Some(grad), Reduction::PerRow) => {
+                Ok(Some(grad.broadcast_mul(&grad_res.unsqueeze(1)?)?))
+            }
+            (None, _) => bail!("{OP}: no gradient was computed (the forward pass did not run)"),
         }
     }
 }
@@ -419,7 +491,7 @@ fn matmul(dst: &mut [f32], lhs: MatRef, rhs: MatRef) -> Result<()> {
 struct Forward {
     /// `lse − logit[target]` per row.
     losses: Vec<f64>,
-    /// d(mean loss)/d(hidden), `n × d` row-major; empty without `with_grad`.
+    /// `grad_scale` × d(Σ row losses)/d(hidden), `n × d` row-major; empty without a scale.
     grad: Vec<f32>,
 }
 
@@ -429,8 +501,9 @@ fn forward(
     packs: Option<&[FrozenPacks]>,
     bias: Option<&[f32]>,
     targets: &[u32],
-    with_grad: bool,
+    grad_scale: Option<f32>,
 ) -> Result<Forward> {
+    let with_grad = grad_scale.is_some();
     let (n, d, vocab) = (hidden.rows, hidden.cols, w.rows);
     let blocks = vocab.div_ceil(VOCAB_BLOCK);
     let chunk = n.min(ROW_CHUNK);
@@ -442,7 +515,7 @@ fn forward(
     let mut partials = vec![0f32; if with_grad { blocks * chunk * d } else { 0 }];
     let mut losses = vec![0f64; n];
     let mut grad = vec![0f32; if with_grad { n * d } else { 0 }];
-    let inv_n = 1.0 / n as f32;
+    let scale = grad_scale.unwrap_or(0.0);
 
     for row0 in (0..n).step_by(ROW_CHUNK) {
         let rows = ROW_CHUNK.min(n - row0);
@@ -504,7 +577,7 @@ fn forward(
         if !with_grad {
             continue;
         }
-        // dL/dlogits = (softmax − onehot)/n, in place, then that block's share of dL/dh.
+        // dL/dlogits = (softmax − onehot) · scale, in place, then that block's share of dL/dh.
         let partials = &mut partials[..blocks * rows * d];
         logits
             .par_chunks_mut(block_len)
@@ -514,11 +587,11 @@ fn forward(
                 let start = b * VOCAB_BLOCK;
                 let width = block.len() / rows;
                 for ((row, &lse), &target) in block.chunks_exact_mut(width).zip(&lse).zip(targets) {
-                    softmax_scaled(row, lse, inv_n);
+                    softmax_scaled(row, lse, scale);
                     if let Some(col) = (target as usize).checked_sub(start)
                         && col < width
                     {
-                        row[col] -= inv_n;
+                        row[col] -= scale;
                     }
                 }
                 match packs {
@@ -669,6 +742,59 @@ mod tests {
         assert!(rel < 1e-5, "loss {loss} vs composed {ref_loss} (rel {rel})");
         let diff = max_abs_diff(&grad, &ref_grad);
         assert!(diff < 1e-5, "gradient differs by up to {diff}");
+    }
+
+    /// Each row's loss, and the gradient of a sum of rows weighted unevenly (as a preference
+    /// loss weighs its answers' tokens), fused against composed.
+    #[test]
+    fn per_row_losses_and_their_weighted_gradient_match_composed() {
+        for (seed, n, vocab) in [(11, 9, 37), (12, ROW_CHUNK + 5, 3000)] {
+            let c = case(seed, n, 16, vocab, seed % 2 == 0);
+            let weights: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 2.0).collect();
+            let weights = Tensor::from_vec(weights, n, &Device::Cpu).unwrap();
+            let run = |fused: bool| {
+                let hidden = c.hidden.as_tensor();
+                let rows = if fused {
+                    linear_cross_entropy_rows(hidden, &c.w, c.bias.as_ref(), &c.targets, true)
+                } else {
+                    linear_cross_entropy_rows_composed(hidden, &c.w, c.bias.as_ref(), &c.targets)
+                }
+                .unwrap();
+                assert_eq!(rows.dims(), &[n]);
+                let grads = (&rows * &weights)
+                    .unwrap()
+                    .sum_all()
+                    .unwrap()
+                    .backward()
+                    .unwrap();
+                let grad = grads.get(hidden).unwrap();
+                (
+                    rows.to_vec1::<f32>().unwrap(),
+                    grad.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+                )
+            };
+            let (rows, grad) = run(true);
+            let (ref_rows, ref_grad) = run(false);
+            assert!(
+                max_abs_diff(&rows, &ref_rows) < 1e-4,
+                "{rows:?} vs {ref_rows:?}"
+            );
+            let diff = max_abs_diff(&grad, &ref_grad);
+            assert!(diff < 1e-5, "gradient differs by up to {diff}");
+            // The rows' mean is the mean loss.
+            let mean = linear_cross_entropy(
+                c.hidden.as_tensor(),
+                &c.w,
+                c.bias.as_ref(),
+                &c.targets,
+                false,
+            )
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+            let of_rows = rows.iter().map(|&r| f64::from(r)).sum::<f64>() / n as f64;
+            assert!((f64::from(mean) - of_rows).abs() < 1e-5);
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Training loops.
 
 pub mod classify;
+pub mod dpo;
 pub mod sft;
 pub mod sft_data;
 mod step_loop;

@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::path::Path;
 
 pub use shardwork_core::protocol::DatasetRecord;
-use shardwork_core::protocol::TrainingTask;
+use shardwork_core::protocol::{PreferencePrompt, RecordsFor};
 
 use crate::chat_template::ChatMessage;
 use crate::error::{Error, Result};
@@ -22,7 +22,7 @@ use crate::tokenizer_gguf::LmTokenizer;
 /// Reads a JSONL file of causal-LM records; a bad line is an error naming the file, its 1-based
 /// line number and the field at fault.
 pub fn read_sft_jsonl(path: &Path) -> Result<Vec<DatasetRecord>> {
-    let records = crate::data::jsonl::read_records(path, TrainingTask::CausalLm, None)?;
+    let records = crate::data::jsonl::read_records(path, RecordsFor::Sft)?;
     Ok(records.into_iter().map(|(_, record)| record).collect())
 }
 
@@ -59,7 +59,6 @@ pub fn encode_record(
     record: &DatasetRecord,
     max_len: usize,
 ) -> Result<Option<SftExample>> {
-    let tok_err = |e: crate::tokenizer_gguf::TokenizerError| Error::Tokenizer(e.to_string());
     let template_err = |e: crate::chat_template::ChatTemplateError| Error::Tokenizer(e.to_string());
     let eos_text = tok.tokenizer.id_to_token(tok.eos_token_id).ok_or_else(|| {
         Error::Tokenizer(format!("eos token id {} has no text", tok.eos_token_id))
@@ -73,6 +72,12 @@ pub fn encode_record(
             #[allow(clippy::single_range_in_vec_init)]
             let spans = vec![prompt.len()..text.len()];
             (text, Some(spans))
+        }
+        (DatasetRecord::Preference { .. }, _) => {
+            return Err(Error::Invalid(
+                "a preference record is for a DPO job: each answer is encoded by encode_answer"
+                    .to_owned(),
+            ));
         }
         (DatasetRecord::Labelled { .. }, _) => {
             return Err(Error::Invalid(
@@ -130,8 +135,62 @@ pub fn encode_record(
             (text, Some(spans))
         }
     };
-    let (mut ids, offsets) = tok.encode_with_offsets(&text).map_err(tok_err)?;
-    let mut learn: Vec<bool> = match &spans {
+    tokenize(tok, &text, spans.as_deref(), max_len)
+}
+
+/// One answer of a preference pair after its prompt, tokenized like an SFT record whose only
+/// learned tokens are the answer's (and its end marker): a text prompt followed by the answer
+/// as written, or the prompt's turns and the answer as the next assistant turn through the
+/// chat template (earlier assistant turns of the prompt are not learned). `None` when the
+/// answer lies entirely past `max_len`.
+pub fn encode_answer(
+    tok: &LmTokenizer,
+    prompt: &PreferencePrompt,
+    answer: &str,
+    max_len: usize,
+) -> Result<Option<SftExample>> {
+    let template_err = |e: crate::chat_template::ChatTemplateError| Error::Tokenizer(e.to_string());
+    let (text, span) = match (prompt, &tok.chat_template) {
+        (PreferencePrompt::Text(prompt), _) => {
+            let eos_text = tok.tokenizer.id_to_token(tok.eos_token_id).ok_or_else(|| {
+                Error::Tokenizer(format!("eos token id {} has no text", tok.eos_token_id))
+            })?;
+            let text = format!("{prompt}{answer}{eos_text}");
+            let span = prompt.len()..text.len();
+            (text, span)
+        }
+        (PreferencePrompt::Turns(turns), Some(template)) => {
+            let mut messages = turns.clone();
+            messages.push(ChatMessage::new("assistant", answer));
+            let (text, spans) = template
+                .render_with_assistant_spans(&messages)
+                .map_err(template_err)?;
+            let span = spans.last().cloned().ok_or_else(|| {
+                Error::Tokenizer("the chat template laid out no assistant turn".to_owned())
+            })?;
+            (text, span)
+        }
+        (PreferencePrompt::Turns(_), None) => {
+            return Err(Error::Invalid(
+                "dataset has preference records of chat turns but the model has no chat template"
+                    .to_owned(),
+            ));
+        }
+    };
+    tokenize(tok, &text, Some(std::slice::from_ref(&span)), max_len)
+}
+
+/// `text` tokenized and cut at `max_len` tokens, learning the tokens that start inside
+/// `spans` (every token without spans); `None` when none is left to learn.
+fn tokenize(
+    tok: &LmTokenizer,
+    text: &str,
+    spans: Option<&[Range<usize>]>,
+    max_len: usize,
+) -> Result<Option<SftExample>> {
+    let tok_err = |e: crate::tokenizer_gguf::TokenizerError| Error::Tokenizer(e.to_string());
+    let (mut ids, offsets) = tok.encode_with_offsets(text).map_err(tok_err)?;
+    let mut learn: Vec<bool> = match spans {
         None => offsets.iter().map(|&(s, e)| e > s).collect(),
         Some(spans) => offsets
             .iter()

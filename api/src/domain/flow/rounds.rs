@@ -14,9 +14,9 @@ use uuid::Uuid;
 
 pub use shardwork_core::protocol::node::Aggregate;
 
-use super::payout;
 use super::tasks::TaskStatus;
 use super::validator_leases::{self, ValidatorWork};
+use super::{failures, payout};
 use crate::domain::error::DomainError;
 use crate::domain::lifecycle::{JobStatus, dispatch_again, record_event};
 use crate::entities::{job, job_event, round, shard, task};
@@ -212,6 +212,10 @@ pub async fn close_if_complete<C: ConnectionTrait>(
 pub enum AggregateOutcome {
     /// The job has more rounds: the next one is open, training from the merged adapter.
     NextRoundOpened,
+    /// The held-out metric has not improved for `validation.patience` rounds: the job ends
+    /// early (queued on chain once its proofs are decided), paying the completed rounds,
+    /// refunding the rest, and handing over the best round's merge.
+    EndedEarly,
     /// That was the job's last round: completing the job on chain, with its payouts, is queued.
     FinalizationQueued,
     /// That was the job's last round, and proofs of training are still being checked: the
@@ -316,6 +320,20 @@ pub async fn record_aggregate<C: ConnectionTrait>(
     )
     .await?;
     if number < job.rounds {
+        let patience = job.validation().patience();
+        let stalled = rounds_without_improvement(txn, job.id).await?;
+        if stalled >= patience {
+            let best = best_round(txn, job.id).await?.map_or(0, |r| r.number);
+            let reason = format!(
+                "validation.patience: the held-out {} has not improved on round {best}'s for \
+                 {stalled} rounds (patience {patience}); rounds {}..={} are not run",
+                aggregate.metric_name,
+                number + 1,
+                job.rounds
+            );
+            failures::abort_job(txn, job.id, number as u32, reason, now).await?;
+            return Ok(AggregateOutcome::EndedEarly);
+        }
         open_round(txn, job, number + 1, Some(adapter_cid), max_attempts, now).await?;
         return Ok(AggregateOutcome::NextRoundOpened);
     }
@@ -390,24 +408,9 @@ pub async fn best_round<C: ConnectionTrait>(
     db: &C,
     job_id: Uuid,
 ) -> Result<Option<round::Model>, DomainError> {
-    let completed = round::Entity::find()
-        .filter(round::Column::JobId.eq(job_id))
-        .filter(round::Column::Status.eq(RoundStatus::Completed.as_str()))
-        .filter(round::Column::AggregateAdapterCid.is_not_null())
-        .order_by_asc(round::Column::Number)
-        .all(db)
-        .await?;
-    let scored = |r: &round::Model| -> Option<(HeldOutMetric, f64)> {
-        let summary = r.aggregate.as_ref()?;
-        let metric = HeldOutMetric::named(summary["metric_name"].as_str()?)?;
-        Some((
-            metric,
-            summary["metric"].as_f64().filter(|m| m.is_finite())?,
-        ))
-    };
     let mut best: Option<(round::Model, Option<(HeldOutMetric, f64)>)> = None;
-    for r in completed {
-        let score = scored(&r);
+    for r in completed_rounds(db, job_id).await? {
+        let score = round_score(&r);
         let held = best.as_ref().and_then(|(_, held)| *held);
         let better = match (held, score) {
             (None, _) => true,
@@ -419,4 +422,57 @@ pub async fn best_round<C: ConnectionTrait>(
         }
     }
     Ok(best.map(|(r, _)| r))
+}
+
+/// How many of the job's last completed rounds in a row scored no better than the best
+/// held-out metric before them (decision 0047): what `validation.patience` is compared with.
+/// An equal score is no improvement here (it is one for [`best_round`], which hands over the
+/// later of equals: the same quality, from more data); a round whose summary names no known
+/// metric is none either.
+pub async fn rounds_without_improvement<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+) -> Result<u32, DomainError> {
+    let mut best: Option<(HeldOutMetric, f64)> = None;
+    let mut since = 0u32;
+    for r in completed_rounds(db, job_id).await? {
+        let improved = match (best, round_score(&r)) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some((_, held)), Some((metric, value))) => {
+                value != held && metric.at_least_as_good(value, held)
+            }
+        };
+        if improved {
+            best = round_score(&r);
+            since = 0;
+        } else {
+            since += 1;
+        }
+    }
+    Ok(since)
+}
+
+/// The job's completed, merged rounds, first to last.
+async fn completed_rounds<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+) -> Result<Vec<round::Model>, DomainError> {
+    Ok(round::Entity::find()
+        .filter(round::Column::JobId.eq(job_id))
+        .filter(round::Column::Status.eq(RoundStatus::Completed.as_str()))
+        .filter(round::Column::AggregateAdapterCid.is_not_null())
+        .order_by_asc(round::Column::Number)
+        .all(db)
+        .await?)
+}
+
+/// The held-out metric a completed round's summary names, and its finite value.
+fn round_score(r: &round::Model) -> Option<(HeldOutMetric, f64)> {
+    let summary = r.aggregate.as_ref()?;
+    let metric = HeldOutMetric::named(summary["metric_name"].as_str()?)?;
+    Some((
+        metric,
+        summary["metric"].as_f64().filter(|m| m.is_finite())?,
+    ))
 }

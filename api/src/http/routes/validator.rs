@@ -274,11 +274,13 @@ pub async fn ready_rounds(
 /// What recording the merge led to.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct AggregateResponse {
-    /// Whether the next round opened, the payout was queued, or it waits for proofs.
+    /// Whether the next round opened, the payout was queued or waits for proofs, or the job
+    /// ends early for want of improvement (`validation.patience`).
     pub outcome: AggregateOutcome,
 }
 
-/// Records the merge of a round: opens the next round from it, or queues the payout.
+/// Records the merge of a round: opens the next round from it, queues the payout, or ends the
+/// job early when its held-out metric has not improved for `validation.patience` rounds.
 #[utoipa::path(
     post,
     path = "/v1/jobs/{id}/rounds/{round}/aggregate",

@@ -67,6 +67,7 @@ class AcceptedAdapter(BaseModel):
 
 class AggregateOutcome(StrEnum):
     next_round_opened = 'next_round_opened'
+    ended_early = 'ended_early'
     finalization_queued = 'finalization_queued'
     payout_awaits_proofs = 'payout_awaits_proofs'
 
@@ -78,7 +79,7 @@ class AggregateResponse(BaseModel):
     outcome: Annotated[
         AggregateOutcome,
         Field(
-            description='Whether the next round opened, the payout was queued, or it waits for proofs.'
+            description='Whether the next round opened, the payout was queued or waits for proofs, or the job\nends early for want of improvement (`validation.patience`).'
         ),
     ]
 
@@ -449,6 +450,7 @@ class HeldOutKey(BaseModel):
             pattern='^(Qm[1-9A-HJ-NP-Za-km-z]{44}|b[a-z2-7]+)$',
         ),
     ]
+    start_adapter_cid: ContentId | None = None
 
 
 class JobEventFundingIgnored(BaseModel):
@@ -541,6 +543,13 @@ class LeaseKeys(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+    reference: Annotated[
+        str | None,
+        Field(
+            description="Opens the task's `reference_adapter_cid` (a preference job's reference policy, the\nadapter the job continues from); absent when the task names none.",
+            pattern='^[0-9a-f]{64}$',
+        ),
+    ] = None
     start: Annotated[
         str | None,
         Field(
@@ -750,6 +759,11 @@ class PendingValidation(BaseModel):
     worker: Annotated[
         str, Field(description='The address of the worker who trained the adapter.')
     ]
+
+
+class PreferenceLoss(StrEnum):
+    sigmoid = 'sigmoid'
+    ipo = 'ipo'
 
 
 class Problem(BaseModel):
@@ -1255,6 +1269,7 @@ class TaskMessage(BaseModel):
         ),
     ]
     previous_adapter_cid: ContentId | None = None
+    reference_adapter_cid: ContentId | None = None
     round: Annotated[int, Field(description='Rounds count from 1.', ge=0)]
     shard_cid: Annotated[
         str,
@@ -1317,53 +1332,6 @@ class TokenResponse(BaseModel):
     token_type: Annotated[str, Field(description='Always `Bearer`.')]
 
 
-class TrainingArgs(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-        populate_by_name=True,
-    )
-    batch_size: Annotated[
-        int, Field(description='Records per forward and backward pass.', ge=1, le=4096)
-    ]
-    epochs: Annotated[int, Field(description='Passes over the shard.', ge=1, le=100)]
-    gradient_accumulation: Annotated[
-        int,
-        Field(
-            description='Batches accumulated per optimizer step; 1 when omitted.',
-            ge=1,
-            le=1024,
-        ),
-    ] = 1
-    learning_rate: Annotated[
-        float, Field(description="The optimizer's learning rate.", gt=0.0, le=1.0)
-    ]
-    max_seq_len: Annotated[
-        int,
-        Field(description='Longest sequence trained on, in tokens.', ge=8, le=32768),
-    ]
-    schedule: Annotated[
-        LrSchedule | None,
-        Field(
-            description='What the learning-rate schedule (warmup, then cosine decay) spans; `task` when omitted.'
-        ),
-    ] = None
-    seed: Annotated[
-        int,
-        Field(
-            description="Seeds the shuffle, the held-out split, the shard cut and the adapter's initialisation.",
-            ge=0,
-        ),
-    ]
-    warmup_ratio: Annotated[
-        float,
-        Field(
-            description='Share of the steps over which the learning rate warms up; 0.06 when omitted.',
-            ge=0.0,
-            le=0.5,
-        ),
-    ] = 0.06
-
-
 class TrainingTask(StrEnum):
     causal_lm = 'causal_lm'
     sequence_classification = 'sequence_classification'
@@ -1407,6 +1375,14 @@ class ValidationSpec(BaseModel):
             le=1.0,
         ),
     ] = None
+    patience: Annotated[
+        int | None,
+        Field(
+            description="How many completed rounds in a row may fail to improve on the best held-out metric so\nfar before the job ends early: the completed rounds are paid, the stake of the rounds\nnot run goes back to the requester, and the best round's merge is the result. 2 when\nomitted (one round below the best is within a held-out set's noise; two in a row is a\ntrend); a value at or above `rounds - 1` never ends a job early. Docs: decisions/0047.",
+            ge=1,
+            le=100,
+        ),
+    ] = 2
     proof_rate: Annotated[
         float | None,
         Field(
@@ -1750,6 +1726,27 @@ class Created(BaseModel):
         str, Field(description="The job spec document's CID (job.json).")
     ]
     to: Annotated[JobStatus, Field(description='Always `awaiting_funding`.')]
+
+
+class DpoArgs(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    beta: Annotated[
+        float,
+        Field(
+            description="How far the policy may move from the reference: the scale of the implicit reward\n`beta · (log π(y|x) − log π_ref(y|x))`; 0.1 when omitted (TRL's default).",
+            gt=0.0,
+            le=5.0,
+        ),
+    ] = 0.1
+    loss: Annotated[
+        PreferenceLoss | None,
+        Field(
+            description="The loss on each pair's reward margin; `sigmoid` (DPO's) when omitted."
+        ),
+    ] = None
 
 
 class EventViewCreated(BaseModel):
@@ -2552,6 +2549,54 @@ class TaskProgress(BaseModel):
     shard: Annotated[int, Field(description='The shard it trains on, from 0.', ge=0)]
     status: Annotated[TaskStatus, Field(description='Where the task stands.')]
     task_id: Annotated[UUID, Field(description='The task.')]
+
+
+class TrainingArgs(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    batch_size: Annotated[
+        int, Field(description='Records per forward and backward pass.', ge=1, le=4096)
+    ]
+    dpo: DpoArgs | None = None
+    epochs: Annotated[int, Field(description='Passes over the shard.', ge=1, le=100)]
+    gradient_accumulation: Annotated[
+        int,
+        Field(
+            description='Batches accumulated per optimizer step; 1 when omitted.',
+            ge=1,
+            le=1024,
+        ),
+    ] = 1
+    learning_rate: Annotated[
+        float, Field(description="The optimizer's learning rate.", gt=0.0, le=1.0)
+    ]
+    max_seq_len: Annotated[
+        int,
+        Field(description='Longest sequence trained on, in tokens.', ge=8, le=32768),
+    ]
+    schedule: Annotated[
+        LrSchedule | None,
+        Field(
+            description='What the learning-rate schedule (warmup, then cosine decay) spans; `task` when omitted.'
+        ),
+    ] = None
+    seed: Annotated[
+        int,
+        Field(
+            description="Seeds the shuffle, the held-out split, the shard cut and the adapter's initialisation.",
+            ge=0,
+        ),
+    ]
+    warmup_ratio: Annotated[
+        float,
+        Field(
+            description='Share of the steps over which the learning rate warms up; 0.06 when omitted.',
+            ge=0.0,
+            le=0.5,
+        ),
+    ] = 0.06
 
 
 class ValidatorLease(BaseModel):

@@ -29,6 +29,11 @@ pub struct HeldOutKey {
     /// of the job opens with a child of it (`shardwork_core::store::keys`).
     #[schema(pattern = "^[0-9a-f]{64}$")]
     pub job_key: String,
+    /// The adapter the job continues from (`base_model.adapter`), sealed to this job as round
+    /// 0's result: round 1's start, and a preference job's reference policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<ContentId>)]
+    pub start_adapter_cid: Option<String>,
 }
 
 /// The key that opens the job's sealed held-out set, and the root of its adapter keys.
@@ -61,5 +66,6 @@ pub async fn held_out(
         sealed_cid,
         key: held_out_key(state.config.sealing_secret.expose(), job.id).to_hex(),
         job_key: job_key(state.config.sealing_secret.expose(), job.id).to_hex(),
+        start_adapter_cid: job.start_adapter_cid,
     }))
 }

@@ -67,7 +67,7 @@ pub struct JobResult {
         (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 403, description = "The caller is neither the job's requester, a validator nor an admin", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 409, description = "The job is not completed", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The job has no result: it is not completed, and did not end early paying a completed round", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The job or its adapter could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]
@@ -101,11 +101,14 @@ pub async fn result(
 
 /// The completed job's final adapter: its CID and its bundle, which must be sealed.
 async fn final_bundle(state: &AppState, job: &job::Model) -> Result<(String, Bundle), ApiError> {
+    // A job that ended early after paying its completed rounds (`refunded`: patience, or a
+    // shard out of attempts) handed over their best merge on chain, as a completion does.
     let adapter = match (job.status, &job.result_adapter_cid) {
-        (JobStatus::Completed, Some(cid)) => cid.clone(),
+        (JobStatus::Completed | JobStatus::Refunded, Some(cid)) => cid.clone(),
         _ => {
             return Err(ApiError::conflict(format!(
-                "job {} is {}; it has a result once completed",
+                "job {} is {} without a result; a job has one once completed, or once it ended \
+                 early paying a completed round",
                 job.id, job.status
             )));
         }
@@ -144,7 +147,7 @@ async fn final_bundle(state: &AppState, job: &job::Model) -> Result<(String, Bun
         (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 403, description = "The caller is neither the job's requester, a validator nor an admin", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id, or its adapter has no such file", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 409, description = "The job is not completed", body = ProblemBody, content_type = PROBLEM_JSON),
+        (status = 409, description = "The job has no result: it is not completed, and did not end early paying a completed round", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The adapter could not be read or opened", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]
