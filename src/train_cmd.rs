@@ -14,17 +14,20 @@ use anyhow::{Context, bail};
 use candle_core::Device;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
+use shardwork_core::protocol::RecordsFor;
 use shardwork_core::protocol::job_spec::{LoraSpec, LrSchedule, TrainingArgs};
 use shardwork_core::protocol::model_files::{BERT_MODEL_TYPES, LLAMA_MODEL_TYPES};
 use shardwork_node::work::RoundOf;
 use shardwork_node::work::classify::ClassifyJob;
 use shardwork_trainer::causal_model::{BaseWeights, CausalModel, CausalModelFiles};
+use shardwork_trainer::data::jsonl::read_records;
 use shardwork_trainer::lora::{LoraConfig, Trainables};
 use shardwork_trainer::merge::{MergeMode, MergeOptions, MergeReport};
 use shardwork_trainer::optim::OptimConfig;
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::tokenizer_gguf::LmTokenizer;
 use shardwork_trainer::train::Progress;
+use shardwork_trainer::train::dpo;
 use shardwork_trainer::train::sft::{self, SftConfig};
 use shardwork_trainer::train::sft_data::{SftExample, read_sft_jsonl};
 use shardwork_trainer::train::trace::Span;
@@ -104,6 +107,13 @@ pub struct EvalArgs {
     pub labels: usize,
     #[arg(long, default_value_t = 128)]
     pub max_seq_len: u32,
+    /// A causal LM on preference pairs: score them as a DPO job with this beta judges them
+    /// (the loss, each pair's chosen and rejected rewards), against `--reference`.
+    #[arg(long)]
+    pub dpo_beta: Option<f64>,
+    /// With `--dpo-beta`: the reference policy's adapter (the base model without one).
+    #[arg(long, requires = "dpo_beta")]
+    pub reference: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
 }
@@ -484,6 +494,20 @@ fn eval_blocking(args: &EvalArgs) -> anyhow::Result<serde_json::Value> {
             let data = job.dataset(&args.data)?;
             serde_json::to_value(job.evaluate(adapter.as_ref(), &data, &device)?)?
         }
+        ModelKind::Causal(path) if args.dpo_beta.is_some() => {
+            let reference = args
+                .reference
+                .as_deref()
+                .map(|dir| Adapter::load(dir, &device))
+                .transpose()?;
+            serde_json::to_value(preference_scores(
+                &path,
+                adapter.as_ref(),
+                reference.as_ref(),
+                args,
+                &device,
+            )?)?
+        }
         ModelKind::Causal(path) => {
             let CausalModel {
                 mut model,
@@ -503,6 +527,70 @@ fn eval_blocking(args: &EvalArgs) -> anyhow::Result<serde_json::Value> {
                 tokenizer.eos_token_id,
             )?)?
         }
+    })
+}
+
+/// `shardwork eval --dpo-beta`: what a DPO job's validator would report for `adapter` (the
+/// base without one) on the pairs, and every pair's loss and rewards.
+#[derive(Debug, Serialize)]
+struct PreferenceScores {
+    #[serde(flatten)]
+    summary: dpo::DpoEval,
+    scores: Vec<dpo::PairScore>,
+}
+
+fn preference_scores(
+    model_path: &Path,
+    adapter: Option<&Adapter>,
+    reference: Option<&Adapter>,
+    args: &EvalArgs,
+    device: &Device,
+) -> anyhow::Result<PreferenceScores> {
+    let CausalModel {
+        mut model,
+        tokenizer,
+        ..
+    } = CausalModel::load(model_path, device)?;
+    let records: Vec<_> = read_records(&args.data, RecordsFor::Preference)?
+        .into_iter()
+        .map(|(_, record)| record)
+        .collect();
+    let pairs = dpo::encode_pairs(&tokenizer, &records, args.max_seq_len as usize)?;
+    if pairs.is_empty() {
+        bail!(
+            "{}: no pair has an answer token within max_seq_len",
+            args.data.display()
+        );
+    }
+    let pad = tokenizer.eos_token_id;
+    // One set of LoRA layers holds the reference's values, then the policy's: the base model
+    // is the fresh values (B = 0).
+    let config = adapter
+        .or(reference)
+        .map(|a| a.config.lora_config())
+        .transpose()?;
+    let trainables = match &config {
+        Some(config) => Some(sft::attach_lora(&mut model, config, 0)?),
+        None => None,
+    };
+    let fresh = trainables.as_ref().map(Trainables::snapshot).transpose()?;
+    let load = |values: Option<&Adapter>| -> anyhow::Result<()> {
+        if let (Some(t), Some(fresh)) = (&trainables, &fresh) {
+            t.load(values.map_or(fresh, |a| &a.tensors))?;
+        }
+        Ok(())
+    };
+    load(reference)?;
+    let refs = dpo::reference_logps(&model, &pairs, EVAL_BATCH, pad)?;
+    load(adapter)?;
+    let objective = dpo::DpoObjective {
+        beta: args.dpo_beta.unwrap_or(0.1),
+        loss: shardwork_core::protocol::PreferenceLoss::Sigmoid,
+    };
+    let scores = dpo::pair_scores(&model, &pairs, &refs, objective, EVAL_BATCH, pad)?;
+    Ok(PreferenceScores {
+        summary: dpo::DpoEval::of(&scores),
+        scores,
     })
 }
 

@@ -82,6 +82,12 @@ impl Model {
         serde_json::from_value(self.spec["validation"].clone()).unwrap_or_default()
     }
 
+    /// Whether the job is preference fine-tuning (`training.dpo`), whose reference policy is
+    /// its starting point.
+    pub fn trains_preferences(&self) -> bool {
+        self.spec["training"]["dpo"].is_object()
+    }
+
     /// One task's pay: the stake over shards × rounds, in the stake's smallest unit.
     pub fn task_pay(&self) -> alloy::primitives::U256 {
         let stake: alloy::primitives::U256 = self.stake_wei.parse().unwrap_or_default();

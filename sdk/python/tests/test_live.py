@@ -158,6 +158,7 @@ def test_a_causal_lm_chat_and_instruction_job_runs_to_completion(client, marketp
     # SFT -> DPO: a preference job continuing from the SFT result, judged against it.
     dpo = llm_spec(marketplace.llm_cid)
     dpo["training"]["dpo"] = {"beta": 0.1}
+    dpo["training"]["epochs"] = 3
     pairs = [
         {"prompt": f"What comes after {i}? ", "chosen": f"{i + 1}.", "rejected": f"I do not know what comes after {i}."}
         for i in range(10)

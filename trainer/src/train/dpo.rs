@@ -265,6 +265,53 @@ pub struct DpoEval {
     pub pairs: usize,
 }
 
+/// One pair as a model scores it against the reference.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PairScore {
+    /// The pair's loss under the objective.
+    pub loss: f64,
+    /// `β (log π(chosen) − log π_ref(chosen))` (IPO: per-token means).
+    pub chosen_reward: f64,
+    /// The same for the rejected answer.
+    pub rejected_reward: f64,
+}
+
+/// Each pair of `pairs` scored by `model` (its LoRA values as they stand) against the
+/// reference's `refs`, `batch_size` pairs at a time, without gradients.
+pub fn pair_scores(
+    model: &Llama,
+    pairs: &[PreferencePair],
+    refs: &[ReferenceLogps],
+    objective: DpoObjective,
+    batch_size: usize,
+    pad: u32,
+) -> Result<Vec<PairScore>> {
+    if pairs.is_empty() || pairs.len() != refs.len() {
+        return Err(Error::Invalid(format!(
+            "evaluation set: {} pairs with {} reference scores",
+            pairs.len(),
+            refs.len()
+        )));
+    }
+    let size = batch_size.max(1);
+    let mut out = Vec::with_capacity(pairs.len());
+    for (chunk, refs) in pairs.chunks(size).zip(refs.chunks(size)) {
+        let chunk: Vec<&PreferencePair> = chunk.iter().collect();
+        let batch = PairBatch::new(&chunk, pad, model.device())?;
+        let logps = batch.logps(model, false)?;
+        let terms = pair_terms(&logps, refs, &batch.lengths, objective)?;
+        let losses = terms.losses.to_vec1::<f32>()?;
+        let chosen = terms.chosen_rewards.to_vec1::<f32>()?;
+        let rejected = terms.rejected_rewards.to_vec1::<f32>()?;
+        out.extend((0..losses.len()).map(|i| PairScore {
+            loss: f64::from(losses[i]),
+            chosen_reward: f64::from(chosen[i]),
+            rejected_reward: f64::from(rejected[i]),
+        }));
+    }
+    Ok(out)
+}
+
 /// Held-out loss, reward accuracy and margin of `model` (its LoRA values as they stand) on
 /// `pairs`, whose reference log-probabilities are `refs`, `batch_size` pairs at a time.
 pub fn evaluate(
@@ -275,36 +322,30 @@ pub fn evaluate(
     batch_size: usize,
     pad: u32,
 ) -> Result<DpoEval> {
-    if pairs.is_empty() || pairs.len() != refs.len() {
-        return Err(Error::Invalid(format!(
-            "evaluation set: {} pairs with {} reference scores",
-            pairs.len(),
-            refs.len()
-        )));
-    }
-    let (mut loss, mut wins, mut margin) = (0.0f64, 0usize, 0.0f64);
-    let size = batch_size.max(1);
-    for (chunk, refs) in pairs.chunks(size).zip(refs.chunks(size)) {
-        let chunk: Vec<&PreferencePair> = chunk.iter().collect();
-        let batch = PairBatch::new(&chunk, pad, model.device())?;
-        let logps = batch.logps(model, false)?;
-        let terms = pair_terms(&logps, refs, &batch.lengths, objective)?;
-        let losses = terms.losses.to_vec1::<f32>()?;
-        let chosen = terms.chosen_rewards.to_vec1::<f32>()?;
-        let rejected = terms.rejected_rewards.to_vec1::<f32>()?;
-        for ((l, c), r) in losses.iter().zip(&chosen).zip(&rejected) {
-            loss += f64::from(*l);
-            wins += usize::from(c > r);
-            margin += f64::from(c - r);
+    Ok(DpoEval::of(&pair_scores(
+        model, pairs, refs, objective, batch_size, pad,
+    )?))
+}
+
+impl DpoEval {
+    /// The means over `scores` (none: every field 0 and NaN).
+    pub fn of(scores: &[PairScore]) -> DpoEval {
+        let n = scores.len() as f64;
+        DpoEval {
+            loss: scores.iter().map(|s| s.loss).sum::<f64>() / n,
+            reward_accuracy: scores
+                .iter()
+                .filter(|s| s.chosen_reward > s.rejected_reward)
+                .count() as f64
+                / n,
+            margin: scores
+                .iter()
+                .map(|s| s.chosen_reward - s.rejected_reward)
+                .sum::<f64>()
+                / n,
+            pairs: scores.len(),
         }
     }
-    let n = pairs.len() as f64;
-    Ok(DpoEval {
-        loss: loss / n,
-        reward_accuracy: wins as f64 / n,
-        margin: margin / n,
-        pairs: pairs.len(),
-    })
 }
 
 /// Trains `trainables` (the LoRA values inside `model`, as the round starts) on `pairs`, whose

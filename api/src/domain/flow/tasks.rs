@@ -125,8 +125,8 @@ pub async fn task_message<C: ConnectionTrait>(
             None => None,
         },
         // A preference job's reference policy is its starting point in every round.
-        reference_adapter_cid: match (&job.start_adapter_cid, job.spec["training"].get("dpo")) {
-            (Some(cid), Some(dpo)) if !dpo.is_null() => Some(parse("start adapter cid", cid)?),
+        reference_adapter_cid: match &job.start_adapter_cid {
+            Some(cid) if job.trains_preferences() => Some(parse("start adapter cid", cid)?),
             _ => None,
         },
     })
