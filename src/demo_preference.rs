@@ -19,8 +19,9 @@ use shardwork_trainer::peft::Adapter;
 
 use crate::demo::{CHAT_SEED, DemoArgs, DemoReport, SampleAnswer, run_job};
 
-/// Tokens of each generated (rejected) answer, as many as the demo's sample answers.
-const ANSWER_TOKENS: usize = 48;
+/// Tokens of each generated (rejected) answer: the corpus answers are a sentence or two, and
+/// generation is the stage's longest step before its job (about a second an answer on 2 cores).
+const ANSWER_TOKENS: usize = 32;
 
 /// DPO's learning rate for the demo: the SFT job's, which on SmolLM2 with beta 0.1 moves the
 /// held-out reward accuracy within the job's few steps.
@@ -63,7 +64,7 @@ pub(crate) async fn run(
         "preference  answering {} questions with the SFT adapter (the rejected answers)",
         conversations.len()
     );
-    let (lm, sft_adapter, pairs) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+    let (lm, pairs) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let device = crate::nodes::training_device();
         let lm = CausalLmJob::from_args(&spec.lora, spec.training, &model, &device)?;
         let adapter = Adapter::load(&adapter_dir, &device)?;
@@ -75,7 +76,7 @@ pub(crate) async fn run(
             }
             pairs.push((question, answer, own));
         }
-        Ok((lm, adapter, pairs))
+        Ok((lm, pairs))
     })
     .await??;
     eprintln!(
@@ -119,7 +120,6 @@ pub(crate) async fn run(
             Ok(lm.answer(Some(&dpo), &asked, ANSWER_TOKENS)?)
         })
         .await??;
-        drop(sft_adapter);
         report.sample_answer = Some(SampleAnswer {
             question,
             reference: chosen,

@@ -530,6 +530,10 @@ async fn chat_sft_then_dpo_demo_lowers_held_out_losses_and_pays_its_contributors
             "--timeout-secs",
             "900",
             "--dpo",
+            // As scripts/demo runs it: a bond, so a sampled share of the proofs is replayed
+            // (every proof of both jobs took this test past 18 minutes on 2 cores).
+            "--bond-multiple",
+            "4",
         ])
         .env("SHARDWORK_DATA_DIR", dir.path())
         .env(

@@ -40,6 +40,9 @@ use shardwork_trainer::causal_model::{CausalModel, write_folder};
 
 const SUITE: &str = "tests llm_jobs (SmolLM2 on real servers)";
 
+/// The rejected answer of the preference job's pairs: the helpful answer is preferred to it.
+const REFUSAL: &str = "I would rather not answer that.";
+
 fn key_hex(index: usize) -> String {
     shardwork_contracts::dev_keys::DEV_PRIVATE_KEYS[index].to_owned()
 }
@@ -437,24 +440,22 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
     }
 
     // SFT -> DPO through the terminal: `shardwork job continue` posts a preference job (3
-    // shards x 2 rounds) from the SFT result, on pairs preferring each conversation's own
-    // answer to the next conversation's, judged against the SFT adapter.
+    // shards x 2 rounds) from the SFT result, on pairs preferring each conversation's answer to
+    // a refusal, judged against the SFT adapter. (Preferring it to another conversation's
+    // answer does not generalise: each round then learned its shard's pairs and scored worse
+    // than ln 2 on the held-out ones.)
     let pairs: String = conversations
         .iter()
         .step_by(stride.max(1))
         .take(60)
-        .collect::<Vec<_>>()
-        .windows(2)
-        .filter_map(|w| {
-            let turns = |c: &Value| c["messages"].as_array().cloned().unwrap_or_default();
-            let (own, next) = (turns(w[0]), turns(w[1]));
-            let (question, answer, other) = (own.first()?, own.get(1)?, next.get(1)?);
-            (answer["content"] != other["content"]).then(|| {
-                format!(
-                    "{}\n",
-                    json!({ "chosen": [question, answer], "rejected": [question, other] })
-                )
-            })
+        .filter_map(|c| {
+            let turns = c["messages"].as_array()?;
+            let (question, answer) = (turns.first()?, turns.get(1)?);
+            let refusal = json!({ "role": "assistant", "content": REFUSAL });
+            Some(format!(
+                "{}\n",
+                json!({ "chosen": [question, answer], "rejected": [question, refusal] })
+            ))
         })
         .collect();
     let pairs_path = dir.path().join("pairs.jsonl");
