@@ -186,6 +186,24 @@ impl WorkerNode {
                 Some(Ok(())) => Ok(Handled::Submitted {
                     task: lease.task_id,
                 }),
+                Some(Err(NodeError::Api(e))) if e.is_unavailable() => {
+                    // The API went away mid-task (a restart, a deploy): not this worker's
+                    // failure nor the job's. Given back as a stopping worker gives it (its
+                    // attempt returned, the worker free to take it again), not abandoned, which
+                    // would bar this worker from the task; where it is the only worker left,
+                    // that stalled the job until its deadline.
+                    match self.api.release(lease.task_id, lease.lease_token).await {
+                        Ok((status, returned)) => tracing::warn!(
+                            error = %e, %status, attempt_returned = returned,
+                            "the API was unavailable: task given back"
+                        ),
+                        Err(report) => tracing::warn!(
+                            error = %e, %report,
+                            "the API was unavailable and the task could not be given back; its lease will expire"
+                        ),
+                    }
+                    Err(NodeError::Api(e))
+                }
                 Some(Err(e)) => {
                     // Give the task back with the reason: it is requeued at once for another
                     // worker (or failed, with this reason, once its attempts are used up).
