@@ -164,7 +164,7 @@ def test_a_causal_lm_chat_and_instruction_job_runs_to_completion(client, marketp
         for i in range(10)
     ]
     preferred = client.continue_job(done, pairs, dpo, progress=False)
-    assert str(preferred.spec.base_model.adapter.root) == str(done.result_adapter_cid)
+    assert str(preferred.spec.base_model.adapter.root) == str(done.result_adapter_cid.root)
     run_to_completion(client, preferred, capsys)
     aggregate = client.result(preferred).aggregate
     assert aggregate["metric_name"] == "dpo_loss"
