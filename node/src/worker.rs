@@ -227,6 +227,29 @@ impl WorkerNode {
         .await
     }
 
+    /// The sealed adapter `cid` the task names (none: `None`) fetched into `dir` and opened
+    /// with the lease's `seal` for it; `what` names it when the lease gives no key.
+    async fn fetch_sealed_adapter(
+        &self,
+        lease: &Lease,
+        cid: Option<&ContentId>,
+        seal: Option<&BundleSeal>,
+        dir: &std::path::Path,
+        what: &str,
+    ) -> Result<Option<std::path::PathBuf>, NodeError> {
+        let Some(cid) = cid else {
+            return Ok(None);
+        };
+        let seal = seal.ok_or_else(|| {
+            NodeError::Content(format!(
+                "the lease of task {} gives no key to {what} {cid}",
+                lease.task_id
+            ))
+        })?;
+        fetch_bundle(self.blobs.as_ref(), &cid.to_string(), dir, Some(seal)).await?;
+        Ok(Some(dir.to_owned()))
+    }
+
     async fn run_task(&self, lease: &Lease) -> Result<(), NodeError> {
         let task = &lease.task;
         let dir = self.work_dir.scratch("task-")?;
@@ -247,48 +270,25 @@ impl WorkerNode {
             .await?;
         std::fs::write(&shard_path, &shard).map_err(|e| NodeError::Io(e.to_string()))?;
         let seals = LeaseSeals::of(lease, &self.api.address().to_string())?;
-        let previous = match &task.previous_adapter_cid {
-            Some(cid) => {
-                let adapter_dir = dir.path().join("previous");
-                let start = seals.start.as_ref().ok_or_else(|| {
-                    NodeError::Content(format!(
-                        "the lease of task {} gives no key to its round's start {cid}",
-                        lease.task_id
-                    ))
-                })?;
-                fetch_bundle(
-                    self.blobs.as_ref(),
-                    &cid.to_string(),
-                    &adapter_dir,
-                    Some(start),
-                )
-                .await?;
-                Some(adapter_dir)
-            }
-            None => None,
-        };
-
+        let previous = self
+            .fetch_sealed_adapter(
+                lease,
+                task.previous_adapter_cid.as_ref(),
+                seals.start.as_ref(),
+                &dir.path().join("previous"),
+                "its round's start",
+            )
+            .await?;
         // A preference job continuing from an adapter is judged against that adapter.
-        let reference = match &task.reference_adapter_cid {
-            Some(cid) => {
-                let reference_dir = dir.path().join("reference");
-                let seal = seals.reference.as_ref().ok_or_else(|| {
-                    NodeError::Content(format!(
-                        "the lease of task {} gives no key to its reference policy {cid}",
-                        lease.task_id
-                    ))
-                })?;
-                fetch_bundle(
-                    self.blobs.as_ref(),
-                    &cid.to_string(),
-                    &reference_dir,
-                    Some(seal),
-                )
-                .await?;
-                Some(reference_dir)
-            }
-            None => None,
-        };
+        let reference = self
+            .fetch_sealed_adapter(
+                lease,
+                task.reference_adapter_cid.as_ref(),
+                seals.reference.as_ref(),
+                &dir.path().join("reference"),
+                "its reference policy",
+            )
+            .await?;
 
         let (progress_tx, progress_rx) = watch::channel(None::<shardwork_trainer::train::Progress>);
         let device = self.device.clone();

@@ -154,12 +154,7 @@ pub fn linear_cross_entropy_rows_composed(
     bias: Option<&Tensor>,
     targets: &Tensor,
 ) -> Result<Tensor> {
-    check_shapes(hidden, w, bias, targets)?;
-    let logits = hidden.matmul(&w.t()?)?;
-    let logits = match bias {
-        Some(bias) => logits.broadcast_add(bias)?,
-        None => logits,
-    };
+    let logits = composed_logits(hidden, w, bias, targets)?;
     let log_probs = candle_nn::ops::log_softmax(&logits, 1)?;
     log_probs
         .gather(&targets.unsqueeze(1)?, 1)?
@@ -176,13 +171,24 @@ pub fn linear_cross_entropy_composed(
     bias: Option<&Tensor>,
     targets: &Tensor,
 ) -> Result<Tensor> {
+    let logits = composed_logits(hidden, w, bias, targets)?;
+    candle_nn::loss::cross_entropy(&logits, targets)
+}
+
+/// `hidden·wᵀ (+ bias)`, the full logits the composed ops work on, after checking that the
+/// operands fit together.
+fn composed_logits(
+    hidden: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    targets: &Tensor,
+) -> Result<Tensor> {
     check_shapes(hidden, w, bias, targets)?;
     let logits = hidden.matmul(&w.t()?)?;
-    let logits = match bias {
-        Some(bias) => logits.broadcast_add(bias)?,
-        None => logits,
-    };
-    candle_nn::loss::cross_entropy(&logits, targets)
+    match bias {
+        Some(bias) => logits.broadcast_add(bias),
+        None => Ok(logits),
+    }
 }
 
 /// `(n, d, vocab)` after checking that the operands fit together.

@@ -12,28 +12,20 @@
 //! ([`crate::fused::cross_entropy::linear_cross_entropy_rows`]), so the `(tokens × vocab)`
 //! logits are never held and the gradient is made in the forward pass.
 
-use candle_core::{D, Device, Tensor};
+use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{DatasetRecord, PreferenceLoss};
 
 use super::Progress;
-use super::sft::{Batch, SftConfig, SftReport, TOKENS_PER_PASS};
+use super::sft::{Batch, SftConfig, SftReport, TOKENS_PER_PASS, check_max_len, learned_hidden};
 use super::sft_data::{SftExample, encode_answer};
 use super::step_loop::StepLoop;
 use super::trace::{Span, TrainTrace};
 use crate::error::{Error, Result};
-use crate::llama::{Llama, LlamaError};
+use crate::llama::Llama;
 use crate::lora::Trainables;
 use crate::optim::AdamW;
 use crate::tokenizer_gguf::LmTokenizer;
-
-fn model_err(e: LlamaError) -> Error {
-    match e {
-        LlamaError::Lora(e) => e,
-        LlamaError::Forward(e) => Error::Candle(e),
-        other => Error::Invalid(other.to_string()),
-    }
-}
 
 /// A preference record tokenized: each answer after the prompt, only the answer learned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,13 +36,6 @@ pub struct PreferencePair {
     pub rejected: SftExample,
 }
 
-impl PreferencePair {
-    /// Learned tokens of both answers.
-    pub fn learned_tokens(&self) -> usize {
-        self.chosen.learned_tokens() + self.rejected.learned_tokens()
-    }
-}
-
 /// Tokenizes preference records, each answer cut at `max_len` tokens; a pair one of whose
 /// answers has nothing left to learn is dropped (its margin would compare an answer with
 /// nothing).
@@ -59,11 +44,7 @@ pub fn encode_pairs(
     records: &[DatasetRecord],
     max_len: usize,
 ) -> Result<Vec<PreferencePair>> {
-    if max_len < 2 {
-        return Err(Error::Invalid(format!(
-            "max_seq_len: {max_len} is below the minimum 2"
-        )));
-    }
+    check_max_len(max_len)?;
     let mut out = Vec::with_capacity(records.len());
     for record in records {
         let DatasetRecord::Preference {
@@ -141,13 +122,7 @@ impl PairBatch {
     /// Each answer's summed log-probability under `model`, `(2 · pairs)`, differentiable
     /// through the model's LoRA values when `train`.
     fn logps(&self, model: &Llama, train: bool) -> Result<Tensor> {
-        let hidden = model
-            .forward_hidden(&self.batch.input, train)
-            .map_err(model_err)?;
-        let width = hidden.dim(D::Minus1)?;
-        let picked = hidden
-            .reshape(((), width))?
-            .index_select(&self.batch.positions, 0)?;
+        let picked = learned_hidden(model, &self.batch, train)?;
         let (head, bias) = model.head();
         let nll = crate::fused::cross_entropy::linear_cross_entropy_rows(
             &picked,
@@ -276,6 +251,18 @@ pub struct PairScore {
     pub rejected_reward: f64,
 }
 
+/// Refuses an empty `what` or one whose pairs and reference scores do not pair up.
+fn check_scored(pairs: &[PreferencePair], refs: &[ReferenceLogps], what: &str) -> Result<()> {
+    if pairs.is_empty() || pairs.len() != refs.len() {
+        return Err(Error::Invalid(format!(
+            "{what}: {} preference pairs with {} reference scores",
+            pairs.len(),
+            refs.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Each pair of `pairs` scored by `model` (its LoRA values as they stand) against the
 /// reference's `refs`, `batch_size` pairs at a time, without gradients.
 pub fn pair_scores(
@@ -286,13 +273,7 @@ pub fn pair_scores(
     batch_size: usize,
     pad: u32,
 ) -> Result<Vec<PairScore>> {
-    if pairs.is_empty() || pairs.len() != refs.len() {
-        return Err(Error::Invalid(format!(
-            "evaluation set: {} pairs with {} reference scores",
-            pairs.len(),
-            refs.len()
-        )));
-    }
+    check_scored(pairs, refs, "evaluation set")?;
     let size = batch_size.max(1);
     let mut out = Vec::with_capacity(pairs.len());
     for (chunk, refs) in pairs.chunks(size).zip(refs.chunks(size)) {
@@ -369,13 +350,7 @@ pub fn train_span(
             "batch_size: 0 is below the minimum 1".into(),
         ));
     }
-    if pairs.is_empty() || pairs.len() != refs.len() {
-        return Err(Error::Invalid(format!(
-            "training set: {} preference pairs with {} reference scores",
-            pairs.len(),
-            refs.len()
-        )));
-    }
+    check_scored(pairs, refs, "training set")?;
     if trainables.is_empty() {
         return Err(Error::Invalid(
             "no trainable tensors: attach LoRA before training".into(),
@@ -403,16 +378,7 @@ pub fn train_span(
         }
     }
     let (summary, trace) = steps.finish();
-    Ok((
-        SftReport {
-            steps: summary.steps,
-            final_loss: summary.final_loss,
-            tokens: summary.tokens,
-            seconds: summary.seconds,
-            tokens_per_sec: summary.tokens as f64 / summary.seconds,
-        },
-        trace,
-    ))
+    Ok((SftReport::of(&summary), trace))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::job_spec::SFT_TOKENS_PER_PASS;
 
 use super::Progress;
-use super::step_loop::StepLoop;
+use super::step_loop::{LoopSummary, StepLoop};
 use super::trace::{Span, TrainTrace};
 use crate::error::{Error, Result};
 use crate::llama::{Llama, LlamaError};
@@ -19,12 +19,23 @@ use crate::optim::{AdamW, OptimConfig};
 use crate::tokenizer_gguf::LmTokenizer;
 use crate::train::sft_data::{DatasetRecord, SftExample, encode_record};
 
-fn model_err(e: LlamaError) -> Error {
+/// The trainer's error for a model's: its LoRA's own, candle's, or a sentence.
+pub(crate) fn model_err(e: LlamaError) -> Error {
     match e {
         LlamaError::Lora(e) => e,
         LlamaError::Forward(e) => Error::Candle(e),
         other => Error::Invalid(other.to_string()),
     }
+}
+
+/// Refuses a sequence length that leaves no prediction: a token predicts the next one.
+pub(crate) fn check_max_len(max_len: usize) -> Result<()> {
+    if max_len < 2 {
+        return Err(Error::Invalid(format!(
+            "max_seq_len: {max_len} is below the minimum 2"
+        )));
+    }
+    Ok(())
 }
 
 /// Tokenizes records, dropping those with nothing left to learn after truncation to `max_len`.
@@ -33,11 +44,7 @@ pub fn encode_dataset(
     records: &[DatasetRecord],
     max_len: usize,
 ) -> Result<Vec<SftExample>> {
-    if max_len < 2 {
-        return Err(Error::Invalid(format!(
-            "max_seq_len: {max_len} is below the minimum 2"
-        )));
-    }
+    check_max_len(max_len)?;
     let mut out = Vec::with_capacity(records.len());
     for record in records {
         if let Some(example) = encode_record(tok, record, max_len)? {
@@ -125,13 +132,7 @@ impl Batch {
 /// fused kernel projects and scores them in chunks (and, when training, takes the gradient in
 /// the same pass), so the (tokens × vocab) logits are never held.
 pub fn batch_loss(model: &Llama, batch: &Batch, train: bool) -> Result<Tensor> {
-    let hidden = model
-        .forward_hidden(&batch.input, train)
-        .map_err(model_err)?;
-    let width = hidden.dim(D::Minus1)?;
-    let picked = hidden
-        .reshape(((), width))?
-        .index_select(&batch.positions, 0)?;
+    let picked = learned_hidden(model, batch, train)?;
     let (head, bias) = model.head();
     Ok(crate::fused::cross_entropy::linear_cross_entropy(
         &picked,
@@ -140,6 +141,18 @@ pub fn batch_loss(model: &Llama, batch: &Batch, train: bool) -> Result<Tensor> {
         &batch.targets,
         train,
     )?)
+}
+
+/// The final hidden states of `batch`'s learned predictions only, `(tokens, hidden)`: what
+/// the vocabulary projection scores.
+pub(crate) fn learned_hidden(model: &Llama, batch: &Batch, train: bool) -> Result<Tensor> {
+    let hidden = model
+        .forward_hidden(&batch.input, train)
+        .map_err(model_err)?;
+    let width = hidden.dim(D::Minus1)?;
+    Ok(hidden
+        .reshape(((), width))?
+        .index_select(&batch.positions, 0)?)
 }
 
 /// Loss and perplexity on held-out examples, weighted per learned token.
@@ -305,14 +318,20 @@ pub fn train_span(
         }
     }
     let (summary, trace) = steps.finish();
-    let report = SftReport {
-        steps: summary.steps,
-        final_loss: summary.final_loss,
-        tokens: summary.tokens,
-        seconds: summary.seconds,
-        tokens_per_sec: summary.tokens as f64 / summary.seconds,
-    };
-    Ok((report, trace))
+    Ok((SftReport::of(&summary), trace))
+}
+
+impl SftReport {
+    /// What a run's step loop measured.
+    pub(crate) fn of(summary: &LoopSummary) -> SftReport {
+        SftReport {
+            steps: summary.steps,
+            final_loss: summary.final_loss,
+            tokens: summary.tokens,
+            seconds: summary.seconds,
+            tokens_per_sec: summary.tokens as f64 / summary.seconds,
+        }
+    }
 }
 
 #[cfg(test)]
