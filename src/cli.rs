@@ -60,6 +60,13 @@ pub enum Command {
     Validator(NodeArgs),
     /// Run the API server on the configured adapters (secrets must be configured).
     Serve,
+    /// Exit 0 when the local API answers ready (GET /readyz on the configured bind address, or
+    /// --url): the API image's health check.
+    Health {
+        /// The URL to ask instead.
+        #[arg(long)]
+        url: Option<String>,
+    },
     /// Print the effective configuration (secrets redacted) and exit.
     Config,
     /// Print fresh random secrets for a deployment as `NAME=value` lines, the `.env` that
@@ -143,6 +150,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             crate::nodes::run_validator(config, a.reach.api, a.reach.key_file, a.work_dir).await
         }
         Command::Serve => crate::serve::run(config).await,
+        Command::Health { url } => crate::health::run(&config, url).await,
         Command::Bench(command) => crate::bench::run(config, command).await,
         Command::Contracts(command) => crate::contracts_cmd::run(command).await,
         Command::Config => {

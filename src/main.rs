@@ -11,6 +11,7 @@ mod demo;
 mod demo_preference;
 mod dev_secrets;
 mod earnings_cmd;
+mod health;
 mod infra;
 mod job_cmd;
 mod job_events;

@@ -5,6 +5,9 @@ use crate::config::{Config, redact_url};
 use crate::infra;
 
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    // Checked before anything is connected, so a server (or its container) started without its
+    // secrets exits at once naming them, not after a database or chain timeout.
+    check_settings(&config)?;
     tracing::info!(config = %config.redacted_toml(), "effective configuration");
     let url = config.effective_database_url();
     let db = infra::connect_database(&url).await?;
@@ -26,4 +29,36 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     })
     .await?;
     Ok(())
+}
+
+/// Every `api` setting that keeps the server from starting, each named as its file key and
+/// its environment variable (how a container is given it).
+fn check_settings(config: &Config) -> anyhow::Result<()> {
+    let Err(errors) = config.api.validate() else {
+        return Ok(());
+    };
+    let lines: Vec<String> = errors
+        .iter()
+        .map(|e| {
+            format!(
+                "{e} (environment: SHARDWORK_API__{})",
+                e.field.to_ascii_uppercase()
+            )
+        })
+        .collect();
+    anyhow::bail!("cannot serve: {}", lines.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_secrets_are_named_with_their_variables() {
+        let err = check_settings(&Config::default()).unwrap_err().to_string();
+        for name in ["SHARDWORK_API__JWT_SECRET", "SHARDWORK_API__SEALING_SECRET"] {
+            assert!(err.contains(name), "{err}");
+        }
+        assert!(err.contains("is not set"), "{err}");
+    }
 }

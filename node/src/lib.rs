@@ -11,6 +11,7 @@
 pub mod adversary;
 pub mod capacity;
 pub mod content;
+pub mod health;
 pub mod models;
 pub mod service;
 pub mod validator;

@@ -1,7 +1,8 @@
 //! `shardwork-node`: the worker or the validator on its own, for operators who run nodes
-//! against a served marketplace (the `docker/worker*.Dockerfile` images). It links the trainer,
-//! the API client, RabbitMQ and Kubo, and no database driver or API server: an untrusted worker
-//! never holds database credentials, and its binary carries none of that code.
+//! against a served marketplace (the `docker/node.Dockerfile` image; `worker-cuda` on a GPU).
+//! It links the trainer, the API client, RabbitMQ and Kubo, and no database driver or API
+//! server: an untrusted worker never holds database credentials, and its binary carries none of
+//! that code.
 //!
 //! `shardwork worker` / `shardwork validator` in the full CLI do the same; this binary reads the
 //! same environment variables, so a deployment can switch between them.
@@ -18,6 +19,7 @@ use shardwork_core::queue::{QueueOptions, TaskQueue};
 use shardwork_core::store::kubo::{KuboConfig, KuboStore};
 use shardwork_node::NodeError;
 use shardwork_node::content::{ApiBlobs, Blobs, StoreBlobs};
+use shardwork_node::health;
 use shardwork_node::models::WorkDir;
 use shardwork_node::service::{
     HEARTBEAT, VALIDATOR_POLL, shutdown_on_signal, signing_key, training_device,
@@ -41,6 +43,9 @@ enum Role {
     Worker(QueueArgs),
     /// Score submissions on the held-out sets and merge rounds (key: SHARDWORK_NODE_KEY).
     Validator,
+    /// Exit 0 while a node runs in --work-dir (its heartbeat is fresh): the image's health
+    /// check.
+    Health,
 }
 
 #[derive(Debug, clap::Args)]
@@ -145,12 +150,18 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> Result<(), NodeError> {
     let node = cli.node;
+    // The worker's queue settings; None for the validator.
+    let (role, worker_queue) = match cli.role {
+        Role::Worker(queue_args) => ("worker", Some(queue_args)),
+        Role::Validator => ("validator", None),
+        Role::Health => {
+            let age = health::check(&node.work_dir)?;
+            println!("healthy: last heartbeat {} s ago", age.as_secs());
+            return Ok(());
+        }
+    };
     let key = signing_key(node.key_file.as_deref(), "SHARDWORK_NODE_KEY")?;
     let address = key.address();
-    let role = match cli.role {
-        Role::Worker(_) => "worker",
-        Role::Validator => "validator",
-    };
     let api = Arc::new(ApiClient::new(&node.api, key, &[role])?);
     let blobs: Arc<dyn Blobs> = match node.store {
         StoreKind::Kubo => {
@@ -160,9 +171,10 @@ async fn run(cli: Cli) -> Result<(), NodeError> {
         }
         StoreKind::Embedded => Arc::new(ApiBlobs(api.clone())),
     };
+    let _heartbeat = health::beat(node.work_dir.clone());
     let work_dir = WorkDir::new(node.work_dir);
-    match cli.role {
-        Role::Worker(queue_args) => {
+    match worker_queue {
+        Some(queue_args) => {
             let queue: Arc<dyn TaskQueue> = Arc::new(
                 RabbitQueue::connect(&queue_args.amqp_url, RabbitSettings::default()).await?,
             );
@@ -190,7 +202,7 @@ async fn run(cli: Cli) -> Result<(), NodeError> {
             .run(shutdown_on_signal())
             .await
         }
-        Role::Validator => {
+        None => {
             println!("validator {address:#x} serving {}", node.api);
             ValidatorNode {
                 api,
