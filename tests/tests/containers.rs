@@ -382,7 +382,6 @@ async fn workers_in_the_node_image_train_a_chat_job_to_payout() {
         "refused at once, not after connecting: {:?}",
         started.elapsed()
     );
-    drop(api_image);
 
     // The API on the host.
     let database_url = fresh_database(&pg).await;
@@ -420,6 +419,14 @@ async fn workers_in_the_node_image_train_a_chat_job_to_payout() {
     .collect();
     let mut api = Process::start(&["serve"], &env, &dir.path().join("api.log"));
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
+    // The API image's health check, run from inside the image against the live server.
+    let health = api_image.exec(
+        &["shardwork", "health"],
+        &[("SHARDWORK_API__BIND", format!("127.0.0.1:{port}"))],
+        &empty,
+    );
+    assert!(health.0 && health.1.contains("200"), "{}", health.1);
+    drop(api_image);
 
     // The nodes in containers: one thread each, as the llm_jobs workers.
     let node_env = |index: usize| {
