@@ -84,7 +84,9 @@ pub struct ApiConfig {
     pub upload_ttl_secs: u64,
     /// Requests per minute per caller (token subject, or client IP when unauthenticated),
     /// counted across every replica on the database; 0 turns rate limiting off, this limit and
-    /// the two per-address ones below.
+    /// the two per-address ones below. The configured `validator_addresses` have no
+    /// per-caller budget (the deployment's own nodes poll for work); their client address's
+    /// budget still applies.
     pub rate_limit_per_minute: u32,
     /// Requests per minute from one client address, whichever identities they are signed in
     /// as: a new identity costs two sign-in requests, so without this a caller holding many

@@ -239,6 +239,21 @@ pub struct Refusal {
     pub detail: String,
 }
 
+/// Whose budget a request is counted against beside its client address's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller<'a> {
+    /// No valid token: the client address's own per-caller budget.
+    Anonymous,
+    /// The signed-in address.
+    SignedIn(&'a str),
+    /// A validator this deployment configures (`validator_addresses`): the operator's own node,
+    /// not a stranger's traffic. Its idle polling (three listings every 300 ms) alone is the
+    /// default per-caller budget, so metering it refused its verdicts and merges with 429 until
+    /// the minute turned, holding the round up (issue 47). It still counts against its client
+    /// address's budget.
+    OwnValidator,
+}
+
 /// Every request budget a request is counted against, each shared by the replicas on the
 /// database: its caller's (the signed-in address, or the client address when anonymous), its
 /// client address's over every identity signed in from it, and, on the sign-in routes, the
@@ -269,14 +284,13 @@ impl RequestLimits {
         }
     }
 
-    /// Counts one request at unix time `now_secs` by the signed-in `caller` (`None` when
-    /// anonymous) from `ip` (`None` when unknown), a `sign_in` (see [`sign_in_path`]) or not,
-    /// against each budget in turn: the sign-in one (sign-ins only), the address's, the
-    /// caller's. A refused request is not counted against the budgets after the one that
-    /// refused it.
+    /// Counts one request at unix time `now_secs` by `caller` from `ip` (`None` when unknown),
+    /// a `sign_in` (see [`sign_in_path`]) or not, against each budget in turn: the sign-in one
+    /// (sign-ins only), the address's, the caller's (none for [`Caller::OwnValidator`]). A
+    /// refused request is not counted against the budgets after the one that refused it.
     pub async fn admit(
         &self,
-        caller: Option<&str>,
+        caller: Caller<'_>,
         ip: Option<IpAddr>,
         sign_in: bool,
         now_secs: i64,
@@ -306,8 +320,9 @@ impl RequestLimits {
                 ),
             })?;
         let key = match caller {
-            Some(address) => format!("addr:{address}"),
-            None => format!("ip:{ip}"),
+            Caller::SignedIn(address) => format!("addr:{address}"),
+            Caller::Anonymous => format!("ip:{ip}"),
+            Caller::OwnValidator => return Ok(()),
         };
         self.per_caller
             .admit(&key, now_secs)

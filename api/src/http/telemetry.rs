@@ -15,9 +15,10 @@ use actix_web::middleware::Next;
 use actix_web::{HttpMessage, ResponseError, web};
 use tracing::Instrument;
 
+use crate::http::auth::Role;
 use crate::http::auth::extractor::{BearerCheck, check_bearer};
 use crate::http::problem::{ApiError, ProblemKind};
-use crate::http::rate_limit::{Refusal, exempt, request_client_ip, sign_in_path};
+use crate::http::rate_limit::{Caller, Refusal, exempt, request_client_ip, sign_in_path};
 use crate::state::AppState;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -46,19 +47,28 @@ pub async fn observe(
     let mut response = match &state {
         Some(state) if !exempt(req.path()) => {
             let check = check_bearer(req.request(), &state.tokens);
-            let caller = match &check.0 {
+            let (subject, own_validator) = match &check.0 {
                 Some(Ok(claims)) => {
                     span.record("caller", tracing::field::display(&claims.sub));
-                    Some(claims.sub.to_string())
+                    // The token's role, and the address still configured: a removed
+                    // validator's token lives on for its TTL.
+                    let own = claims.has(Role::Validator)
+                        && state.config.validator_addresses.contains(&claims.sub);
+                    (Some(claims.sub.to_string()), own)
                 }
-                _ => None,
+                _ => (None, false),
+            };
+            let caller = match subject.as_deref() {
+                _ if own_validator => Caller::OwnValidator,
+                Some(sub) => Caller::SignedIn(sub),
+                None => Caller::Anonymous,
             };
             let ip = request_client_ip(req.request(), &state.config.trusted_proxies);
             req.extensions_mut().insert::<BearerCheck>(check);
             match state
                 .limits
                 .admit(
-                    caller.as_deref(),
+                    caller,
                     ip,
                     sign_in_path(req.path()),
                     chrono::Utc::now().timestamp(),
