@@ -32,14 +32,18 @@ pub fn beat(work_dir: PathBuf) -> tokio::task::JoinHandle<()> {
 fn write_beat(work_dir: &Path) -> Result<(), NodeError> {
     let io = |e: std::io::Error| NodeError::Io(format!("{}: {e}", work_dir.display()));
     std::fs::create_dir_all(work_dir).map_err(io)?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
+    let now = unix_seconds();
     // Written aside and renamed, so a health check never reads half a number.
     let partial = work_dir.join(format!("{FILE}.partial"));
     std::fs::write(&partial, now.to_string()).map_err(io)?;
     std::fs::rename(&partial, work_dir.join(FILE)).map_err(io)
+}
+
+fn unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
 }
 
 /// How long ago the node in `work_dir` last beat, or why it is unhealthy.
@@ -55,11 +59,7 @@ pub fn check(work_dir: &Path) -> Result<Duration, NodeError> {
         .trim()
         .parse()
         .map_err(|_| NodeError::Io(format!("{} holds no time: {text:?}", path.display())))?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    let age = Duration::from_secs(now.saturating_sub(at));
+    let age = Duration::from_secs(unix_seconds().saturating_sub(at));
     if age > STALE {
         return Err(NodeError::Io(format!(
             "the last heartbeat is {} s old (unhealthy past {} s): the node's loop has stopped",
@@ -83,12 +83,7 @@ mod tests {
         write_beat(dir.path()).unwrap();
         assert!(check(dir.path()).unwrap() <= Duration::from_secs(1));
 
-        let old = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            - STALE.as_secs()
-            - 5;
+        let old = unix_seconds() - STALE.as_secs() - 5;
         std::fs::write(dir.path().join(FILE), old.to_string()).unwrap();
         let err = check(dir.path()).unwrap_err().to_string();
         assert!(err.contains("s old"), "{err}");

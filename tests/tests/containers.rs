@@ -150,9 +150,8 @@ impl Container {
         command.push("--".into());
         command.extend(args.iter().map(|a| (*a).to_owned()));
         let args: Vec<&str> = command.iter().map(String::as_str).collect();
-        let program = which_buildah();
         self.running = Some(Process::start_binary(
-            &program,
+            Path::new("buildah"),
             &args,
             &[("BUILDAH_ISOLATION".to_owned(), "chroot".to_owned())],
             log,
@@ -274,16 +273,6 @@ impl Drop for Container {
     }
 }
 
-fn which_buildah() -> PathBuf {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join("buildah"))
-                .find(|p| p.is_file())
-        })
-        .expect("buildah on PATH")
-}
-
 /// A data folder for one container, writable by the image's user.
 fn data_folder(dir: &Path, name: &str) -> PathBuf {
     let path = dir.join(name);
@@ -387,36 +376,16 @@ async fn workers_in_the_node_image_train_a_chat_job_to_payout() {
     let database_url = fresh_database(&pg).await;
     let port = free_port();
     let api_url = format!("http://127.0.0.1:{port}");
-    let env: Vec<(String, String)> = [
-        ("SHARDWORK_DATABASE_URL", database_url.clone()),
-        ("SHARDWORK_QUEUE__KIND", "rabbitmq".into()),
-        ("SHARDWORK_QUEUE__AMQP_URL", amqp.clone()),
-        ("SHARDWORK_CHAIN__KIND", "rpc".into()),
-        ("SHARDWORK_CHAIN__RPC_URL", anvil.url().to_owned()),
-        ("SHARDWORK_CHAIN__POLL_INTERVAL_MS", "200".into()),
-        ("SHARDWORK_LOG", "info,sqlx=warn,lapin=warn".into()),
-        (
-            "SHARDWORK_DATA_DIR",
-            dir.path().join("api").display().to_string(),
-        ),
-        ("SHARDWORK_API__BIND", format!("127.0.0.1:{port}")),
-        (
-            "SHARDWORK_API__JWT_SECRET",
-            "containers-jwt-secret-of-32-bytes-or-more".into(),
-        ),
-        (
-            "SHARDWORK_API__SEALING_SECRET",
-            "containers-sealing-secret-of-32-bytes-or-more".into(),
-        ),
-        (
-            "SHARDWORK_API__VALIDATOR_ADDRESSES",
-            format!("[\"{}\"]", address(4)),
-        ),
-        ("SHARDWORK_API__RATE_LIMIT_PER_MINUTE", "0".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
+    // The replicas' settings (validator: dev account 4, no rate limit), with the default lease:
+    // the stop below must be seen as a release, not as a lease lapsing under load.
+    let mut env = shardwork_tests::replica_env(
+        &database_url,
+        &dir.path().join("api"),
+        &amqp,
+        anvil.url(),
+        port,
+    );
+    env.push(("SHARDWORK_API__LEASE_SECS".into(), "300".into()));
     let mut api = Process::start(&["serve"], &env, &dir.path().join("api.log"));
     wait_healthy(&api_url, &mut api, Duration::from_secs(90)).await;
     // The API image's health check, run from inside the image against the live server.
