@@ -445,6 +445,27 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// This cache of one sequence (batch 1) as the shared past of `batch` sequences: what a
+    /// common prefix computed once hands every sequence that continues it.
+    pub fn for_batch(&self, batch: usize) -> candle_core::Result<Self> {
+        let widen = |t: &Tensor| -> candle_core::Result<Tensor> {
+            let (one, heads, seq, dim) = t.dims4()?;
+            if one != 1 {
+                candle_core::bail!("a cache of {one} sequences cannot be shared by a batch");
+            }
+            t.broadcast_as((batch, heads, seq, dim))?.contiguous()
+        };
+        let layers = self
+            .layers
+            .iter()
+            .map(|slot| match slot {
+                Some((k, v)) => Ok(Some((widen(k)?, widen(v)?))),
+                None => Ok(None),
+            })
+            .collect::<candle_core::Result<_>>()?;
+        Ok(Self { layers })
+    }
 }
 
 /// Grouped-query self-attention of one decoder block, with rotary position embeddings.
@@ -816,6 +837,20 @@ impl Llama {
         input_ids: &Tensor,
         cache: &mut KvCache,
     ) -> Result<Tensor, LlamaError> {
+        let hidden = self.forward_hidden_cached(input_ids, cache)?;
+        let t = hidden.dim(1)?;
+        self.logits(&hidden.narrow(1, t - 1, 1)?.squeeze(1)?)
+    }
+
+    /// Final hidden states (batch, seq, hidden) of `input_ids` (batch, seq), which continue the
+    /// positions already in `cache` (each sequence its own, or one past shared through
+    /// [`KvCache::for_batch`]); the cache is extended with them. Without gradients: for
+    /// generation and scoring.
+    pub fn forward_hidden_cached(
+        &self,
+        input_ids: &Tensor,
+        cache: &mut KvCache,
+    ) -> Result<Tensor, LlamaError> {
         if cache.layers.len() != self.layers.len() {
             *cache = KvCache::new(self.layers.len());
         }
@@ -826,8 +861,7 @@ impl Llama {
         for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
             xs = layer.forward(&xs, &self.rotary, offset, Some(slot), false)?;
         }
-        let last = self.norm.forward(&xs.narrow(1, t - 1, 1)?)?.squeeze(1)?;
-        self.logits(&last)
+        Ok(self.norm.forward(&xs)?)
     }
 
     /// Wraps every projection the builder's config targets (PEFT suffix rule on module paths
