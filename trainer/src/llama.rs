@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{D, DType, Device, Module, Tensor};
+use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Embedding, Linear, VarBuilder};
 
 use crate::lora::{LoraBuilder, LoraLinear};
@@ -418,7 +418,8 @@ impl Rotary {
     }
 }
 
-/// Key/value tensors of earlier positions, one entry per layer, for incremental decoding.
+/// Key/value tensors of earlier positions, one entry per layer, each (batch, seq, kv heads,
+/// head dim): for incremental decoding and for scoring after a shared prefix.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     layers: Vec<Option<(Tensor, Tensor)>>,
@@ -437,7 +438,7 @@ impl KvCache {
         self.layers
             .first()
             .and_then(|l| l.as_ref())
-            .and_then(|(k, _)| k.dim(2).ok())
+            .and_then(|(k, _)| k.dim(1).ok())
             .unwrap_or(0)
     }
 
@@ -450,11 +451,11 @@ impl KvCache {
     /// common prefix computed once hands every sequence that continues it.
     pub fn for_batch(&self, batch: usize) -> candle_core::Result<Self> {
         let widen = |t: &Tensor| -> candle_core::Result<Tensor> {
-            let (one, heads, seq, dim) = t.dims4()?;
+            let (one, seq, heads, dim) = t.dims4()?;
             if one != 1 {
                 candle_core::bail!("a cache of {one} sequences cannot be shared by a batch");
             }
-            t.broadcast_as((batch, heads, seq, dim))?.contiguous()
+            t.broadcast_as((batch, seq, heads, dim))?.contiguous()
         };
         let layers = self
             .layers
@@ -529,50 +530,18 @@ impl Attention {
                 .o_proj
                 .forward(&out.reshape((b, t, self.num_heads * self.head_dim))?, train);
         };
-        // Generation: new positions attend to the cached ones, in (batch, heads, seq, dim).
-        let q = q.transpose(1, 2)?.contiguous()?;
-        let mut k = k.transpose(1, 2)?.contiguous()?;
-        let mut v = v.transpose(1, 2)?.contiguous()?;
-        if let Some((pk, pv)) = slot.as_ref() {
-            k = Tensor::cat(&[pk, &k], 2)?;
-            v = Tensor::cat(&[pv, &v], 2)?;
-        }
+        // After a cache (generation, or scoring after a shared prefix): the new positions
+        // attend to the cached ones and to themselves. The cache keeps keys and values in the
+        // projections' (batch, seq, heads, dim) layout, which the fused kernel reads.
+        let (k, v) = match slot.as_ref() {
+            Some((pk, pv)) => (Tensor::cat(&[pk, &k], 1)?, Tensor::cat(&[pv, &v], 1)?),
+            None => (k.contiguous()?, v.contiguous()?),
+        };
         *slot = Some((k.clone(), v.clone()));
-        let k = repeat_kv(&k, self.num_heads / self.num_kv_heads)?;
-        let v = repeat_kv(&v, self.num_heads / self.num_kv_heads)?;
-        let total = k.dim(2)?;
-        let mut scores = (q.matmul(&k.t()?)? * scale)?;
-        if t > 1 {
-            scores = scores.broadcast_add(&causal_mask(t, total, xs.device())?)?;
-        }
-        let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
-        let out = probs.matmul(&v.contiguous()?)?;
-        let out = out
-            .transpose(1, 2)?
-            .reshape((b, t, self.num_heads * self.head_dim))?;
-        self.o_proj.forward(&out, train)
+        let out = crate::fused::attention::causal_attention_after(&q, &k, &v, scale)?;
+        self.o_proj
+            .forward(&out.reshape((b, t, self.num_heads * self.head_dim))?, train)
     }
-}
-
-/// Additive mask for `t` new queries over `total` keys, the last `t` of which are the queries'
-/// own positions: each query sees every cached key and the new keys up to itself.
-fn causal_mask(t: usize, total: usize, device: &Device) -> candle_core::Result<Tensor> {
-    let past = total - t;
-    let mask: Vec<f32> = (0..t)
-        .flat_map(|i| (0..total).map(move |j| if j > past + i { f32::NEG_INFINITY } else { 0.0 }))
-        .collect();
-    Tensor::from_vec(mask, (t, total), device)
-}
-
-/// Expands key/value heads so each query head in a group reads its shared key/value head.
-fn repeat_kv(xs: &Tensor, groups: usize) -> candle_core::Result<Tensor> {
-    if groups == 1 {
-        return Ok(xs.clone());
-    }
-    let (b, kv, t, d) = xs.dims4()?;
-    xs.unsqueeze(2)?
-        .broadcast_as((b, kv, groups, t, d))?
-        .reshape((b, kv * groups, t, d))
 }
 
 /// SwiGLU feed-forward of one decoder block: `down(silu(gate(x)) · up(x))`.

@@ -63,6 +63,37 @@ pub fn causal_attention(
     causal_composite(q, k, v, scale)
 }
 
+/// [`causal_attention`] for queries that continue `past` positions whose keys and values come
+/// first in `k` and `v`: q: (b, t, hq, d), k and v: (b, past + t, hkv, d); query `i` attends to
+/// keys `j ≤ past + i`. For scoring and generation after a cache (a shared prompt computed
+/// once, or the tokens decoded so far): forward only, the op has no backward pass.
+pub fn causal_attention_after(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f64,
+) -> candle_core::Result<Tensor> {
+    let dims = Dims::of_keys(q.dims(), k.dims(), v.dims())?;
+    if fused_here(q, k, v) {
+        let spec = Spec {
+            scale,
+            keys: Keys::Causal,
+            dropout: None,
+        };
+        return q.contiguous()?.apply_op3_no_bwd(
+            &k.contiguous()?,
+            &v.contiguous()?,
+            &FusedAttention { spec },
+        );
+    }
+    let past = dims.tk - dims.t;
+    let mask: Vec<f32> = (0..dims.t)
+        .flat_map(|i| (0..dims.tk).map(move |j| if j > past + i { f32::NEG_INFINITY } else { 0.0 }))
+        .collect();
+    let mask = Tensor::from_vec(mask, (dims.t, dims.tk), q.device())?.to_dtype(q.dtype())?;
+    composite_attention(q, k, v, scale, &mask, None)
+}
+
 /// [`causal_attention`] composed of candle ops, with a −∞ mask above the diagonal.
 fn causal_composite(q: &Tensor, k: &Tensor, v: &Tensor, scale: f64) -> candle_core::Result<Tensor> {
     let t = Dims::of(q.dims(), k.dims(), v.dims())?.t;
@@ -158,8 +189,10 @@ fn composite_attention(
     mask: &Tensor,
     dropout: Option<DropoutDraw>,
 ) -> candle_core::Result<Tensor> {
-    let dims = Dims::of(q.dims(), k.dims(), v.dims())?;
-    let Dims { b, t, hq, hkv, d } = dims;
+    let dims = Dims::of_keys(q.dims(), k.dims(), v.dims())?;
+    let Dims {
+        b, tk, hq, hkv, d, ..
+    } = dims;
     let heads_first = |x: &Tensor| x.transpose(1, 2)?.contiguous();
     let repeat_kv = |x: &Tensor| -> candle_core::Result<Tensor> {
         let x = heads_first(x)?;
@@ -167,8 +200,8 @@ fn composite_attention(
             return Ok(x);
         }
         x.unsqueeze(2)?
-            .broadcast_as((b, hkv, dims.group(), t, d))?
-            .reshape((b, hq, t, d))
+            .broadcast_as((b, hkv, dims.group(), tk, d))?
+            .reshape((b, hq, tk, d))
     };
     let (q, k, v) = (heads_first(q)?, repeat_kv(k)?, repeat_kv(v)?);
     let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
@@ -201,9 +234,12 @@ struct Spec {
 
 impl Spec {
     /// The keys batch row `bi`'s queries see.
-    fn visible(&self, bi: usize, t: usize) -> Visible<'_> {
+    fn visible(&self, bi: usize, dims: Dims) -> Visible<'_> {
+        let t = dims.t;
         match &self.keys {
-            Keys::Causal => Visible::Causal,
+            Keys::Causal => Visible::Causal {
+                past: dims.tk - dims.t,
+            },
             Keys::Unpadded(live) => Visible::Tokens(&live[bi * t..(bi + 1) * t]),
         }
     }
@@ -212,7 +248,10 @@ impl Spec {
 /// [`Keys`] for one batch row.
 #[derive(Clone, Copy)]
 enum Visible<'a> {
-    Causal,
+    /// Query `i` sees keys `j ≤ past + i`: the `past` positions before the queries' own.
+    Causal {
+        past: usize,
+    },
     Tokens(&'a [bool]),
 }
 
@@ -220,7 +259,7 @@ impl Visible<'_> {
     /// How many keys (from the first) a block of query rows ending before row `i1` reads.
     fn keys(self, i1: usize, t: usize) -> usize {
         match self {
-            Visible::Causal => i1,
+            Visible::Causal { past } => past + i1,
             Visible::Tokens(_) => t,
         }
     }
@@ -230,7 +269,7 @@ impl Visible<'_> {
     #[inline(always)]
     fn first_row(self, j: usize, i0: usize, rows: usize) -> usize {
         match self {
-            Visible::Causal => j.saturating_sub(i0).min(rows),
+            Visible::Causal { past } => j.saturating_sub(past + i0).min(rows),
             Visible::Tokens(live) => {
                 if live[j] {
                     0
@@ -246,14 +285,27 @@ impl Visible<'_> {
 #[derive(Clone, Copy, Debug)]
 struct Dims {
     b: usize,
+    /// Queries per batch row.
     t: usize,
+    /// Keys (and values) per batch row: `t`, or more when earlier positions come first.
+    tk: usize,
     hq: usize,
     hkv: usize,
     d: usize,
 }
 
 impl Dims {
+    /// Sizes of a self-attention call: as many keys as queries.
     fn of(q: &[usize], k: &[usize], v: &[usize]) -> candle_core::Result<Self> {
+        let dims = Self::of_keys(q, k, v)?;
+        if dims.tk != dims.t {
+            candle_core::bail!("{NAME}: k {k:?} does not match q {q:?} in tokens");
+        }
+        Ok(dims)
+    }
+
+    /// Sizes of a call whose keys may begin with earlier positions: at least as many as queries.
+    fn of_keys(q: &[usize], k: &[usize], v: &[usize]) -> candle_core::Result<Self> {
         let &[b, t, hq, d] = q else {
             candle_core::bail!("{NAME}: q must be (batch, tokens, heads, head size), got {q:?}")
         };
@@ -263,7 +315,7 @@ impl Dims {
         if v != k {
             candle_core::bail!("{NAME}: v {v:?} does not match k {k:?}");
         }
-        if (kb, kt, kd) != (b, t, d) {
+        if (kb, kd) != (b, d) || kt < t {
             candle_core::bail!(
                 "{NAME}: k {k:?} does not match q {q:?} in batch, tokens or head size"
             );
@@ -273,7 +325,14 @@ impl Dims {
                 "{NAME}: {hq} query heads are not a multiple of {hkv} key/value heads"
             );
         }
-        Ok(Self { b, t, hq, hkv, d })
+        Ok(Self {
+            b,
+            t,
+            tk: kt,
+            hq,
+            hkv,
+            d,
+        })
     }
 
     /// Query heads per key/value head.
@@ -286,7 +345,7 @@ impl Dims {
     }
 
     fn kv_len(&self) -> usize {
-        self.b * self.t * self.hkv * self.d
+        self.b * self.tk * self.hkv * self.d
     }
 
     /// Query head `h` of batch row `bi` (or the same head of the output, `dO` or `dQ`), a
@@ -306,7 +365,7 @@ impl Dims {
     /// Key/value head `g` of batch row `bi` (or of `dK`, `dV`).
     fn kv_head(&self, bi: usize, g: usize) -> Mat {
         let row = self.hkv * self.d;
-        Mat::rows(bi * self.t * row + g * self.d, self.t, self.d, row)
+        Mat::rows(bi * self.tk * row + g * self.d, self.tk, self.d, row)
     }
 }
 
@@ -329,7 +388,9 @@ impl CustomOp3 for FusedAttention {
         v: &CpuStorage,
         vl: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let dims = Dims::of(ql.dims(), kl.dims(), vl.dims())?;
+        // The public entry points checked the key count against their kind (equal, or a past
+        // before the queries' own); the backward pass is only reachable with equal counts.
+        let dims = Dims::of_keys(ql.dims(), kl.dims(), vl.dims())?;
         let (q, k, v) = (
             f32s(NAME, "q", q, ql)?,
             f32s(NAME, "k", k, kl)?,
@@ -414,14 +475,14 @@ fn forward(q: &[f32], k: &[f32], v: &[f32], dims: Dims, spec: &Spec) -> Vec<f32>
     let shared = Shared::new(&mut out);
     (0..b * hq).into_par_iter().for_each(|task| {
         let (bi, h) = (task / hq, task % hq);
-        let seen = spec.visible(bi, t);
+        let seen = spec.visible(bi, dims);
         let qh = dims.q_head(bi, h);
         let kvh = dims.kv_head(bi, h / dims.group());
-        let mut p = vec![0f32; BLOCK.min(t) * t];
+        let mut p = vec![0f32; BLOCK.min(t) * dims.tk];
         let mut mask = vec![0f32; if spec.dropout.is_some() { p.len() } else { 0 }];
         for i0 in (0..t).step_by(BLOCK) {
             let i1 = (i0 + BLOCK).min(t);
-            let keys = seen.keys(i1, t);
+            let keys = seen.keys(i1, dims.tk);
             let (qb, kvb) = (qh.row_range(i0, i1), kvh.row_range(0, keys));
             let pm = score_block(i1 - i0, keys);
             product_into(&mut p, pm, false, q, qb, k, kvb.t(), scale);
@@ -460,17 +521,17 @@ fn backward(q: &[f32], k: &[f32], v: &[f32], dout: &[f32], dims: Dims, spec: &Sp
     // group by a single task in a fixed order rather than by racing or reducing threads.
     (0..b * hkv).into_par_iter().for_each(|task| {
         let (bi, g) = (task / hkv, task % hkv);
-        let seen = spec.visible(bi, t);
+        let seen = spec.visible(bi, dims);
         let kvh = dims.kv_head(bi, g);
         let (dkh, dvh) = (kvh.shifted(nq), kvh.shifted(nq + nkv));
-        let mut p = vec![0f32; BLOCK.min(t) * t];
-        let mut ds = vec![0f32; BLOCK.min(t) * t];
+        let mut p = vec![0f32; BLOCK.min(t) * dims.tk];
+        let mut ds = vec![0f32; BLOCK.min(t) * dims.tk];
         let mut mask = vec![0f32; if spec.dropout.is_some() { p.len() } else { 0 }];
         for h in g * dims.group()..(g + 1) * dims.group() {
             let qh = dims.q_head(bi, h);
             for i0 in (0..t).step_by(BLOCK) {
                 let i1 = (i0 + BLOCK).min(t);
-                let keys = seen.keys(i1, t);
+                let keys = seen.keys(i1, dims.tk);
                 let (qb, kvb) = (qh.row_range(i0, i1), kvh.row_range(0, keys));
                 let (dkb, dvb) = (dkh.row_range(0, keys), dvh.row_range(0, keys));
                 let pm = score_block(i1 - i0, keys);
@@ -890,6 +951,35 @@ mod tests {
         let composite = causal_attention(&f64(&q), &f64(&k), &f64(&v), 0.5).unwrap();
         assert_eq!(composite.dtype(), DType::F64);
         assert!(max_diff(&fused, &composite.to_dtype(DType::F32).unwrap()) < 1e-5);
+    }
+
+    /// Queries after `past` earlier positions see what the same rows of the whole sequence see,
+    /// on the fused kernel (past and own keys across query blocks) and on the composite.
+    #[test]
+    fn queries_after_a_past_match_the_whole_sequence() {
+        for (b, past, t, hq, hkv, d) in [
+            (2, 6, 5, 6, 2, 8),
+            (1, 70, 80, 4, 4, 16),
+            (3, 0, 7, 2, 1, 4),
+        ] {
+            let (q, k, v, _) = inputs((b, past + t, hq, hkv, d));
+            let whole = causal_attention(q.as_tensor(), k.as_tensor(), v.as_tensor(), 0.3).unwrap();
+            let own = q.as_tensor().narrow(1, past, t).unwrap();
+            let after = causal_attention_after(&own, k.as_tensor(), v.as_tensor(), 0.3).unwrap();
+            let expected = whole.narrow(1, past, t).unwrap();
+            assert!(max_diff(&after, &expected) < 1e-5, "past {past}, t {t}");
+            let f64 = |x: &Tensor| x.to_dtype(DType::F64).unwrap();
+            let composite =
+                causal_attention_after(&f64(&own), &f64(k.as_tensor()), &f64(v.as_tensor()), 0.3)
+                    .unwrap();
+            assert!(max_diff(&composite.to_dtype(DType::F32).unwrap(), &expected) < 1e-5);
+        }
+        // Fewer keys than queries is an error, not a read past the end.
+        let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, &Device::Cpu).unwrap();
+        let err =
+            causal_attention_after(&z(&[1, 4, 2, 8]), &z(&[1, 3, 2, 8]), &z(&[1, 3, 2, 8]), 1.0)
+                .unwrap_err();
+        assert!(err.to_string().contains(NAME), "{err}");
     }
 
     #[test]
