@@ -1,15 +1,23 @@
-//! Finding jobs: by id inside a transaction, or through the coalesced reads that serve the
-//! hot `GET /v1/jobs/{id}` (see `crate::coalesce`).
+//! Finding jobs: by id inside a transaction, a filtered page of them, or through the coalesced
+//! reads that serve the hot `GET /v1/jobs/{id}` (see `crate::coalesce`).
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sea_orm::sea_query::Expr;
-use sea_orm::{ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect,
+};
+use shardwork_core::protocol::{EthAddress, JobStatus};
 use uuid::Uuid;
 
 use crate::coalesce::Coalescer;
 use crate::domain::error::DomainError;
 use crate::entities::job;
+
+/// A job as stored: what the look-ups here hand out, under the name callers outside the domain
+/// use, so that they need not reach past it into the entities.
+pub type JobRecord = job::Model;
 
 /// The job `id`, or [`DomainError::NotFound`].
 pub async fn find_job<C: ConnectionTrait>(db: &C, id: Uuid) -> Result<job::Model, DomainError> {
@@ -43,6 +51,60 @@ pub async fn lock_job<C: ConnectionTrait>(
 /// The error for a job id that names no job.
 pub fn job_not_found(id: Uuid) -> DomainError {
     DomainError::NotFound(format!("no job {id}"))
+}
+
+/// Which jobs a listing shows; every filter given must hold.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Only jobs in this status.
+    pub status: Option<JobStatus>,
+    /// Only jobs posted by this address.
+    pub requester: Option<EthAddress>,
+    /// Only jobs older than this one (the last id of the previous page).
+    pub before: Option<Uuid>,
+}
+
+/// One page of a job listing.
+#[derive(Debug)]
+pub struct JobListing {
+    /// The jobs, newest first.
+    pub jobs: Vec<JobRecord>,
+    /// The last id of this page when more jobs follow it; `None` on the last page.
+    pub next_cursor: Option<Uuid>,
+}
+
+/// At most `limit` jobs that pass `filter`, newest first.
+///
+/// Ids are UUIDv7, so id order is creation order and the cursor is the last id seen: stable
+/// under concurrent inserts, unlike an offset. One row more than the page is read, to know
+/// whether another page follows without a count.
+pub async fn list_jobs<C: ConnectionTrait>(
+    db: &C,
+    filter: &JobFilter,
+    limit: u64,
+) -> Result<JobListing, DomainError> {
+    let mut select = job::Entity::find();
+    if let Some(status) = filter.status {
+        select = select.filter(job::Column::Status.eq(status.as_str()));
+    }
+    if let Some(requester) = filter.requester {
+        select = select.filter(job::Column::Requester.eq(requester.to_string()));
+    }
+    if let Some(before) = filter.before {
+        select = select.filter(job::Column::Id.lt(before));
+    }
+    let mut jobs = select
+        .order_by_desc(job::Column::Id)
+        .limit(limit + 1)
+        .all(db)
+        .await?;
+    let next_cursor = if jobs.len() as u64 > limit {
+        jobs.truncate(limit as usize);
+        jobs.last().map(|j| j.id)
+    } else {
+        None
+    };
+    Ok(JobListing { jobs, next_cursor })
 }
 
 /// Job reads by id, coalesced (see [`crate::coalesce`]).

@@ -10,6 +10,7 @@ use shardwork_core::protocol::{FieldError, SpecErrors};
 
 use crate::domain::DomainError;
 use crate::domain::error::describe;
+use crate::domain::sign_in::SpendError;
 
 /// The kinds of problem, each with its stable `type` URI, title and status: the protocol's one
 /// definition, which the clients branch on too.
@@ -197,6 +198,17 @@ impl From<DomainError> for ApiError {
             DomainError::Invalid(errors) => ApiError::fields(ProblemKind::Validation, errors),
             DomainError::Internal { context, message } => ApiError::internal(context, message),
             DomainError::Db(err) => err.into(),
+        }
+    }
+}
+
+/// A refused sign-in nonce means the sign-in does not hold (401, the refusal as the detail);
+/// a failure to read or write it is mapped as any domain error.
+impl From<SpendError> for ApiError {
+    fn from(err: SpendError) -> Self {
+        match err {
+            SpendError::Refused(refused) => ApiError::unauthenticated(refused.to_string()),
+            SpendError::Failed(err) => err.into(),
         }
     }
 }

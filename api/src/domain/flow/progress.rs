@@ -1,16 +1,25 @@
 //! The training progress workers report with each lease heartbeat, kept as a curve per task
 //! (`task_progress`), so a requester can watch the training loss of every shard fall while a
 //! round runs. The task row keeps the last heartbeat as well (`tasks.progress`).
+//!
+//! Read back per job ([`job_curves`]): every task's curve, thinned evenly to the points asked
+//! for, beside the held-out metric of each round's merge (from the job's `aggregated` events),
+//! so the two can be drawn on one chart.
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use sea_orm::sea_query::Query;
 use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
     QueryOrder, QuerySelect, TryInsertResult,
 };
 use shardwork_core::protocol::node::Progress;
+use shardwork_core::protocol::{EventKind, JobEvent, TaskStatus};
+use uuid::Uuid;
 
 use crate::domain::error::DomainError;
-use crate::entities::{task, task_progress};
+use crate::entities::{job_event, shard, task, task_progress};
 
 /// The most points a task keeps. A worker heartbeats every few seconds (five in the nodes this
 /// repository ships), so 1,000 points are more than an hour of training at full resolution, and
@@ -118,6 +127,189 @@ pub fn thin(keys: &[(i32, i64)]) -> Vec<(i32, i64)> {
         .collect()
 }
 
+/// One heartbeat's progress, as a point of a task's curve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CurvePoint {
+    /// The task's attempt it came under (1 for its first lease).
+    pub attempt: u32,
+    /// Optimizer steps done.
+    pub step: u64,
+    /// Optimizer steps in the whole run.
+    pub total_steps: u64,
+    /// The step's training loss, when the worker reported one.
+    pub loss: Option<f64>,
+    /// Training throughput so far, in tokens per second, when the worker reported it.
+    pub tokens_per_second: Option<f64>,
+    /// When the API received the heartbeat.
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// One task's training curve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskCurve {
+    /// The task.
+    pub task_id: Uuid,
+    /// Its round, from 1.
+    pub round: u32,
+    /// The shard it trains on, from 0.
+    pub shard: u32,
+    /// Where the task stands.
+    pub status: TaskStatus,
+    /// Leases taken so far.
+    pub attempts: u32,
+    /// Its points, oldest attempt first and by step within an attempt.
+    pub points: Vec<CurvePoint>,
+}
+
+/// A round's merge, scored on the held-out set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MergedRound {
+    /// The round, from 1.
+    pub round: u32,
+    /// The merged adapter's held-out metric.
+    pub metric: f64,
+    /// The base model's held-out metric.
+    pub base_metric: f64,
+    /// What the metric is (`loss`, `accuracy`, …).
+    pub metric_name: String,
+    /// When the merge was recorded.
+    pub recorded_at: DateTime<Utc>,
+}
+
+/// A job's training curves and merged rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobCurves {
+    /// Every task (of the round asked for), by round and shard.
+    pub tasks: Vec<TaskCurve>,
+    /// Every merged round (or the one asked for), by round.
+    pub rounds: Vec<MergedRound>,
+}
+
+/// The indices of at most `k` of `n` points, evenly spread, the first and the last included.
+pub fn spread(n: usize, k: usize) -> Vec<usize> {
+    if n <= k {
+        return (0..n).collect();
+    }
+    if k < 2 {
+        return vec![n - 1];
+    }
+    // n > k, so consecutive picks differ by at least one: no index twice.
+    (0..k)
+        .map(|i| (i * (n - 1) + (k - 1) / 2) / (k - 1))
+        .collect()
+}
+
+/// Job `job_id`'s curves, each task's thinned to at most `per_task` points (see [`spread`]),
+/// and the held-out metric of each merged round; only round `round`'s when one is given.
+pub async fn job_curves<C: ConnectionTrait>(
+    db: &C,
+    job_id: Uuid,
+    round: Option<u32>,
+    per_task: usize,
+) -> Result<JobCurves, DomainError> {
+    let wanted = round;
+    let round = round.map(|r| r as i32);
+
+    let mut tasks = task::Entity::find().filter(task::Column::JobId.eq(job_id));
+    if let Some(round) = round {
+        tasks = tasks.filter(task::Column::Round.eq(round));
+    }
+    let tasks = tasks.all(db).await?;
+    let shards: HashMap<Uuid, i32> = shard::Entity::find()
+        .filter(shard::Column::JobId.eq(job_id))
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|s| (s.id, s.index))
+        .collect();
+
+    // By subquery rather than a list of task ids: a large job has more tasks than a statement
+    // may bind parameters.
+    let mut of_job = Query::select();
+    of_job
+        .column(task::Column::Id)
+        .from(task::Entity)
+        .and_where(task::Column::JobId.eq(job_id));
+    if let Some(round) = round {
+        of_job.and_where(task::Column::Round.eq(round));
+    }
+    let rows = task_progress::Entity::find()
+        .filter(task_progress::Column::TaskId.in_subquery(of_job))
+        .order_by_asc(task_progress::Column::TaskId)
+        .order_by_asc(task_progress::Column::Attempt)
+        .order_by_asc(task_progress::Column::Step)
+        .all(db)
+        .await?;
+    let mut curves: HashMap<Uuid, Vec<task_progress::Model>> = HashMap::new();
+    for row in rows {
+        curves.entry(row.task_id).or_default().push(row);
+    }
+
+    let mut out: Vec<TaskCurve> = tasks
+        .into_iter()
+        .map(|t| {
+            let curve = curves.remove(&t.id).unwrap_or_default();
+            let points = spread(curve.len(), per_task)
+                .into_iter()
+                .map(|i| {
+                    let p = &curve[i];
+                    CurvePoint {
+                        attempt: p.attempt.max(0) as u32,
+                        step: p.step.max(0) as u64,
+                        total_steps: p.total_steps.max(0) as u64,
+                        loss: p.loss,
+                        tokens_per_second: p.tokens_per_second,
+                        recorded_at: p.recorded_at,
+                    }
+                })
+                .collect();
+            TaskCurve {
+                task_id: t.id,
+                round: t.round.max(0) as u32,
+                shard: shards.get(&t.shard_id).copied().unwrap_or_default().max(0) as u32,
+                status: t.status,
+                attempts: t.attempts.max(0) as u32,
+                points,
+            }
+        })
+        .collect();
+    out.sort_by_key(|t| (t.round, t.shard));
+
+    let aggregated = job_event::Entity::find()
+        .filter(job_event::Column::JobId.eq(job_id))
+        .filter(job_event::Column::Kind.eq(EventKind::Aggregated.as_str()))
+        .order_by_asc(job_event::Column::Id)
+        .all(db)
+        .await?;
+    let mut rounds: Vec<MergedRound> = Vec::new();
+    for row in aggregated {
+        let event = JobEvent::from_parts(&row.kind, row.payload).map_err(|e| {
+            DomainError::internal(
+                "reading the job's merges",
+                format!("event {} ({}): {e}", row.id, row.kind),
+            )
+        })?;
+        let JobEvent::Aggregated(merge) = event else {
+            continue;
+        };
+        if wanted.is_some_and(|r| r != merge.round) {
+            continue;
+        }
+        // A round is merged once; should it ever be recorded twice, the later record stands.
+        rounds.retain(|r| r.round != merge.round);
+        rounds.push(MergedRound {
+            round: merge.round,
+            metric: merge.metric,
+            base_metric: merge.base_metric,
+            metric_name: merge.metric_name,
+            recorded_at: row.created_at,
+        });
+    }
+    rounds.sort_by_key(|r| r.round);
+
+    Ok(JobCurves { tasks: out, rounds })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +328,19 @@ mod tests {
         assert_eq!(thin(&keys), [(1, 5)]);
         assert!(thin(&[]).is_empty());
         assert!(thin(&[(1, 3)]).is_empty());
+    }
+
+    #[test]
+    fn spread_keeps_the_ends_and_never_repeats() {
+        assert_eq!(spread(3, 200), [0, 1, 2]);
+        assert_eq!(spread(0, 200), Vec::<usize>::new());
+        assert_eq!(spread(10, 2), [0, 9]);
+        assert_eq!(spread(11, 3), [0, 5, 10]);
+        for n in [201, 250, 999, 1000] {
+            let picked = spread(n, 200);
+            assert_eq!(picked.len(), 200);
+            assert_eq!((picked[0], picked[199]), (0, n - 1));
+            assert!(picked.windows(2).all(|w| w[0] < w[1]), "{n}: {picked:?}");
+        }
     }
 }

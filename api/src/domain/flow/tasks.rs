@@ -626,6 +626,9 @@ pub async fn release(
     Ok((TaskStatus::Queued, true))
 }
 
+/// A submission as stored, under the name callers outside the domain use.
+pub type SubmissionRecord = submission::Model;
+
 /// Records `submission` for the task: idempotent (the same submission again answers with the
 /// stored one), and refused once the lease has passed to someone else.
 pub async fn submit(

@@ -2,12 +2,11 @@
 
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Duration, Utc};
-use rand::Rng;
-use sea_orm::{ActiveValue::Set, ColumnTrait, EntityTrait, QueryFilter, sea_query::Expr};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::EthAddress;
 
-use crate::entities::{siwe_nonce, worker};
+use crate::domain::sign_in::{IssuedNonce, issue_nonce, spend_nonce};
+use crate::domain::workers::is_registered;
 use crate::http::auth::siwe::{SiweMessage, recover_signer};
 use crate::http::auth::{AnyRole, Authenticated, Role, TokenKind};
 use crate::http::extract::Json;
@@ -16,7 +15,6 @@ use crate::state::AppState;
 
 /// Clock skew tolerated on a message's `Issued At`.
 const ISSUED_AT_SKEW_SECS: i64 = 300;
-const NONCE_LEN: usize = 24;
 
 /// A fresh sign-in nonce and what the signed message must name.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -47,26 +45,8 @@ pub struct NonceResponse {
     )
 )]
 pub async fn nonce(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let now = Utc::now();
-    let nonce: String = rand::rng()
-        .sample_iter(rand::distr::Alphanumeric)
-        .take(NONCE_LEN)
-        .map(char::from)
-        .collect();
-    let expires_at = now + Duration::seconds(state.config.nonce_ttl_secs as i64);
-    // Expired nonces are useless; sweeping them here bounds the table without a timer.
-    siwe_nonce::Entity::delete_many()
-        .filter(siwe_nonce::Column::ExpiresAt.lt(now))
-        .exec(&state.db)
-        .await?;
-    siwe_nonce::Entity::insert(siwe_nonce::ActiveModel {
-        nonce: Set(nonce.clone()),
-        created_at: Set(now),
-        expires_at: Set(expires_at),
-        used_at: Set(None),
-    })
-    .exec(&state.db)
-    .await?;
+    let ttl = Duration::seconds(state.config.nonce_ttl_secs as i64);
+    let IssuedNonce { nonce, expires_at } = issue_nonce(&state.db, ttl, Utc::now()).await?;
     Ok(HttpResponse::Created().json(NonceResponse {
         nonce,
         expires_at,
@@ -176,42 +156,11 @@ pub async fn verify(
             "the message is not valid yet (Not Before)",
         ));
     }
-    spend_nonce(&state, &message.nonce, now).await?;
+    spend_nonce(&state.db, &message.nonce, now).await?;
 
-    let registered = is_registered_worker(&state, message.address).await?;
+    let registered = is_registered(&state.db, message.address).await?;
     let roles = grant_roles(config, message.address, &body.roles, registered)?;
     Ok(HttpResponse::Ok().json(tokens(&state, message.address, roles, now)))
-}
-
-/// Marks the nonce used; exactly one request can do so, even concurrently.
-async fn spend_nonce(state: &AppState, nonce: &str, now: DateTime<Utc>) -> Result<(), ApiError> {
-    let row = siwe_nonce::Entity::find_by_id(nonce.to_owned())
-        .one(&state.db)
-        .await?
-        .ok_or_else(|| ApiError::unauthenticated("the nonce was not issued by this server"))?;
-    if row.expires_at <= now {
-        return Err(ApiError::unauthenticated(
-            "the nonce has expired; request a new one",
-        ));
-    }
-    let spent = siwe_nonce::Entity::update_many()
-        .col_expr(siwe_nonce::Column::UsedAt, Expr::value(now))
-        .filter(siwe_nonce::Column::Nonce.eq(nonce))
-        .filter(siwe_nonce::Column::UsedAt.is_null())
-        .exec(&state.db)
-        .await?;
-    if spent.rows_affected != 1 {
-        return Err(ApiError::unauthenticated("the nonce has already been used"));
-    }
-    Ok(())
-}
-
-async fn is_registered_worker(state: &AppState, address: EthAddress) -> Result<bool, ApiError> {
-    Ok(worker::Entity::find()
-        .filter(worker::Column::Address.eq(address.to_string()))
-        .one(&state.db)
-        .await?
-        .is_some())
 }
 
 /// Every address is a requester; `worker` on request or registration; `validator` and `admin`
@@ -292,7 +241,7 @@ pub async fn refresh(
         .tokens
         .verify(&body.refresh_token, TokenKind::Refresh)
         .map_err(|e| ApiError::unauthenticated(e.to_string()))?;
-    let registered = is_registered_worker(&state, claims.sub).await?;
+    let registered = is_registered(&state.db, claims.sub).await?;
     let roles = grant_roles(
         &state.config,
         claims.sub,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{ProofStatus, Submission, TaskStatus, VerdictStatus};
 use uuid::Uuid;
 
-use crate::domain::flow::tasks::{self, Lease, Progress};
+use crate::domain::flow::tasks::{self, Lease, Progress, SubmissionRecord};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::WorkerRole;
 use crate::http::extract::Json;
@@ -298,8 +298,8 @@ pub struct SubmissionView {
     pub created_at: chrono::DateTime<Utc>,
 }
 
-impl From<crate::entities::submission::Model> for SubmissionView {
-    fn from(m: crate::entities::submission::Model) -> Self {
+impl From<SubmissionRecord> for SubmissionView {
+    fn from(m: SubmissionRecord) -> Self {
         SubmissionView {
             id: m.id,
             task_id: m.task_id,

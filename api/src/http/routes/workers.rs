@@ -3,15 +3,11 @@
 
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Utc};
-use sea_orm::{
-    ActiveModelTrait, ActiveValue::Set, ColumnTrait, EntityTrait, IntoActiveModel, QueryFilter,
-    QuerySelect,
-};
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::{EthAddress, VerdictStatus, WeiAmount};
+use shardwork_core::protocol::{EthAddress, WeiAmount};
 use uuid::Uuid;
 
-use crate::entities::{submission, worker};
+use crate::domain::workers::{self, Registration, SubmissionCounts, WorkerRecord};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::WorkerRole;
 use crate::http::extract::Json;
@@ -117,26 +113,19 @@ pub struct SubmissionTally {
     pub pending: u64,
 }
 
-/// `m`'s profile, with its submissions counted.
-async fn profile(state: &AppState, m: worker::Model) -> Result<WorkerProfile, ApiError> {
-    let counts: Vec<(VerdictStatus, i64)> = submission::Entity::find()
-        .select_only()
-        .column(submission::Column::Verdict)
-        .column_as(submission::Column::Id.count(), "n")
-        .filter(submission::Column::WorkerId.eq(m.id))
-        .group_by(submission::Column::Verdict)
-        .into_tuple()
-        .all(&state.db)
-        .await?;
-    let mut submissions = SubmissionTally::default();
-    for (verdict, n) in counts {
-        let n = u64::try_from(n).unwrap_or_default();
-        match verdict {
-            VerdictStatus::Accepted => submissions.accepted = n,
-            VerdictStatus::Rejected => submissions.rejected = n,
-            VerdictStatus::Pending => submissions.pending = n,
+impl From<SubmissionCounts> for SubmissionTally {
+    fn from(c: SubmissionCounts) -> Self {
+        SubmissionTally {
+            accepted: c.accepted,
+            rejected: c.rejected,
+            pending: c.pending,
         }
     }
+}
+
+/// `m`'s profile, with its submissions counted.
+async fn profile(state: &AppState, m: WorkerRecord) -> Result<WorkerProfile, ApiError> {
+    let submissions = workers::submission_counts(&state.db, m.id).await?.into();
     Ok(WorkerProfile {
         id: m.id,
         address: m.address,
@@ -147,13 +136,6 @@ async fn profile(state: &AppState, m: worker::Model) -> Result<WorkerProfile, Ap
         last_heartbeat_at: m.last_heartbeat_at,
         registered_at: m.created_at,
     })
-}
-
-async fn find(state: &AppState, address: &str) -> Result<Option<worker::Model>, ApiError> {
-    Ok(worker::Entity::find()
-        .filter(worker::Column::Address.eq(address))
-        .one(&state.db)
-        .await?)
 }
 
 /// Registers the caller, or updates its capabilities: 201 the first time, 200 after.
@@ -183,45 +165,14 @@ pub async fn register(
     let address = caller.claims.sub.to_string();
     let capabilities = serde_json::to_value(&body.capabilities)
         .map_err(|e| ApiError::internal("encoding capabilities", e))?;
-    let now = Utc::now();
-    if let Some(existing) = find(&state, &address).await? {
-        let mut active = existing.into_active_model();
-        active.capabilities = Set(capabilities);
-        active.updated_at = Set(now);
-        let updated = active.update(&state.db).await?;
-        return Ok(HttpResponse::Ok().json(profile(&state, updated).await?));
-    }
-    let inserted = worker::Entity::insert(worker::ActiveModel {
-        id: Set(Uuid::now_v7()),
-        address: Set(address.clone()),
-        capabilities: Set(capabilities),
-        reputation: Set(0),
-        earnings_wei: Set("0".into()),
-        last_heartbeat_at: Set(None),
-        created_at: Set(now),
-        updated_at: Set(now),
-    })
-    .exec(&state.db)
-    .await;
-    match inserted {
-        Ok(_) => {}
-        // A concurrent first registration by the same address won the unique index.
-        Err(err)
-            if matches!(
-                err.sql_err(),
-                Some(sea_orm::SqlErr::UniqueConstraintViolation(_))
-            ) =>
-        {
-            return Err(ApiError::conflict(format!(
-                "{address} was registered concurrently; retry to update"
-            )));
+    let registration =
+        workers::register_worker(&state.db, &address, capabilities, Utc::now()).await?;
+    Ok(match registration {
+        Registration::Updated(worker) => HttpResponse::Ok().json(profile(&state, worker).await?),
+        Registration::Created(worker) => {
+            HttpResponse::Created().json(profile(&state, worker).await?)
         }
-        Err(err) => return Err(err.into()),
-    }
-    let created = find(&state, &address)
-        .await?
-        .ok_or_else(|| ApiError::internal("registration", "inserted worker not found"))?;
-    Ok(HttpResponse::Created().json(profile(&state, created).await?))
+    })
 }
 
 /// Records that the caller is alive.
@@ -241,21 +192,7 @@ pub async fn heartbeat(
     state: web::Data<AppState>,
     caller: Authenticated<WorkerRole>,
 ) -> Result<HttpResponse, ApiError> {
-    let address = caller.claims.sub.to_string();
-    let now = Utc::now();
-    let updated = worker::Entity::update_many()
-        .col_expr(
-            worker::Column::LastHeartbeatAt,
-            sea_orm::sea_query::Expr::value(now),
-        )
-        .filter(worker::Column::Address.eq(address.as_str()))
-        .exec(&state.db)
-        .await?;
-    if updated.rows_affected == 0 {
-        return Err(ApiError::not_found(format!(
-            "{address} is not registered; POST /v1/workers/register first"
-        )));
-    }
+    workers::record_heartbeat(&state.db, &caller.claims.sub.to_string(), Utc::now()).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -276,11 +213,6 @@ pub async fn me(
     state: web::Data<AppState>,
     caller: Authenticated<WorkerRole>,
 ) -> Result<HttpResponse, ApiError> {
-    let address = caller.claims.sub.to_string();
-    let worker = find(&state, &address).await?.ok_or_else(|| {
-        ApiError::not_found(format!(
-            "{address} is not registered; POST /v1/workers/register first"
-        ))
-    })?;
+    let worker = workers::registered_at(&state.db, &caller.claims.sub.to_string()).await?;
     Ok(HttpResponse::Ok().json(profile(&state, worker).await?))
 }

@@ -2,13 +2,10 @@
 
 use actix_web::{HttpResponse, web};
 use chrono::Utc;
-use sea_orm::TransactionTrait;
-use shardwork_core::protocol::{JobEvent, events};
 use uuid::Uuid;
 
 use super::view::JobView;
-use crate::domain::jobs::find_job;
-use crate::domain::lifecycle::{self, Transition};
+use crate::domain::cancelling;
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::RequesterRole;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
@@ -36,34 +33,7 @@ pub async fn cancel(
     caller: Authenticated<RequesterRole>,
     id: web::Path<Uuid>,
 ) -> Result<HttpResponse, ApiError> {
-    let id = id.into_inner();
-    let txn = state.db.begin().await?;
-    let job = find_job(&txn, id).await?;
-    if job.requester != caller.claims.sub.to_string() {
-        return Err(ApiError::forbidden(format!(
-            "job {id} belongs to {}; only its requester may cancel it",
-            job.requester
-        )));
-    }
-    let now = Utc::now();
-    lifecycle::apply(
-        &txn,
-        &job,
-        Transition::Cancel,
-        |change| {
-            JobEvent::Cancelled(events::Cancelled {
-                from: change.from,
-                to: change.to,
-                by: Some(caller.claims.sub.to_string()),
-                reason: None,
-                tx_hash: None,
-                stake_wei: None,
-            })
-        },
-        now,
-    )
-    .await?;
-    let job = find_job(&txn, id).await?;
-    txn.commit().await?;
+    let job =
+        cancelling::cancel_job(&state.db, id.into_inner(), caller.claims.sub, Utc::now()).await?;
     Ok(HttpResponse::Ok().json(JobView::from(job)))
 }

@@ -5,14 +5,12 @@ use std::time::Duration;
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use futures::{StreamExt, stream};
-use sea_orm::{ColumnTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::{Deserialize, Serialize};
 pub use shardwork_core::protocol::EventView;
-use shardwork_core::protocol::JobEvent;
 use uuid::Uuid;
 
+use crate::domain::feed::{events_after, feed_page};
 use crate::domain::jobs::find_job;
-use crate::entities::job_event;
 use crate::http::access::Audience;
 use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody, ProblemKind};
@@ -27,24 +25,6 @@ pub const MAX_PAGE: u64 = 500;
 const POLL: Duration = Duration::from_millis(250);
 /// The `Retry-After` of a stream refused for the caller's open streams.
 const STREAM_RETRY_SECS: u32 = 5;
-
-impl TryFrom<job_event::Model> for EventView {
-    type Error = ApiError;
-
-    fn try_from(m: job_event::Model) -> Result<Self, ApiError> {
-        let event = JobEvent::from_parts(&m.kind, m.payload).map_err(|e| {
-            ApiError::internal(
-                "reading the job's events",
-                format!("event {} ({}): {e}", m.id, m.kind),
-            )
-        })?;
-        Ok(EventView {
-            id: m.id,
-            event,
-            created_at: m.created_at,
-        })
-    }
-}
 
 /// The query of a page of events.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -74,21 +54,6 @@ pub struct EventPage {
     pub events: Vec<EventView>,
     /// Pass as `after` for the next page; absent on the last page.
     pub next_after: Option<i64>,
-}
-
-async fn page(
-    db: &DatabaseConnection,
-    job_id: Uuid,
-    after: i64,
-    limit: u64,
-) -> Result<Vec<job_event::Model>, ApiError> {
-    Ok(job_event::Entity::find()
-        .filter(job_event::Column::JobId.eq(job_id))
-        .filter(job_event::Column::Id.gt(after))
-        .order_by_asc(job_event::Column::Id)
-        .limit(limit)
-        .all(db)
-        .await?)
 }
 
 /// A job's events, oldest first, paginated by event id.
@@ -128,21 +93,16 @@ pub async fn list(
             format!("{limit} is outside 1..={MAX_PAGE}"),
         ));
     }
-    let mut rows = page(&state.db, job.id, query.after.unwrap_or(0), limit + 1).await?;
-    let next_after = if rows.len() as u64 > limit {
-        rows.truncate(limit as usize);
-        rows.last().map(|e| e.id)
-    } else {
-        None
-    };
-    let mut events = Vec::with_capacity(rows.len());
-    for row in rows {
-        let view = EventView::try_from(row)?;
-        if audience.admits(&view.event) {
-            events.push(view);
-        }
-    }
-    Ok(HttpResponse::Ok().json(EventPage { events, next_after }))
+    let page = feed_page(&state.db, job.id, query.after.unwrap_or(0), limit).await?;
+    let events = page
+        .events
+        .into_iter()
+        .filter(|view| audience.admits(&view.event))
+        .collect();
+    Ok(HttpResponse::Ok().json(EventPage {
+        events,
+        next_after: page.next_after,
+    }))
 }
 
 /// One event of the job's stream as the client parses it. (In OpenAPI 3.1 the schema of a
@@ -254,23 +214,29 @@ pub async fn stream(
                 let terminal = match find_job(&db, job_id).await {
                     Ok(job) => job.status.is_terminal(),
                     Err(err) => {
-                        return Some((Err(err.into()), (db, after, true, false, audience)));
+                        return Some((
+                            Err(ApiError::from(err)),
+                            (db, after, true, false, audience),
+                        ));
                     }
                 };
-                let rows = match page(&db, job_id, after, MAX_PAGE).await {
-                    Ok(rows) => rows,
-                    Err(err) => return Some((Err(err), (db, after, true, false, audience))),
+                let views = match events_after(&db, job_id, after, MAX_PAGE).await {
+                    Ok(views) => views,
+                    Err(err) => {
+                        return Some((
+                            Err(ApiError::from(err)),
+                            (db, after, true, false, audience),
+                        ));
+                    }
                 };
-                let full = rows.len() as u64 == MAX_PAGE;
-                if let Some(last) = rows.last() {
+                let full = views.len() as u64 == MAX_PAGE;
+                if let Some(last) = views.last() {
                     after = last.id;
                 }
                 let mut text = String::new();
-                for row in rows {
-                    match EventView::try_from(row) {
-                        Ok(view) if audience.admits(&view.event) => text.push_str(&frame(&view)),
-                        Ok(_) => {}
-                        Err(err) => return Some((Err(err), (db, after, true, false, audience))),
+                for view in views {
+                    if audience.admits(&view.event) {
+                        text.push_str(&frame(&view));
                     }
                 }
                 if !text.is_empty() {

@@ -2,20 +2,17 @@
 //! the progress its worker reported with each lease heartbeat — beside the held-out metric of
 //! each round's merge, from the job's `aggregated` events.
 
-use std::collections::HashMap;
-
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::Query;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder};
 use serde::{Deserialize, Serialize};
+use shardwork_core::protocol::TaskStatus;
 use shardwork_core::protocol::job_spec::MAX_ROUNDS;
-use shardwork_core::protocol::{EventKind, JobEvent, TaskStatus};
 use uuid::Uuid;
 
-use crate::domain::flow::progress::MAX_POINTS_PER_TASK;
+use crate::domain::flow::progress::{
+    CurvePoint, MAX_POINTS_PER_TASK, MergedRound, TaskCurve, job_curves,
+};
 use crate::domain::jobs::find_job;
-use crate::entities::{job_event, shard, task, task_progress};
 use crate::http::access::require_overseer;
 use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
@@ -101,18 +98,42 @@ pub struct JobProgress {
     pub rounds: Vec<RoundMetric>,
 }
 
-/// The indices of at most `k` of `n` points, evenly spread, the first and the last included.
-pub fn spread(n: usize, k: usize) -> Vec<usize> {
-    if n <= k {
-        return (0..n).collect();
+impl From<CurvePoint> for ProgressPoint {
+    fn from(p: CurvePoint) -> Self {
+        ProgressPoint {
+            attempt: p.attempt,
+            step: p.step,
+            total_steps: p.total_steps,
+            loss: p.loss,
+            tokens_per_second: p.tokens_per_second,
+            recorded_at: p.recorded_at,
+        }
     }
-    if k < 2 {
-        return vec![n - 1];
+}
+
+impl From<TaskCurve> for TaskProgress {
+    fn from(t: TaskCurve) -> Self {
+        TaskProgress {
+            task_id: t.task_id,
+            round: t.round,
+            shard: t.shard,
+            status: t.status,
+            attempts: t.attempts,
+            points: t.points.into_iter().map(ProgressPoint::from).collect(),
+        }
     }
-    // n > k, so consecutive picks differ by at least one: no index twice.
-    (0..k)
-        .map(|i| (i * (n - 1) + (k - 1) / 2) / (k - 1))
-        .collect()
+}
+
+impl From<MergedRound> for RoundMetric {
+    fn from(r: MergedRound) -> Self {
+        RoundMetric {
+            round: r.round,
+            metric: r.metric,
+            base_metric: r.base_metric,
+            metric_name: r.metric_name,
+            recorded_at: r.recorded_at,
+        }
+    }
 }
 
 /// A job's training curves: the loss its workers reported per task, and the held-out metric of
@@ -160,127 +181,10 @@ pub async fn progress(
             format!("{round} is outside 1..={MAX_ROUNDS}: no job has such a round"),
         ));
     }
-    let round = query.round.map(|r| r as i32);
-
-    let mut tasks = task::Entity::find().filter(task::Column::JobId.eq(job.id));
-    if let Some(round) = round {
-        tasks = tasks.filter(task::Column::Round.eq(round));
-    }
-    let tasks = tasks.all(&state.db).await?;
-    let shards: HashMap<Uuid, i32> = shard::Entity::find()
-        .filter(shard::Column::JobId.eq(job.id))
-        .all(&state.db)
-        .await?
-        .into_iter()
-        .map(|s| (s.id, s.index))
-        .collect();
-
-    // By subquery rather than a list of task ids: a large job has more tasks than a statement
-    // may bind parameters.
-    let mut of_job = Query::select();
-    of_job
-        .column(task::Column::Id)
-        .from(task::Entity)
-        .and_where(task::Column::JobId.eq(job.id));
-    if let Some(round) = round {
-        of_job.and_where(task::Column::Round.eq(round));
-    }
-    let rows = task_progress::Entity::find()
-        .filter(task_progress::Column::TaskId.in_subquery(of_job))
-        .order_by_asc(task_progress::Column::TaskId)
-        .order_by_asc(task_progress::Column::Attempt)
-        .order_by_asc(task_progress::Column::Step)
-        .all(&state.db)
-        .await?;
-    let mut curves: HashMap<Uuid, Vec<task_progress::Model>> = HashMap::new();
-    for row in rows {
-        curves.entry(row.task_id).or_default().push(row);
-    }
-
-    let mut out: Vec<TaskProgress> = tasks
-        .into_iter()
-        .map(|t| {
-            let curve = curves.remove(&t.id).unwrap_or_default();
-            let points = spread(curve.len(), per_task as usize)
-                .into_iter()
-                .map(|i| {
-                    let p = &curve[i];
-                    ProgressPoint {
-                        attempt: p.attempt.max(0) as u32,
-                        step: p.step.max(0) as u64,
-                        total_steps: p.total_steps.max(0) as u64,
-                        loss: p.loss,
-                        tokens_per_second: p.tokens_per_second,
-                        recorded_at: p.recorded_at,
-                    }
-                })
-                .collect();
-            TaskProgress {
-                task_id: t.id,
-                round: t.round.max(0) as u32,
-                shard: shards.get(&t.shard_id).copied().unwrap_or_default().max(0) as u32,
-                status: t.status,
-                attempts: t.attempts.max(0) as u32,
-                points,
-            }
-        })
-        .collect();
-    out.sort_by_key(|t| (t.round, t.shard));
-
-    let aggregated = job_event::Entity::find()
-        .filter(job_event::Column::JobId.eq(job.id))
-        .filter(job_event::Column::Kind.eq(EventKind::Aggregated.as_str()))
-        .order_by_asc(job_event::Column::Id)
-        .all(&state.db)
-        .await?;
-    let mut rounds: Vec<RoundMetric> = Vec::new();
-    for row in aggregated {
-        let event = JobEvent::from_parts(&row.kind, row.payload).map_err(|e| {
-            ApiError::internal(
-                "reading the job's merges",
-                format!("event {} ({}): {e}", row.id, row.kind),
-            )
-        })?;
-        let JobEvent::Aggregated(merge) = event else {
-            continue;
-        };
-        if query.round.is_some_and(|r| r != merge.round) {
-            continue;
-        }
-        // A round is merged once; should it ever be recorded twice, the later record stands.
-        rounds.retain(|r| r.round != merge.round);
-        rounds.push(RoundMetric {
-            round: merge.round,
-            metric: merge.metric,
-            base_metric: merge.base_metric,
-            metric_name: merge.metric_name,
-            recorded_at: row.created_at,
-        });
-    }
-    rounds.sort_by_key(|r| r.round);
-
+    let curves = job_curves(&state.db, job.id, query.round, per_task as usize).await?;
     Ok(HttpResponse::Ok().json(JobProgress {
         job_id: job.id,
-        tasks: out,
-        rounds,
+        tasks: curves.tasks.into_iter().map(TaskProgress::from).collect(),
+        rounds: curves.rounds.into_iter().map(RoundMetric::from).collect(),
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::spread;
-
-    #[test]
-    fn spread_keeps_the_ends_and_never_repeats() {
-        assert_eq!(spread(3, 200), [0, 1, 2]);
-        assert_eq!(spread(0, 200), Vec::<usize>::new());
-        assert_eq!(spread(10, 2), [0, 9]);
-        assert_eq!(spread(11, 3), [0, 5, 10]);
-        for n in [201, 250, 999, 1000] {
-            let picked = spread(n, 200);
-            assert_eq!(picked.len(), 200);
-            assert_eq!((picked[0], picked[199]), (0, n - 1));
-            assert!(picked.windows(2).all(|w| w[0] < w[1]), "{n}: {picked:?}");
-        }
-    }
 }

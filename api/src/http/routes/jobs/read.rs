@@ -1,15 +1,13 @@
 //! `GET /v1/jobs` (filtered, cursor-paginated) and `GET /v1/jobs/{id}`.
 
 use actix_web::{HttpResponse, web};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::EthAddress;
 use uuid::Uuid;
 
 use super::view::JobView;
-use crate::domain::jobs::job_not_found;
+use crate::domain::jobs::{self, JobFilter, job_not_found};
 use crate::domain::lifecycle::JobStatus;
-use crate::entities::job;
 use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
@@ -76,9 +74,8 @@ pub async fn list(
             format!("{limit} is outside 1..={MAX_PAGE}"),
         ));
     }
-    let mut select = job::Entity::find();
-    if let Some(status) = &query.status {
-        let status = JobStatus::parse(status).ok_or_else(|| {
+    let status = match &query.status {
+        Some(status) => Some(JobStatus::parse(status).ok_or_else(|| {
             ApiError::invalid(
                 "query.status",
                 format!(
@@ -86,29 +83,18 @@ pub async fn list(
                     JobStatus::ALL.map(JobStatus::as_str).join(", ")
                 ),
             )
-        })?;
-        select = select.filter(job::Column::Status.eq(status.as_str()));
-    }
-    if let Some(requester) = query.requester {
-        select = select.filter(job::Column::Requester.eq(requester.to_string()));
-    }
-    if let Some(cursor) = query.cursor {
-        select = select.filter(job::Column::Id.lt(cursor));
-    }
-    let mut rows = select
-        .order_by_desc(job::Column::Id)
-        .limit(limit + 1)
-        .all(&state.db)
-        .await?;
-    let next_cursor = if rows.len() as u64 > limit {
-        rows.truncate(limit as usize);
-        rows.last().map(|j| j.id)
-    } else {
-        None
+        })?),
+        None => None,
     };
+    let filter = JobFilter {
+        status,
+        requester: query.requester,
+        before: query.cursor,
+    };
+    let page = jobs::list_jobs(&state.db, &filter, limit).await?;
     Ok(HttpResponse::Ok().json(JobPage {
-        jobs: rows.into_iter().map(JobView::from).collect(),
-        next_cursor,
+        jobs: page.jobs.into_iter().map(JobView::from).collect(),
+        next_cursor: page.next_cursor,
     }))
 }
 

@@ -14,10 +14,9 @@ use shardwork_core::store::keys::Sealed;
 use uuid::Uuid;
 
 use crate::domain::flow::rounds::result_round;
-use crate::domain::jobs::find_job;
+use crate::domain::jobs::{JobRecord, find_job};
 use crate::domain::lifecycle::JobStatus;
 use crate::domain::sealing::job_key;
-use crate::entities::job;
 use crate::http::access::require_overseer;
 use crate::http::auth::{AnyRole, Authenticated};
 use crate::http::problem::ApiError;
@@ -100,7 +99,7 @@ pub async fn result(
 }
 
 /// The completed job's final adapter: its CID and its bundle, which must be sealed.
-async fn final_bundle(state: &AppState, job: &job::Model) -> Result<(String, Bundle), ApiError> {
+async fn final_bundle(state: &AppState, job: &JobRecord) -> Result<(String, Bundle), ApiError> {
     // A job that ended early after paying its completed rounds (`refunded`: patience, or a
     // shard out of attempts) handed over their best merge on chain, as a completion does.
     let adapter = match (job.status, &job.result_adapter_cid) {

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::{ContentId, EthAddress, JobKind, JobSpec, Stake, WeiAmount};
 use uuid::Uuid;
 
+use crate::domain::jobs::JobRecord;
 use crate::domain::lifecycle::JobStatus;
-use crate::entities::job;
 
 /// A job as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
@@ -91,7 +91,7 @@ pub struct FundingTerms {
 
 impl FundingTerms {
     /// The terms for a job awaiting funding; `None` in any other status.
-    pub fn of(m: &job::Model) -> Option<FundingTerms> {
+    pub fn of(m: &JobRecord) -> Option<FundingTerms> {
         if m.status != JobStatus::AwaitingFunding {
             return None;
         }
@@ -107,8 +107,8 @@ impl FundingTerms {
     }
 }
 
-impl From<job::Model> for JobView {
-    fn from(m: job::Model) -> Self {
+impl From<JobRecord> for JobView {
+    fn from(m: JobRecord) -> Self {
         let funding = FundingTerms::of(&m);
         JobView {
             funding,
