@@ -143,7 +143,16 @@ impl Batch {
 /// fused kernel projects and scores them in chunks (and, when training, takes the gradient in
 /// the same pass), so the (tokens × vocab) logits are never held.
 pub fn batch_loss(model: &Llama, batch: &Batch, train: bool) -> Result<Tensor> {
-    let picked = learned_hidden(model, batch, train)?;
+    let hidden = model
+        .forward_hidden(&batch.input, train)
+        .map_err(model_err)?;
+    loss_of_hidden(model, &hidden, batch, train)
+}
+
+/// [`batch_loss`] from the batch's final hidden states `(batch, seq, hidden)`, however they
+/// were computed (whole, or after a shared prefix).
+fn loss_of_hidden(model: &Llama, hidden: &Tensor, batch: &Batch, train: bool) -> Result<Tensor> {
+    let picked = picked_hidden(hidden, batch)?;
     let (head, bias) = model.head();
     Ok(crate::fused::cross_entropy::linear_cross_entropy(
         &picked,
@@ -160,6 +169,11 @@ pub(crate) fn learned_hidden(model: &Llama, batch: &Batch, train: bool) -> Resul
     let hidden = model
         .forward_hidden(&batch.input, train)
         .map_err(model_err)?;
+    picked_hidden(&hidden, batch)
+}
+
+/// The rows of `hidden` `(batch, seq, hidden)` at `batch`'s learned predictions.
+fn picked_hidden(hidden: &Tensor, batch: &Batch) -> Result<Tensor> {
     let width = hidden.dim(D::Minus1)?;
     Ok(hidden
         .reshape(((), width))?
@@ -240,34 +254,22 @@ pub fn evaluate(
         None
     };
     for chunk in &chunks {
-        let (loss, batch_tokens) = match &past {
+        let (batch, hidden) = match &past {
             None => {
                 let batch = Batch::new(chunk, pad, model.device())?;
-                (batch_loss(model, &batch, false)?, batch.tokens)
+                let hidden = model.forward_hidden(&batch.input, false);
+                (batch, hidden)
             }
             Some(past) => {
                 let batch = Batch::after(chunk, prefix, pad, model.device())?;
                 let mut cache = past.for_batch(chunk.len())?;
-                let hidden = model
-                    .forward_hidden_cached(&batch.input, &mut cache)
-                    .map_err(model_err)?;
-                let width = hidden.dim(D::Minus1)?;
-                let picked = hidden
-                    .reshape(((), width))?
-                    .index_select(&batch.positions, 0)?;
-                let (head, bias) = model.head();
-                let loss = crate::fused::cross_entropy::linear_cross_entropy(
-                    &picked,
-                    head,
-                    bias,
-                    &batch.targets,
-                    false,
-                )?;
-                (loss, batch.tokens)
+                let hidden = model.forward_hidden_cached(&batch.input, &mut cache);
+                (batch, hidden)
             }
         };
-        sum += loss.to_scalar::<f32>()? as f64 * batch_tokens as f64;
-        tokens += batch_tokens;
+        let loss = loss_of_hidden(model, &hidden.map_err(model_err)?, &batch, false)?;
+        sum += loss.to_scalar::<f32>()? as f64 * batch.tokens as f64;
+        tokens += batch.tokens;
     }
     let loss = sum / tokens as f64;
     Ok(LmEval {

@@ -14,6 +14,7 @@ use sea_orm::{
     ActiveValue::Set, ColumnTrait, ConnectionTrait, EntityTrait, PaginatorTrait, QueryFilter,
     QueryOrder, QuerySelect, TryInsertResult,
 };
+use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::node::Progress;
 use shardwork_core::protocol::{EventKind, JobEvent, TaskStatus};
 use uuid::Uuid;
@@ -127,10 +128,11 @@ pub fn thin(keys: &[(i32, i64)]) -> Vec<(i32, i64)> {
         .collect()
 }
 
-/// One heartbeat's progress, as a point of a task's curve.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CurvePoint {
-    /// The task's attempt it came under (1 for its first lease).
+/// One heartbeat's progress.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ProgressPoint {
+    /// The task's attempt it came under (1 for its first lease): a task trained again after
+    /// a lost lease or a rejected adapter starts a new curve at step 0.
     pub attempt: u32,
     /// Optimizer steps done.
     pub step: u64,
@@ -145,8 +147,8 @@ pub struct CurvePoint {
 }
 
 /// One task's training curve.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TaskCurve {
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TaskProgress {
     /// The task.
     pub task_id: Uuid,
     /// Its round, from 1.
@@ -157,32 +159,32 @@ pub struct TaskCurve {
     pub status: TaskStatus,
     /// Leases taken so far.
     pub attempts: u32,
-    /// Its points, oldest attempt first and by step within an attempt.
-    pub points: Vec<CurvePoint>,
+    /// Its progress, oldest attempt first and by step within an attempt.
+    pub points: Vec<ProgressPoint>,
 }
 
 /// A round's merge, scored on the held-out set.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MergedRound {
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RoundMetric {
     /// The round, from 1.
     pub round: u32,
     /// The merged adapter's held-out metric.
     pub metric: f64,
     /// The base model's held-out metric.
     pub base_metric: f64,
-    /// What the metric is (`loss`, `accuracy`, …).
+    /// What the metric is: `loss` (lower is better), `accuracy` (higher is better), …
     pub metric_name: String,
     /// When the merge was recorded.
     pub recorded_at: DateTime<Utc>,
 }
 
 /// A job's training curves and merged rounds.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct JobCurves {
     /// Every task (of the round asked for), by round and shard.
-    pub tasks: Vec<TaskCurve>,
+    pub tasks: Vec<TaskProgress>,
     /// Every merged round (or the one asked for), by round.
-    pub rounds: Vec<MergedRound>,
+    pub rounds: Vec<RoundMetric>,
 }
 
 /// The indices of at most `k` of `n` points, evenly spread, the first and the last included.
@@ -245,7 +247,7 @@ pub async fn job_curves<C: ConnectionTrait>(
         curves.entry(row.task_id).or_default().push(row);
     }
 
-    let mut out: Vec<TaskCurve> = tasks
+    let mut out: Vec<TaskProgress> = tasks
         .into_iter()
         .map(|t| {
             let curve = curves.remove(&t.id).unwrap_or_default();
@@ -253,7 +255,7 @@ pub async fn job_curves<C: ConnectionTrait>(
                 .into_iter()
                 .map(|i| {
                     let p = &curve[i];
-                    CurvePoint {
+                    ProgressPoint {
                         attempt: p.attempt.max(0) as u32,
                         step: p.step.max(0) as u64,
                         total_steps: p.total_steps.max(0) as u64,
@@ -263,7 +265,7 @@ pub async fn job_curves<C: ConnectionTrait>(
                     }
                 })
                 .collect();
-            TaskCurve {
+            TaskProgress {
                 task_id: t.id,
                 round: t.round.max(0) as u32,
                 shard: shards.get(&t.shard_id).copied().unwrap_or_default().max(0) as u32,
@@ -281,7 +283,7 @@ pub async fn job_curves<C: ConnectionTrait>(
         .order_by_asc(job_event::Column::Id)
         .all(db)
         .await?;
-    let mut rounds: Vec<MergedRound> = Vec::new();
+    let mut rounds: Vec<RoundMetric> = Vec::new();
     for row in aggregated {
         let event = JobEvent::from_parts(&row.kind, row.payload).map_err(|e| {
             DomainError::internal(
@@ -297,7 +299,7 @@ pub async fn job_curves<C: ConnectionTrait>(
         }
         // A round is merged once; should it ever be recorded twice, the later record stands.
         rounds.retain(|r| r.round != merge.round);
-        rounds.push(MergedRound {
+        rounds.push(RoundMetric {
             round: merge.round,
             metric: merge.metric,
             base_metric: merge.base_metric,

@@ -3,15 +3,13 @@
 //! each round's merge, from the job's `aggregated` events.
 
 use actix_web::{HttpResponse, web};
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use shardwork_core::protocol::TaskStatus;
 use shardwork_core::protocol::job_spec::MAX_ROUNDS;
 use uuid::Uuid;
 
-use crate::domain::flow::progress::{
-    CurvePoint, MAX_POINTS_PER_TASK, MergedRound, TaskCurve, job_curves,
-};
+// The curves' wire types are the domain's own (as the rounds' and the quote's are).
+use crate::domain::flow::progress::{MAX_POINTS_PER_TASK, job_curves};
+pub use crate::domain::flow::progress::{ProgressPoint, RoundMetric, TaskProgress};
 use crate::domain::jobs::find_job;
 use crate::http::access::require_overseer;
 use crate::http::auth::{AnyRole, Authenticated};
@@ -37,56 +35,6 @@ pub struct ProgressQuery {
     pub points: Option<u32>,
 }
 
-/// One heartbeat's progress.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ProgressPoint {
-    /// The task's attempt it came under (1 for its first lease): a task trained again after
-    /// a lost lease or a rejected adapter starts a new curve at step 0.
-    pub attempt: u32,
-    /// Optimizer steps done.
-    pub step: u64,
-    /// Optimizer steps in the whole run.
-    pub total_steps: u64,
-    /// The step's training loss, when the worker reported one.
-    pub loss: Option<f64>,
-    /// Training throughput so far, in tokens per second, when the worker reported it.
-    pub tokens_per_second: Option<f64>,
-    /// When the API received the heartbeat.
-    pub recorded_at: DateTime<Utc>,
-}
-
-/// One task's training curve.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct TaskProgress {
-    /// The task.
-    pub task_id: Uuid,
-    /// Its round, from 1.
-    pub round: u32,
-    /// The shard it trains on, from 0.
-    pub shard: u32,
-    /// Where the task stands.
-    pub status: TaskStatus,
-    /// Leases taken so far.
-    pub attempts: u32,
-    /// Its progress, oldest attempt first and by step within an attempt.
-    pub points: Vec<ProgressPoint>,
-}
-
-/// A round's merge, scored on the held-out set.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct RoundMetric {
-    /// The round, from 1.
-    pub round: u32,
-    /// The merged adapter's held-out metric.
-    pub metric: f64,
-    /// The base model's held-out metric.
-    pub base_metric: f64,
-    /// What the metric is: `loss` (lower is better), `accuracy` (higher is better), …
-    pub metric_name: String,
-    /// When the merge was recorded.
-    pub recorded_at: DateTime<Utc>,
-}
-
 /// A job's training progress.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobProgress {
@@ -96,44 +44,6 @@ pub struct JobProgress {
     pub tasks: Vec<TaskProgress>,
     /// Every merged round (or the one asked for), by round.
     pub rounds: Vec<RoundMetric>,
-}
-
-impl From<CurvePoint> for ProgressPoint {
-    fn from(p: CurvePoint) -> Self {
-        ProgressPoint {
-            attempt: p.attempt,
-            step: p.step,
-            total_steps: p.total_steps,
-            loss: p.loss,
-            tokens_per_second: p.tokens_per_second,
-            recorded_at: p.recorded_at,
-        }
-    }
-}
-
-impl From<TaskCurve> for TaskProgress {
-    fn from(t: TaskCurve) -> Self {
-        TaskProgress {
-            task_id: t.task_id,
-            round: t.round,
-            shard: t.shard,
-            status: t.status,
-            attempts: t.attempts,
-            points: t.points.into_iter().map(ProgressPoint::from).collect(),
-        }
-    }
-}
-
-impl From<MergedRound> for RoundMetric {
-    fn from(r: MergedRound) -> Self {
-        RoundMetric {
-            round: r.round,
-            metric: r.metric,
-            base_metric: r.base_metric,
-            metric_name: r.metric_name,
-            recorded_at: r.recorded_at,
-        }
-    }
 }
 
 /// A job's training curves: the loss its workers reported per task, and the held-out metric of
@@ -184,7 +94,7 @@ pub async fn progress(
     let curves = job_curves(&state.db, job.id, query.round, per_task as usize).await?;
     Ok(HttpResponse::Ok().json(JobProgress {
         job_id: job.id,
-        tasks: curves.tasks.into_iter().map(TaskProgress::from).collect(),
-        rounds: curves.rounds.into_iter().map(RoundMetric::from).collect(),
+        tasks: curves.tasks,
+        rounds: curves.rounds,
     }))
 }
