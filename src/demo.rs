@@ -19,7 +19,9 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use shardwork_client::ApiClient;
-use shardwork_core::protocol::{EventView, JobEvent, JobStatus, ProofStatus, events};
+use shardwork_core::protocol::{
+    BesideMetrics, EventView, HeldOutMetric, JobEvent, JobStatus, ProofStatus, events,
+};
 use shardwork_node::content::{StoreBlobs, put_bundle};
 use uuid::Uuid;
 
@@ -122,7 +124,8 @@ pub struct DemoReport {
     pub platform_overhead: f64,
     /// Where the time outside training went, from the job's event times.
     pub overhead: OverheadBreakdown,
-    pub metric_name: String,
+    /// The held-out metric the merges were scored by; none before the first merge.
+    pub metric_name: Option<HeldOutMetric>,
     pub final_metric: Option<f64>,
     pub base_metric: Option<f64>,
     /// Round 1's start scored by the validator (the adapter the job continues from, or the
@@ -131,7 +134,7 @@ pub struct DemoReport {
     /// What the validator measured beside the metric on the result's merge (a preference
     /// job's reward accuracy and margin).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub held_out: Option<Value>,
+    pub held_out: Option<BesideMetrics>,
     pub adapter_cid: Option<String>,
     pub contributors: Vec<ContributorReport>,
     /// A job that could not finish: why it was refunded, and how much went back.
@@ -167,15 +170,14 @@ pub struct ComputeReport {
 
 impl ComputeReport {
     fn of(events: &[EventView], rounds: &BTreeMap<u32, RoundTimes>) -> ComputeReport {
-        let seconds = |v: &Value| v["seconds"].as_f64().unwrap_or(0.0);
         let mut report = ComputeReport {
             training_seconds: rounds.values().map(|r| r.task_seconds).sum(),
             ..ComputeReport::default()
         };
         for e in events {
             match &e.event {
-                JobEvent::Verdict(v) => report.scoring_seconds += seconds(&v.report),
-                JobEvent::Aggregated(a) => report.merge_seconds += seconds(&a.details),
+                JobEvent::Verdict(v) => report.scoring_seconds += v.report.seconds.unwrap_or(0.0),
+                JobEvent::Aggregated(a) => report.merge_seconds += a.details.seconds.unwrap_or(0.0),
                 JobEvent::ProofChecked(p) => {
                     report.replay_seconds += p.stretches.iter().map(|s| s.seconds).sum::<f64>();
                 }
@@ -241,7 +243,7 @@ impl ProofsReport {
 impl DemoReport {
     /// Whether it reports a preference job (judged by the DPO loss).
     fn is_preference(&self) -> bool {
-        self.metric_name == shardwork_core::protocol::HeldOutMetric::DpoLoss.name()
+        self.metric_name == Some(HeldOutMetric::DpoLoss)
     }
 }
 
@@ -897,16 +899,16 @@ fn summarise(
             0.0
         },
         overhead,
-        metric_name: aggregated.map_or_else(|| "accuracy".into(), |a| a.metric_name.clone()),
+        metric_name: aggregated.map(|a| a.metric_name),
         final_metric: aggregated.map(|a| a.metric),
         base_metric: aggregated.map(|a| a.base_metric),
         start_metric: events.iter().find_map(|e| match &e.event {
-            JobEvent::Verdict(v) if v.round == 1 => v.report["start_metric"].as_f64(),
+            JobEvent::Verdict(v) if v.round == 1 => v.report.start_metric,
             _ => None,
         }),
         held_out: aggregated
-            .map(|a| a.details["held_out"].clone())
-            .filter(|v| v.as_object().is_some_and(|o| !o.is_empty())),
+            .and_then(|a| a.details.held_out.clone())
+            .filter(|beside| !beside.is_empty()),
         adapter_cid: completed.map(|c| c.adapter_cid.clone()),
         contributors,
         refund: events.iter().rev().find_map(|e| match &e.event {
@@ -935,7 +937,7 @@ fn print_report(r: &DemoReport) {
             refund.reason.as_deref().unwrap_or("the deadline passed")
         );
     }
-    let per = if r.metric_name == "loss" {
+    let per = if r.metric_name == Some(HeldOutMetric::Loss) {
         " per learned token"
     } else {
         ""
@@ -943,7 +945,7 @@ fn print_report(r: &DemoReport) {
     println!(
         "final adapter {}: held-out {}{per} {:.4} against the base model's {:.4}",
         r.adapter_cid.as_deref().unwrap_or("-"),
-        r.metric_name,
+        r.metric_name.map_or("metric", HeldOutMetric::name),
         r.final_metric.unwrap_or(f64::NAN),
         r.base_metric.unwrap_or(f64::NAN)
     );

@@ -135,7 +135,7 @@ pub(crate) fn print_summary(sft: &DemoReport, dpo: &DemoReport) {
     let beside = |name: &str| {
         dpo.held_out
             .as_ref()
-            .and_then(|h| h[name].as_f64())
+            .and_then(|h| h.get(name).copied().flatten())
             .unwrap_or(f64::NAN)
     };
     println!();

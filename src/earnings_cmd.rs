@@ -18,6 +18,7 @@ use shardwork_client::ApiClient;
 use shardwork_contracts::bindings::JobEscrow::JobEscrowEvents;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::ledger::{ETH, Ledger};
+use shardwork_core::protocol::VerdictStatus;
 
 use crate::config::{ChainKind, Config, redact_url};
 use crate::nodes::ApiKeyArgs;
@@ -581,12 +582,13 @@ fn print_earnings(r: &EarningsReport) {
                     amount_text(ETH, paid)
                 );
             }
-            let n = |verdict: &str| p["submissions"][verdict].as_u64().unwrap_or(0);
+            let n =
+                |verdict: VerdictStatus| p["submissions"][verdict.as_str()].as_u64().unwrap_or(0);
             println!(
                 "submissions {} accepted, {} rejected, {} pending",
-                n("accepted"),
-                n("rejected"),
-                n("pending")
+                n(VerdictStatus::Accepted),
+                n(VerdictStatus::Rejected),
+                n(VerdictStatus::Pending)
             );
         }
         None => println!("submissions none: this address never registered as a worker"),

@@ -31,7 +31,7 @@ use shardwork_contracts::Ledger;
 use shardwork_contracts::ledger::ETH;
 use shardwork_contracts::ledger::rpc::{RpcConfig, RpcLedger};
 use shardwork_contracts::testkit::anvil::Anvil;
-use shardwork_core::protocol::{EventKind, JobEvent, ProofStatus};
+use shardwork_core::protocol::{EventKind, HeldOutMetric, JobEvent, ProofStatus};
 use shardwork_core::testkit::services::{Service, record_skip, service_url, services_required};
 use shardwork_migrations::sea_orm::{ConnectionTrait, Database, Statement};
 use shardwork_node::content::{ApiBlobs, put_bundle};
@@ -341,7 +341,7 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
         .collect();
     assert_eq!(merges.len(), 2, "one merge per round");
     let last = merges.last().unwrap();
-    assert_eq!(last.metric_name, "loss");
+    assert_eq!(last.metric_name, HeldOutMetric::Loss);
     assert!(
         last.metric < last.base_metric - 0.05,
         "final held-out loss {} vs the base model's {}",
@@ -507,9 +507,12 @@ async fn a_chat_sft_job_runs_to_payout_on_real_servers_and_small_workers_stay_of
         .collect();
     assert_eq!(dpo_merges.len(), 2, "one merge per round");
     let last = dpo_merges.last().unwrap();
-    assert_eq!(last.metric_name, "dpo_loss");
-    let accuracy = last.details["held_out"]["reward_accuracy"]
-        .as_f64()
+    assert_eq!(last.metric_name, HeldOutMetric::DpoLoss);
+    let accuracy = last
+        .details
+        .held_out
+        .as_ref()
+        .and_then(|beside| beside.get("reward_accuracy").copied().flatten())
         .unwrap();
     println!(
         "DPO held-out loss {:.4} (ln 2 = {:.4} at the SFT reference), reward accuracy {accuracy:.3}",

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::protocol::node::StretchReplay;
-use crate::protocol::{JobStatus, ProofStatus};
+use crate::protocol::{AggregateDetails, HeldOutMetric, JobStatus, ProofStatus, VerdictReport};
 
 /// Something that happened to a job.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -462,9 +462,9 @@ pub struct VerdictRecorded {
     pub quality: f64,
     /// Why it was rejected.
     pub reason: Option<String>,
-    /// The measurements behind the verdict (metric, base metric, norms…).
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub report: serde_json::Value,
+    /// The measurements behind the verdict.
+    #[serde(default)]
+    pub report: VerdictReport,
     /// The validator that judged it; absent in events recorded before validators were named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validator: Option<String>,
@@ -562,11 +562,11 @@ pub struct Aggregated {
     pub metric: f64,
     /// The base model's held-out metric.
     pub base_metric: f64,
-    /// `accuracy`, `loss`, …
-    pub metric_name: String,
-    /// Anything else the validator measured (merge weights, truncation error…).
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub details: serde_json::Value,
+    /// The held-out metric, the same as the verdicts'.
+    pub metric_name: HeldOutMetric,
+    /// What else the validator measured of the merge.
+    #[serde(default)]
+    pub details: AggregateDetails,
 }
 
 /// One contributor of a job, as the payout weighs it.
@@ -776,8 +776,11 @@ mod tests {
                 adapter_cid: "bafy".into(),
                 metric: 0.75,
                 base_metric: 0.5,
-                metric_name: "accuracy".into(),
-                details: json!({"weights": [0.5, 0.5]}),
+                metric_name: HeldOutMetric::Accuracy,
+                details: AggregateDetails {
+                    weights: vec![0.5, 0.5],
+                    ..AggregateDetails::default()
+                },
             }),
             created_at: DateTime::<Utc>::from_timestamp(2, 0).unwrap(),
         };
@@ -810,7 +813,10 @@ mod tests {
             accepted: false,
             quality: 0.0,
             reason: Some("no gain".into()),
-            report: json!({"metric": 0.5}),
+            report: VerdictReport {
+                metric: Some(0.5),
+                ..VerdictReport::default()
+            },
             validator: None,
             proof: ProofStatus::NotDue,
         });

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A held-out metric, by the name it is reported under (`Aggregated::metric_name`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HeldOutMetric {
@@ -54,6 +55,12 @@ impl HeldOutMetric {
     }
 }
 
+impl std::fmt::Display for HeldOutMetric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,6 +69,11 @@ mod tests {
     fn each_metric_is_better_its_own_way_and_named_once() {
         for m in HeldOutMetric::ALL {
             assert_eq!(HeldOutMetric::named(m.name()), Some(m));
+            assert_eq!(
+                serde_json::to_value(m).unwrap(),
+                m.name(),
+                "serde writes the name"
+            );
         }
         assert_eq!(HeldOutMetric::named("perplexity"), None);
         assert!(HeldOutMetric::Loss.at_least_as_good(1.4, 1.8));

@@ -15,6 +15,7 @@ pub mod model_files;
 pub mod node;
 pub mod problem;
 pub mod records;
+pub mod report;
 pub mod shuffle;
 #[cfg(feature = "siwe")]
 pub mod siwe;
@@ -34,6 +35,9 @@ pub use job_spec::{
 pub use manifest::{HeldOutRef, ShardManifest, ShardRef};
 pub use metric::HeldOutMetric;
 pub use records::{ChatMessage, DatasetRecord, Label, PreferencePrompt, RecordError, RecordsFor};
+pub use report::{
+    AggregateDetails, BesideMetrics, MergeMethod, MergedAdapter, NearestSubmission, VerdictReport,
+};
 pub use status::{JobStatus, ProofStatus, RoundStatus, TaskStatus, VerdictStatus};
 pub use submission::{Submission, SubmissionMetrics};
 pub use task::{TASK_QUEUE, TaskMessage};

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{ContentId, TaskMessage};
+use super::{AggregateDetails, ContentId, HeldOutMetric, TaskMessage, VerdictReport};
 
 /// Progress a worker reports with each heartbeat.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -127,9 +127,9 @@ pub struct Verdict {
     /// Why it was rejected; required for a rejection.
     #[serde(default)]
     pub reason: Option<String>,
-    /// The measurements behind the verdict (metric, base metric, norms…).
+    /// The measurements behind the verdict.
     #[serde(default)]
-    pub report: serde_json::Value,
+    pub report: VerdictReport,
     /// Whether the submission's proof of training is to be checked (it was scored, so its run
     /// has an end to replay to), whatever the verdict: a forgery that also fails a rule must
     /// still forfeit the job. The proof comes later, in a [`ProofCheck`]; the payout waits.
@@ -226,11 +226,11 @@ pub struct Aggregate {
     pub metric: f64,
     /// The same metric for the base model (the round's starting adapter's is in `details`).
     pub base_metric: f64,
-    /// Name of the metric, e.g. `accuracy` or `loss`.
-    pub metric_name: String,
-    /// Anything else the validator measured (truncation error of the merge, weights…).
+    /// The metric, the same as the verdicts'.
+    pub metric_name: HeldOutMetric,
+    /// What else the validator measured of the merge.
     #[serde(default)]
-    pub details: serde_json::Value,
+    pub details: AggregateDetails,
 }
 
 /// One piece of the validators' work, leased to one validator at a time

@@ -896,16 +896,16 @@ export type components = {
              * @description The same metric for the base model (the round's starting adapter's is in `details`).
              */
             base_metric: number;
-            /** @description Anything else the validator measured (truncation error of the merge, weights…). */
-            details?: unknown;
+            /** @description What else the validator measured of the merge. */
+            details?: components["schemas"]["AggregateDetails"];
             /**
              * Format: double
              * @description Held-out metric of the merged adapter (same metric as the verdicts: accuracy for
              *     classification, loss for language modelling).
              */
             metric: number;
-            /** @description Name of the metric, e.g. `accuracy` or `loss`. */
-            metric_name: string;
+            /** @description The metric, the same as the verdicts'. */
+            metric_name: components["schemas"]["HeldOutMetric"];
         };
         /** @description Payload of `aggregated`: the round's merged adapter and how it scores. */
         Aggregated: {
@@ -916,20 +916,60 @@ export type components = {
              * @description The base model's held-out metric.
              */
             base_metric: number;
-            /** @description Anything else the validator measured (merge weights, truncation error…). */
-            details: Record<string, unknown>;
+            /** @description What else the validator measured of the merge. */
+            details?: components["schemas"]["AggregateDetails"];
             /**
              * Format: double
              * @description The merged adapter's held-out metric.
              */
             metric: number;
-            /** @description `accuracy`, `loss`, … */
-            metric_name: string;
+            /** @description The held-out metric, the same as the verdicts'. */
+            metric_name: components["schemas"]["HeldOutMetric"];
             /**
              * Format: int32
              * @description The round, counted from 1.
              */
             round: number;
+        };
+        /** @description What the validator measured of a round's merge. */
+        AggregateDetails: {
+            /** @description The accepted adapters that went in, in the order of `weights`. */
+            adapters?: components["schemas"]["MergedAdapter"][];
+            /**
+             * Format: int32
+             * @description With `best_adapter`: which of `adapters` it was, from 0.
+             */
+            best_adapter?: number | null;
+            /** @description The factor each adapter's update was clipped by (1: none). */
+            clip_factors?: number[];
+            /**
+             * @description Why the merges tried before this one were not taken (each scored no better than the
+             *     round's start, or failed).
+             */
+            fallback?: string[] | null;
+            /** @description Other measures of the result's held-out pass. */
+            held_out?: {
+                [key: string]: number | null;
+            } | null;
+            /**
+             * Format: double
+             * @description The largest relative error of re-factoring a merged module to the job's rank.
+             */
+            max_truncation_error?: number | null;
+            merge?: null | components["schemas"]["MergeMethod"];
+            requested?: null | components["schemas"]["Aggregation"];
+            /**
+             * Format: double
+             * @description Seconds the merge took, fetches and scoring included.
+             */
+            seconds?: number | null;
+            /**
+             * Format: double
+             * @description The round's start's held-out metric, which the result had to beat.
+             */
+            start_metric?: number | null;
+            /** @description The normalised weights the merge used, one per adapter. */
+            weights?: number[];
         };
         /**
          * @description What recording a merge led to.
@@ -1332,6 +1372,11 @@ export type components = {
             sealed_cid: components["schemas"]["ContentId"];
             start_adapter_cid?: null | components["schemas"]["ContentId"];
         };
+        /**
+         * @description A held-out metric, by the name it is reported under (`Aggregated::metric_name`).
+         * @enum {string}
+         */
+        HeldOutMetric: "loss" | "accuracy" | "dpo_loss";
         /** @description Something that happened to a job. */
         JobEvent: {
             /** @enum {string} */
@@ -1502,11 +1547,7 @@ export type components = {
         JobResult: {
             /** @description The final merged adapter (its bundle) in the content store. */
             adapter_cid: string;
-            /**
-             * @description The merge summary of the round the adapter came from (the round with the best held-out
-             *     metric): metric, base metric and their name.
-             */
-            aggregate?: unknown;
+            aggregate?: null | components["schemas"]["Aggregate"];
             /** @description Each file of the adapter, with a download link. */
             files: components["schemas"]["ResultFile"][];
             /**
@@ -1728,6 +1769,31 @@ export type components = {
             /** @description The roles the token grants. */
             roles: components["schemas"]["Role"][];
         };
+        /** @description One accepted adapter of a merge, with what the merge weighed it by. */
+        MergedAdapter: {
+            /**
+             * Format: double
+             * @description Its quality from the verdict, 0 ..= 1.
+             */
+            quality: number;
+            /**
+             * Format: int64
+             * @description Training records it saw.
+             */
+            samples: number;
+            /**
+             * Format: int32
+             * @description The shard it was trained on.
+             */
+            shard: number;
+            /** @description The worker who trained it. */
+            worker: string;
+        };
+        /**
+         * @description How a round's adapters were combined into its result.
+         * @enum {string}
+         */
+        MergeMethod: "exact" | "naive" | "median" | "trimmed_mean" | "best_adapter";
         /** @description Why the validator cannot load a job's model (or held-out set): the error it got. */
         ModelFailure: {
             /** @description What failed, as the loader said it (1 to 1,000 characters). */
@@ -1776,6 +1842,26 @@ export type components = {
              *     `num_attention_heads`.
              */
             num_key_value_heads?: number | null;
+        };
+        /**
+         * @description The round's earlier submission most like the one judged (copies and near-copies earn
+         *     nothing).
+         */
+        NearestSubmission: {
+            /**
+             * Format: double
+             * @description Cosine between the two updates; null when not finite.
+             */
+            cosine?: number | null;
+            /**
+             * Format: double
+             * @description The judged update's norm over that one's; null when not finite.
+             */
+            norm_ratio?: number | null;
+            /** @description That submission. */
+            submission: string;
+            /** @description The worker who handed it in. */
+            worker: string;
         };
         /** @description A fresh sign-in nonce and what the signed message must name. */
         NonceResponse: {
@@ -2224,8 +2310,8 @@ export type components = {
              * @description The merged adapter's held-out metric.
              */
             metric: number;
-            /** @description What the metric is: `loss` (lower is better), `accuracy` (higher is better), … */
-            metric_name: string;
+            /** @description What the metric is, and so which way it is better. */
+            metric_name: components["schemas"]["HeldOutMetric"];
             /**
              * Format: date-time
              * @description When the merge was recorded.
@@ -2776,8 +2862,8 @@ export type components = {
             quality: number;
             /** @description Why it was rejected; required for a rejection. */
             reason?: string | null;
-            /** @description The measurements behind the verdict (metric, base metric, norms…). */
-            report?: unknown;
+            /** @description The measurements behind the verdict. */
+            report?: components["schemas"]["VerdictReport"];
         };
         /** @description Payload of `verdict`. */
         VerdictRecorded: {
@@ -2795,8 +2881,8 @@ export type components = {
             quality: number;
             /** @description Why it was rejected. */
             reason?: string | null;
-            /** @description The measurements behind the verdict (metric, base metric, norms…). */
-            report: Record<string, unknown>;
+            /** @description The measurements behind the verdict. */
+            report?: components["schemas"]["VerdictReport"];
             /**
              * Format: int32
              * @description The task's round.
@@ -2816,6 +2902,57 @@ export type components = {
             validator?: string | null;
             /** @description The address of the worker who trained the adapter. */
             worker: string;
+        };
+        /** @description The measurements behind a verdict. */
+        VerdictReport: {
+            /**
+             * Format: double
+             * @description The norm of what the adapter adds to the round's start; absent when not finite.
+             */
+            addition_norm?: number | null;
+            /**
+             * Format: double
+             * @description The base model's held-out metric.
+             */
+            base_metric?: number | null;
+            /** @description Other measures of the same held-out pass. */
+            held_out?: {
+                [key: string]: number | null;
+            } | null;
+            /**
+             * Format: double
+             * @description The largest `‖ΔW‖ / ‖W‖` over the adapted modules; absent when not finite.
+             */
+            max_relative_norm?: number | null;
+            /**
+             * Format: double
+             * @description The adapter's held-out metric; absent when it was not scored (or not finite).
+             */
+            metric?: number | null;
+            metric_name?: null | components["schemas"]["HeldOutMetric"];
+            /**
+             * Format: double
+             * @description The gain over the start the adapter had to show, in the metric's units (negative: the
+             *     start's noise it may fall short by).
+             */
+            min_gain?: number | null;
+            nearest?: null | components["schemas"]["NearestSubmission"];
+            /**
+             * Format: double
+             * @description Seconds the judging took, fetches included.
+             */
+            seconds?: number | null;
+            /**
+             * Format: double
+             * @description The round's starting adapter's held-out metric (the base model's in round 1 of a fresh
+             *     job): what the adapter had to beat.
+             */
+            start_metric?: number | null;
+            /**
+             * Format: double
+             * @description The norm of the round's start (0 in round 1 of a fresh job).
+             */
+            start_norm?: number | null;
         };
         /**
          * @description The validator's verdict on a submission.

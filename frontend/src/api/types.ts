@@ -34,9 +34,11 @@ export function fundingOf(job: JobView, chain: { chainId: number | null; escrowA
 /** Every job status, in the server's order (generated from the API's document). */
 export const JOB_STATUSES = ENUMS.JobStatus;
 export type JobStatus = Schemas['JobStatus'];
+/** The held-out metric a job's adapters are judged by (`loss`, `accuracy`, `dpo_loss`). */
+export type HeldOutMetric = Schemas['HeldOutMetric'];
 /** Where a submission's proof of training stands: checked after its verdict, before the payout. */
 export type ProofStatus = Schemas['ProofStatus'];
 
-export function isTerminal(status: string): boolean {
+export function isTerminal(status: JobStatus): boolean {
   return status === 'completed' || status === 'cancelled' || status === 'refunded';
 }

@@ -1,7 +1,7 @@
 // A job's training, shaped for its charts: the loss each task's worker reported with its
 // heartbeats (`GET /v1/jobs/{id}/progress`), one line per task and attempt, grouped by round
 // beside that round's held-out metric. The API serves points by task; the page draws by round.
-import type { TrainingProgress } from '../api/types';
+import type { HeldOutMetric, TrainingProgress } from '../api/types';
 
 export interface LossPoint {
   step: number;
@@ -20,13 +20,13 @@ export interface LossSeries {
   points: LossPoint[];
 }
 
-/** Which way a held-out metric improves, from its name; null when the name does not say. */
+/** Which way a held-out metric improves; null for a metric this portal does not know. */
 export type Direction = 'lower' | 'higher' | null;
 
 export interface HeldOut {
   metric: number;
   base: number;
-  name: string;
+  name: HeldOutMetric;
   direction: Direction;
   /** Whether the merge beat the base model; null when the direction is unknown. */
   improved: boolean | null;
@@ -43,28 +43,31 @@ export interface RoundTraining {
   heldOut: HeldOut | null;
 }
 
-const LOWER_IS_BETTER = new Set(['loss', 'perplexity', 'cross_entropy', 'mse', 'mae', 'error', 'error_rate']);
-const HIGHER_IS_BETTER = new Set(['accuracy', 'f1', 'auc', 'precision', 'recall', 'exact_match', 'bleu', 'rouge']);
+/**
+ * Which way each of the API's held-out metrics improves (`HeldOutMetric::lower_is_better` in
+ * core/src/protocol/metric.rs). Keyed by the generated type, so a metric added to the API fails
+ * the typecheck until it is placed here.
+ */
+const DIRECTION: Record<HeldOutMetric, 'lower' | 'higher'> = {
+  loss: 'lower',
+  accuracy: 'higher',
+  dpo_loss: 'lower',
+};
 
-/** `loss` is lower-is-better, `accuracy` higher-is-better; a `…_loss` or `eval_accuracy` too. */
-export function metricDirection(name: string): Direction {
-  const n = name.trim().toLowerCase();
-  const last = n.split(/[^a-z0-9]+/).filter(Boolean).at(-1) ?? '';
-  for (const word of [n, last]) {
-    if (LOWER_IS_BETTER.has(word)) return 'lower';
-    if (HIGHER_IS_BETTER.has(word)) return 'higher';
-  }
-  return null;
+/** `loss` and `dpo_loss` are lower-is-better, `accuracy` higher-is-better. */
+export function metricDirection(name: HeldOutMetric): Direction {
+  // A newer server may name a metric this build does not know: no direction, no verdict.
+  return DIRECTION[name] ?? null;
 }
 
 /** "held-out loss (lower is better)". */
-export function heldOutLabel(name: string): string {
+export function heldOutLabel(name: HeldOutMetric): string {
   const direction = metricDirection(name);
-  const what = `held-out ${name.trim() || 'metric'}`;
+  const what = `held-out ${name || 'metric'}`;
   return direction ? `${what} (${direction} is better)` : what;
 }
 
-export function heldOut(metric: number, base: number, name: string): HeldOut {
+export function heldOut(metric: number, base: number, name: HeldOutMetric): HeldOut {
   const direction = metricDirection(name);
   const improved = direction === 'lower' ? metric < base : direction === 'higher' ? metric > base : null;
   return { metric, base, name, direction, improved };

@@ -147,7 +147,8 @@ describe('applyEvents', () => {
         accepted: false,
         quality: 0,
         reason: 'norm too large',
-        report: { metric: 'n/a' },
+        // Not what the typed report allows: what a broken or hostile server might still send.
+        report: { metric: 'n/a' as unknown as number },
       }),
     ]);
     expect(p.rounds[0]!.submissions[0]!.verdict).toMatchObject({ metric: null, base_metric: null });

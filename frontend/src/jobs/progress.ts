@@ -1,7 +1,7 @@
 // A job's story, folded from its event feed (`GET /v1/jobs/{id}/events`, and the same events
 // live over SSE). Event kinds and payloads are the API's generated types; a kind those types do
 // not name is kept and shown as it is, so a newer server never hides what happened.
-import type { EventView, ProofStatus } from '../api/types';
+import type { EventView, HeldOutMetric, ProofStatus } from '../api/types';
 
 export interface Claim {
   shard: number;
@@ -21,7 +21,7 @@ export interface Verdict {
   accepted: boolean;
   quality: number;
   reason: string | null;
-  /** From the verdict's free-form `report`: null where the validator did not measure it. */
+  /** From the verdict's report: null where the validator did not measure it. */
   metric: number | null;
   base_metric: number | null;
   /** The validator that judged it (null in events recorded before validators were named). */
@@ -40,7 +40,7 @@ export interface RoundView {
   tasks: number | null;
   claims: Claim[];
   submissions: SubmissionView[];
-  aggregated: { adapter_cid: string; metric: number; base_metric: number; metric_name: string } | null;
+  aggregated: { adapter_cid: string; metric: number; base_metric: number; metric_name: HeldOutMetric } | null;
 }
 
 export interface Payout {
@@ -75,8 +75,8 @@ export const EMPTY_PROGRESS: JobProgress = {
   lastEventId: null,
 };
 
-/** A number from the verdict's `report`, which the API leaves free-form. */
-const reported = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
+/** A score from a verdict's report; null where the validator measured none (or sent no number). */
+const finite = (v: unknown): number | null => (typeof v === 'number' && Number.isFinite(v) ? v : null);
 
 function round(progress: JobProgress, n: number): RoundView {
   let r = progress.rounds.find((x) => x.round === n);
@@ -146,9 +146,8 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
           accepted: d.accepted,
           quality: d.quality,
           reason: d.reason ?? null,
-          // The validator's scores travel in the verdict's `report`, a free-form object.
-          metric: reported(d.report.metric),
-          base_metric: reported(d.report.base_metric),
+          metric: finite(d.report?.metric),
+          base_metric: finite(d.report?.base_metric),
           validator: d.validator ?? null,
           proof: d.proof ?? 'not_due',
           proof_by: null,
@@ -233,7 +232,7 @@ export function pendingProofs(progress: JobProgress): number {
 }
 
 /** The name of the held-out metric the validator scores merges by (`accuracy`, `loss`), once a round is merged. */
-export function metricName(progress: JobProgress): string | null {
+export function metricName(progress: JobProgress): HeldOutMetric | null {
   const merged = progress.rounds.filter((r) => r.aggregated);
   return merged.at(-1)?.aggregated?.metric_name ?? null;
 }

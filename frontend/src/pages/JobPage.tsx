@@ -668,10 +668,8 @@ function FundPanel({
 }
 
 /** "loss 1.4400" from a round's merge summary (the result route's `aggregate`), if it has one. */
-function resultMetric(aggregate: unknown): string | null {
-  if (typeof aggregate !== 'object' || aggregate === null) return null;
-  const { metric, metric_name: name } = aggregate as { metric?: unknown; metric_name?: unknown };
-  return typeof metric === 'number' && typeof name === 'string' ? `${name} ${metric.toFixed(4)}` : null;
+function resultMetric(aggregate: JobResult['aggregate']): string | null {
+  return aggregate ? `${aggregate.metric_name} ${aggregate.metric.toFixed(4)}` : null;
 }
 
 function ResultPanel({ id }: { id: string }) {

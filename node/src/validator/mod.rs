@@ -50,7 +50,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::NodeError;
@@ -62,7 +61,9 @@ pub use rules::{Nearest, Rules, Scores, judge};
 use shardwork_client::{
     Aggregate, ApiClient, PendingValidation, ProofCheck, ReadyRound, ValidatorWork, Verdict,
 };
-use shardwork_core::protocol::Aggregation;
+use shardwork_core::protocol::{
+    AggregateDetails, Aggregation, MergeMethod, MergedAdapter, NearestSubmission, VerdictReport,
+};
 use shardwork_core::store::keys::Sealed;
 use shardwork_trainer::merge::{self, MergeMode, MergeOptions};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
@@ -239,9 +240,7 @@ impl ValidatorNode {
         };
         // What the scoring cost, fetches included: `bench validation` weighs it against the
         // training it judged.
-        if let Some(report) = verdict.report.as_object_mut() {
-            report.insert("seconds".into(), json!(started.elapsed().as_secs_f64()));
-        }
+        verdict.report.seconds = Some(started.elapsed().as_secs_f64());
         tracing::info!(submission = %pending.submission_id, worker = %pending.worker,
             accepted = verdict.accepted, quality = verdict.quality, reason = ?verdict.reason,
             proof_due = verdict.proof_due, "verdict");
@@ -276,11 +275,9 @@ impl ValidatorNode {
                 return false;
             }
         };
-        if let Some(details) = aggregate.details.as_object_mut() {
-            details.insert("seconds".into(), json!(started.elapsed().as_secs_f64()));
-        }
+        aggregate.details.seconds = Some(started.elapsed().as_secs_f64());
         tracing::info!(job = %ready.job_id, round = ready.round, metric = aggregate.metric,
-            base = aggregate.base_metric, merge = %aggregate.details["merge"], "round merged");
+            base = aggregate.base_metric, merge = ?aggregate.details.merge, "round merged");
         let recorded = match self
             .api
             .aggregate(ready.job_id, ready.round, &aggregate)
@@ -487,13 +484,13 @@ impl ValidatorNode {
         context: &Arc<JobContext>,
         pending: &PendingValidation,
     ) -> Result<Verdict, NodeError> {
-        let metric_name = context.work.metric().name;
+        let metric_name = context.work.metric().kind;
         let base_metric = context.base_metric;
         let reject = |reason: String| Verdict {
             accepted: false,
             quality: 0.0,
             reason: Some(reason),
-            report: json!({ "base_metric": base_metric, "metric_name": metric_name }),
+            report: VerdictReport::unmeasured(metric_name, base_metric),
             proof_due: false,
         };
         // Byte-for-byte replays and copies are told by their CIDs, before anything is fetched.
@@ -585,7 +582,7 @@ impl ValidatorNode {
                     accepted: false,
                     quality: 0.0,
                     reason: Some(format!("the adapter could not be scored: {e}")),
-                    report: json!({ "base_metric": base_metric, "metric_name": metric_name }),
+                    report: VerdictReport::unmeasured(metric_name, base_metric),
                     proof_due: false,
                 },
                 scored: false,
@@ -633,7 +630,7 @@ impl ValidatorNode {
         let qualities: Vec<f64> = ready.adapters.iter().map(|a| a.quality).collect();
         let out_dir = dir.path().join("merged");
         let base_metric = context.base_metric;
-        let metric_name = context.work.metric().name;
+        let metric_name = context.work.metric().kind;
         // Sealed to the round: the next round's leaseholders get its key with their leases, and
         // the API opens the last round's for the requester.
         let sealed_to = context.seal(&Sealed::RoundResult {
@@ -673,14 +670,25 @@ impl ValidatorNode {
         let adapter_cid = adapter_cid
             .parse()
             .map_err(|e| NodeError::Content(format!("merged adapter CID {adapter_cid}: {e}")))?;
-        let mut details = details;
-        details["start_metric"] = json!(start_metric);
-        details["adapters"] = json!(ready.adapters.iter().map(|a| json!({"worker": a.worker, "shard": a.shard_index, "samples": a.samples, "quality": a.quality})).collect::<Vec<_>>());
+        let details = AggregateDetails {
+            start_metric: Some(start_metric),
+            adapters: ready
+                .adapters
+                .iter()
+                .map(|a| MergedAdapter {
+                    worker: a.worker.clone(),
+                    shard: a.shard_index,
+                    samples: a.samples,
+                    quality: a.quality,
+                })
+                .collect(),
+            ..details
+        };
         Ok(Aggregate {
             adapter_cid,
             metric,
             base_metric,
-            metric_name: metric_name.into(),
+            metric_name,
             details,
         })
     }
@@ -712,7 +720,7 @@ fn measure(
             accepted: false,
             quality: 0.0,
             reason: Some(reason),
-            report: json!({}),
+            report: VerdictReport::default(),
             proof_due: false,
         },
         scored: false,
@@ -753,11 +761,11 @@ fn measure(
     let scored = finite && norm <= rules.max_relative_norm;
     let (metric, beside) = if scored {
         match work.score_report(Some(&adapter), &context.held_out, device) {
-            Ok(s) => (s.metric, s.beside_json()),
+            Ok(s) => (s.metric, Some(s.beside())),
             Err(e) => return Ok(rejected(format!("the adapter does not fit the model: {e}"))),
         }
     } else {
-        (f64::NAN, serde_json::Value::Null)
+        (f64::NAN, None)
     };
     let scores = Scores {
         kind: work.metric(),
@@ -783,21 +791,24 @@ fn measure(
         accepted,
         quality,
         reason,
-        report: json!({
-            "metric_name": scores.kind.name,
-            "metric": finite_or_null(metric),
-            "held_out": beside,
-            "base_metric": context.base_metric,
-            "start_metric": start_metric,
-            "min_gain": scores.min_gain,
-            "max_relative_norm": finite_or_null(norm),
-            "addition_norm": finite_or_null(scores.addition_norm),
-            "start_norm": scores.start_norm,
-            "nearest": nearest.map(|n| json!({
-                "submission": n.submission, "worker": n.worker,
-                "cosine": finite_or_null(n.cosine), "norm_ratio": finite_or_null(n.norm_ratio),
-            })),
-        }),
+        report: VerdictReport {
+            metric_name: Some(scores.kind.kind),
+            metric: finite_or_null(metric),
+            held_out: beside,
+            base_metric: Some(context.base_metric),
+            start_metric: Some(start_metric),
+            min_gain: Some(scores.min_gain),
+            max_relative_norm: finite_or_null(norm),
+            addition_norm: finite_or_null(scores.addition_norm),
+            start_norm: Some(scores.start_norm),
+            nearest: nearest.map(|n| NearestSubmission {
+                submission: n.submission,
+                worker: n.worker,
+                cosine: finite_or_null(n.cosine),
+                norm_ratio: finite_or_null(n.norm_ratio),
+            }),
+            seconds: None,
+        },
         proof_due: false,
     };
     Ok(Measured { verdict, scored })
@@ -859,7 +870,7 @@ fn shape_problem(
 struct ChosenMerge {
     adapter: Adapter,
     metric: f64,
-    details: serde_json::Value,
+    details: AggregateDetails,
 }
 
 /// The job's merge of the round's accepted `adapters`, or its fallbacks when that does not
@@ -882,7 +893,7 @@ fn merge_round_adapters(
         modes.push(MergeMode::Median);
     }
     for mode in modes {
-        let name = mode_name(mode);
+        let method = merge_method(mode);
         // At a server learning rate of 1 the round's start does not enter the merge; issue 14's
         // bench measured larger steps from it as worse (docs/DESIGN.md, step 6).
         let attempt = merge_adapters(
@@ -905,22 +916,24 @@ fn merge_round_adapters(
                 return Ok(ChosenMerge {
                     adapter: merged,
                     metric: scored.metric,
-                    details: json!({
-                        "held_out": scored.beside_json(),
-                        "merge": name,
-                        "requested": aggregation_name(requested),
-                        "fallback": (!tried.is_empty()).then_some(&tried),
-                        "weights": report.weights,
-                        "clip_factors": report.clip_factors,
-                        "max_truncation_error": report.max_relative_error,
-                    }),
+                    details: AggregateDetails {
+                        merge: Some(method),
+                        requested: Some(requested),
+                        fallback: (!tried.is_empty()).then_some(tried),
+                        held_out: Some(scored.beside()),
+                        weights: report.weights,
+                        clip_factors: report.clip_factors,
+                        max_truncation_error: Some(report.max_relative_error),
+                        ..AggregateDetails::default()
+                    },
                 });
             }
             Ok((_, _, scored)) => tried.push(format!(
-                "{name} merge scored {:.4}, not better than the round's start {start_metric:.4}",
+                "{} merge scored {:.4}, not better than the round's start {start_metric:.4}",
+                method.name(),
                 scored.metric
             )),
-            Err(e) => tried.push(format!("{name} merge failed: {e}")),
+            Err(e) => tried.push(format!("{} merge failed: {e}", method.name())),
         }
     }
     let best = qualities
@@ -942,13 +955,14 @@ fn merge_round_adapters(
     Ok(ChosenMerge {
         adapter,
         metric: scored.metric,
-        details: json!({
-            "held_out": scored.beside_json(),
-            "merge": "best_adapter",
-            "requested": aggregation_name(requested),
-            "fallback": tried,
-            "best_adapter": best,
-        }),
+        details: AggregateDetails {
+            merge: Some(MergeMethod::BestAdapter),
+            requested: Some(requested),
+            fallback: Some(tried),
+            held_out: Some(scored.beside()),
+            best_adapter: Some(best as u32),
+            ..AggregateDetails::default()
+        },
     })
 }
 
@@ -970,20 +984,13 @@ fn merge_mode(aggregation: Aggregation, k: usize) -> MergeMode {
     }
 }
 
-fn mode_name(mode: MergeMode) -> &'static str {
+/// The protocol's name for what the trainer's merge `mode` did.
+fn merge_method(mode: MergeMode) -> MergeMethod {
     match mode {
-        MergeMode::Exact => "exact",
-        MergeMode::Naive => "naive",
-        MergeMode::Median => "median",
-        MergeMode::TrimmedMean { .. } => "trimmed_mean",
-    }
-}
-
-fn aggregation_name(a: Aggregation) -> &'static str {
-    match a {
-        Aggregation::Exact => "exact",
-        Aggregation::TrimmedMean => "trimmed_mean",
-        Aggregation::Median => "median",
+        MergeMode::Exact => MergeMethod::Exact,
+        MergeMode::Naive => MergeMethod::Naive,
+        MergeMode::Median => MergeMethod::Median,
+        MergeMode::TrimmedMean { .. } => MergeMethod::TrimmedMean,
     }
 }
 

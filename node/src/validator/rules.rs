@@ -193,7 +193,10 @@ pub fn judge(scores: &Scores, rules: &Rules) -> (bool, f64, Option<String>) {
         };
         return reject(format!(
             "held-out {} {:.4} does not beat {start} {:.4} by {:.3}",
-            scores.kind.name, scores.metric, scores.start_metric, scores.min_gain
+            scores.kind.name(),
+            scores.metric,
+            scores.start_metric,
+            scores.min_gain
         ));
     }
     let quality = scores.kind.quality(scores.metric, scores.base_metric);
@@ -203,11 +206,11 @@ pub fn judge(scores: &Scores, rules: &Rules) -> (bool, f64, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::work::{DefaultGain, Direction};
+    use crate::work::DefaultGain;
+    use shardwork_core::protocol::HeldOutMetric;
 
     const ACCURACY: Metric = Metric {
-        name: "accuracy",
-        direction: Direction::HigherIsBetter,
+        kind: HeldOutMetric::Accuracy,
         best: 1.0,
         default_min_gain: DefaultGain::WithinNoise,
     };
@@ -356,8 +359,7 @@ mod tests {
     fn a_loss_must_fall_by_the_minimum_gain() {
         let loss = |metric: f64| Scores {
             kind: Metric {
-                name: "loss",
-                direction: Direction::LowerIsBetter,
+                kind: HeldOutMetric::Loss,
                 best: 0.0,
                 default_min_gain: DefaultGain::Fixed(0.01),
             },

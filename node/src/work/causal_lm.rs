@@ -28,7 +28,7 @@ use shardwork_trainer::train::sft_data::{SftExample, read_sft_jsonl};
 use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
-use super::{DefaultGain, Direction, HeldOut, Metric, RoundOf, Trained, Work};
+use super::{DefaultGain, HeldOut, Metric, RoundOf, Trained, Work};
 
 /// Examples per held-out scoring batch (no gradients).
 const EVAL_BATCH: usize = 16;
@@ -36,8 +36,7 @@ const EVAL_BATCH: usize = 16;
 /// Held-out loss per learned token: the quality of an adapter is the share of the way from the
 /// base model's loss to 0 it went, and a verdict asks the loss to fall by the minimum gain.
 pub const LOSS: Metric = Metric {
-    name: HeldOutMetric::Loss.name(),
-    direction: Direction::LowerIsBetter,
+    kind: HeldOutMetric::Loss,
     best: 0.0,
     // A continuous metric: an honest round moves it by tenths of a nat (the demo's rounds:
     // 2.70 → 2.11 → 1.94); a replay with noise on it does not move it down at all.

@@ -22,7 +22,7 @@ use shardwork_trainer::train::classify::{self, ClassifyConfig, TrainReport};
 use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
-use super::{DefaultGain, Direction, HeldOut, Metric, RoundOf, Trained, Work};
+use super::{DefaultGain, HeldOut, Metric, RoundOf, Trained, Work};
 
 /// Batch size of held-out scoring (no gradients, so larger than training's).
 const EVAL_BATCH: usize = 64;
@@ -186,8 +186,7 @@ impl ClassifyJob {
 
 /// Held-out accuracy: the share of the way from the base model's accuracy to 1.
 const ACCURACY: Metric = Metric {
-    name: HeldOutMetric::Accuracy.name(),
-    direction: Direction::HigherIsBetter,
+    kind: HeldOutMetric::Accuracy,
     best: 1.0,
     // A discrete, noisy metric: one honest shard's update from a merged start can score below
     // it (three examples of 180 below, in a 5-shard run of the sample model, while the merge

@@ -21,29 +21,20 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::{Device, Tensor};
-use shardwork_core::protocol::{JobSpec, LrSchedule, TrainingArgs, TrainingTask};
+use shardwork_core::protocol::{
+    BesideMetrics, HeldOutMetric, JobSpec, LrSchedule, TrainingArgs, TrainingTask,
+};
 use shardwork_trainer::optim::{OptimConfig, ScheduleWindow};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
-/// Which way a held-out metric improves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// Accuracy, F1: more is better.
-    HigherIsBetter,
-    /// Loss, perplexity: less is better.
-    LowerIsBetter,
-}
-
 /// The held-out metric a kind of work is judged by.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Metric {
-    /// The name reports and verdicts use (`accuracy`).
-    pub name: &'static str,
-    /// Whether a higher or a lower value is better.
-    pub direction: Direction,
+    /// The metric, by the name reports and verdicts use, and which way it is better.
+    pub kind: HeldOutMetric,
     /// The best value the metric can take (1 for accuracy, 0 for a loss): the quality of an
     /// adapter is the share of the way from the base model's score to it.
     pub best: f64,
@@ -65,6 +56,11 @@ pub enum DefaultGain {
 }
 
 impl Metric {
+    /// The name reports and verdicts use (`accuracy`).
+    pub const fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
     /// The gain an adapter must show over a start scoring `start` on `held_out` examples, when
     /// the job sets none; `from_base`: the start is the base model (round 1).
     pub fn default_min_gain_for(&self, start: f64, held_out: usize, from_base: bool) -> f64 {
@@ -83,9 +79,10 @@ impl Metric {
 
     /// How much better `value` is than `reference`, in the metric's units (negative: worse).
     pub fn gain(&self, value: f64, reference: f64) -> f64 {
-        match self.direction {
-            Direction::HigherIsBetter => value - reference,
-            Direction::LowerIsBetter => reference - value,
+        if self.kind.lower_is_better() {
+            reference - value
+        } else {
+            value - reference
         }
     }
 
@@ -180,16 +177,12 @@ pub struct HeldOutScore {
 }
 
 impl HeldOutScore {
-    /// The measures beside the metric as a JSON object (`null` for a non-finite one).
-    pub fn beside_json(&self) -> serde_json::Value {
+    /// The measures beside the metric, as reports carry them (`None` for a non-finite one).
+    pub fn beside(&self) -> BesideMetrics {
         self.beside
             .iter()
-            .map(|(name, value)| {
-                let value = value.is_finite().then_some(*value);
-                ((*name).to_owned(), serde_json::json!(value))
-            })
-            .collect::<serde_json::Map<_, _>>()
-            .into()
+            .map(|(name, value)| ((*name).to_owned(), value.is_finite().then_some(*value)))
+            .collect()
     }
 }
 
@@ -302,8 +295,7 @@ mod tests {
     #[test]
     fn quality_is_the_share_of_the_way_to_the_best_value_in_either_direction() {
         let accuracy = Metric {
-            name: "accuracy",
-            direction: Direction::HigherIsBetter,
+            kind: HeldOutMetric::Accuracy,
             best: 1.0,
             default_min_gain: DefaultGain::WithinNoise,
         };
@@ -315,8 +307,7 @@ mod tests {
         assert!((accuracy.default_min_gain_for(0.5, 100, true) - 0.01).abs() < 1e-12);
         assert_eq!(accuracy.quality(0.4, 0.5), 0.0);
         let loss = Metric {
-            name: "loss",
-            direction: Direction::LowerIsBetter,
+            kind: HeldOutMetric::Loss,
             best: 0.0,
             default_min_gain: DefaultGain::Fixed(0.01),
         };

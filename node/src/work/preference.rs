@@ -24,7 +24,7 @@ use shardwork_trainer::train::trace::Span;
 use shardwork_trainer::{Error, Result};
 
 use super::causal_lm::CausalLmJob;
-use super::{DefaultGain, Direction, HeldOut, HeldOutScore, Metric, RoundOf, Trained, Work};
+use super::{DefaultGain, HeldOut, HeldOutScore, Metric, RoundOf, Trained, Work};
 
 /// Pairs per held-out scoring batch (no gradients).
 const EVAL_BATCH: usize = 8;
@@ -33,8 +33,7 @@ const EVAL_BATCH: usize = 8;
 /// round moves it by tenths (training pairs it learns to rank); a copy of the start does not
 /// move it at all, so the causal LM's fixed bar serves.
 pub const DPO_LOSS: Metric = Metric {
-    name: HeldOutMetric::DpoLoss.name(),
-    direction: Direction::LowerIsBetter,
+    kind: HeldOutMetric::DpoLoss,
     best: 0.0,
     default_min_gain: DefaultGain::Fixed(0.01),
 };

@@ -144,7 +144,7 @@ def test_a_bert_classification_job_runs_to_completion(client, marketplace, tmp_p
     assert str(more.spec.base_model.adapter.root) == str(first.adapter_cid)
     assert more.start_adapter_cid is not None
     run_to_completion(client, more, capsys)
-    assert client.result(more).aggregate["details"]["start_metric"] == first.aggregate["metric"]
+    assert client.result(more).aggregate.details.start_metric == first.aggregate.metric
 
 
 def test_a_causal_lm_chat_and_instruction_job_runs_to_completion(client, marketplace, tmp_path, capsys):
@@ -167,11 +167,11 @@ def test_a_causal_lm_chat_and_instruction_job_runs_to_completion(client, marketp
     assert str(preferred.spec.base_model.adapter.root) == str(done.result_adapter_cid.root)
     run_to_completion(client, preferred, capsys)
     aggregate = client.result(preferred).aggregate
-    assert aggregate["metric_name"] == "dpo_loss"
+    assert aggregate.metric_name == "dpo_loss"
     # Round 1 started at the reference (the SFT adapter): a DPO loss of ln 2.
-    assert abs(aggregate["details"]["start_metric"] - math.log(2)) < 1e-3
-    assert aggregate["metric"] < aggregate["details"]["start_metric"]
-    assert 0.0 <= aggregate["details"]["held_out"]["reward_accuracy"] <= 1.0
+    assert abs(aggregate.details.start_metric - math.log(2)) < 1e-3
+    assert aggregate.metric < aggregate.details.start_metric
+    assert 0.0 <= aggregate.details.held_out["reward_accuracy"] <= 1.0
 
 
 def test_following_a_cancelled_job_raises_naming_how_it_ended(client, marketplace):

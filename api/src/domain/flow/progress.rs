@@ -16,7 +16,7 @@ use sea_orm::{
 };
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::node::Progress;
-use shardwork_core::protocol::{EventKind, JobEvent, TaskStatus};
+use shardwork_core::protocol::{EventKind, HeldOutMetric, JobEvent, TaskStatus};
 use uuid::Uuid;
 
 use crate::domain::error::DomainError;
@@ -172,8 +172,8 @@ pub struct RoundMetric {
     pub metric: f64,
     /// The base model's held-out metric.
     pub base_metric: f64,
-    /// What the metric is: `loss` (lower is better), `accuracy` (higher is better), …
-    pub metric_name: String,
+    /// What the metric is, and so which way it is better.
+    pub metric_name: HeldOutMetric,
     /// When the merge was recorded.
     pub recorded_at: DateTime<Utc>,
 }

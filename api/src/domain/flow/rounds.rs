@@ -310,7 +310,7 @@ pub async fn record_aggregate<C: ConnectionTrait>(
             adapter_cid: adapter_cid.clone(),
             metric: aggregate.metric,
             base_metric: aggregate.base_metric,
-            metric_name: aggregate.metric_name.clone(),
+            metric_name: aggregate.metric_name,
             details: aggregate.details.clone(),
         }),
         // A round before the last: the outbox records the job's progress on chain, so the
@@ -467,12 +467,17 @@ async fn completed_rounds<C: ConnectionTrait>(
         .await?)
 }
 
+/// A completed round's merge as the validator recorded it; `None` before the merge, or for a
+/// summary that no longer reads as one.
+pub fn round_aggregate(r: &round::Model) -> Option<Aggregate> {
+    serde_json::from_value(r.aggregate.clone()?).ok()
+}
+
 /// The held-out metric a completed round's summary names, and its finite value.
 fn round_score(r: &round::Model) -> Option<(HeldOutMetric, f64)> {
-    let summary = r.aggregate.as_ref()?;
-    let metric = HeldOutMetric::named(summary["metric_name"].as_str()?)?;
-    Some((
-        metric,
-        summary["metric"].as_f64().filter(|m| m.is_finite())?,
-    ))
+    let summary = round_aggregate(r)?;
+    summary
+        .metric
+        .is_finite()
+        .then_some((summary.metric_name, summary.metric))
 }

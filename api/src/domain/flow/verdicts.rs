@@ -252,7 +252,10 @@ pub async fn record(
         )
         .col_expr(
             submission::Column::Report,
-            Expr::value(verdict.report.clone()),
+            Expr::value(
+                serde_json::to_value(&verdict.report)
+                    .map_err(|e| DomainError::internal("verdict report", e))?,
+            ),
         )
         .col_expr(submission::Column::ValidatedAt, Expr::value(now))
         .col_expr(submission::Column::ValidatedBy, Expr::value(validator))

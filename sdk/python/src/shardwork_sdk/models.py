@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
@@ -82,25 +82,6 @@ class AggregateResponse(BaseModel):
             description='Whether the next round opened, the payout was queued or waits for proofs, or the job\nends early for want of improvement (`validation.patience`).'
         ),
     ]
-
-
-class Aggregated(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    adapter_cid: Annotated[str, Field(description='The merged adapter.')]
-    base_metric: Annotated[
-        float, Field(description="The base model's held-out metric.")
-    ]
-    details: Annotated[
-        dict[str, Any],
-        Field(
-            description='Anything else the validator measured (merge weights, truncation error…).'
-        ),
-    ]
-    metric: Annotated[float, Field(description="The merged adapter's held-out metric.")]
-    metric_name: Annotated[str, Field(description='`accuracy`, `loss`, …')]
-    round: Annotated[int, Field(description='The round, counted from 1.', ge=0)]
 
 
 class Aggregation(StrEnum):
@@ -261,14 +242,6 @@ class EventViewBondSlashed(BaseModel):
     ]
 
 
-class EventViewAggregated(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    kind: Literal['aggregated']
-    payload: Annotated[Aggregated, Field(description='The validator merged a round.')]
-
-
 class EventViewAwaitingProofs(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -307,12 +280,6 @@ class EventView1(BaseModel):
 
 
 class EventView12(EventViewBondSlashed, EventView1):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-
-
-class EventView16(EventViewAggregated, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -453,6 +420,12 @@ class HeldOutKey(BaseModel):
     start_adapter_cid: ContentId | None = None
 
 
+class HeldOutMetric(StrEnum):
+    loss = 'loss'
+    accuracy = 'accuracy'
+    dpo_loss = 'dpo_loss'
+
+
 class JobEventFundingIgnored(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -477,14 +450,6 @@ class JobEventBondSlashed(BaseModel):
             description='A worker that forfeited a bonded job by a failed proof had its bond slashed on chain\nto the requester (decisions/0044).'
         ),
     ]
-
-
-class JobEventAggregated(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    kind: Literal['aggregated']
-    payload: Annotated[Aggregated, Field(description='The validator merged a round.')]
 
 
 class JobEventAwaitingProofs(BaseModel):
@@ -617,6 +582,26 @@ class LrSchedule(StrEnum):
     job = 'job'
 
 
+class MergeMethod(StrEnum):
+    exact = 'exact'
+    naive = 'naive'
+    median = 'median'
+    trimmed_mean = 'trimmed_mean'
+    best_adapter = 'best_adapter'
+
+
+class MergedAdapter(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    quality: Annotated[
+        float, Field(description='Its quality from the verdict, 0 ..= 1.')
+    ]
+    samples: Annotated[int, Field(description='Training records it saw.')]
+    shard: Annotated[int, Field(description='The shard it was trained on.')]
+    worker: Annotated[str, Field(description='The worker who trained it.')]
+
+
 class ModelFailure(BaseModel):
     model_config = ConfigDict(
         extra='forbid',
@@ -674,6 +659,24 @@ class ModelShape(BaseModel):
             le=1048576,
         ),
     ] = None
+
+
+class NearestSubmission(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    cosine: Annotated[
+        float | None,
+        Field(description='Cosine between the two updates; null when not finite.'),
+    ] = None
+    norm_ratio: Annotated[
+        float | None,
+        Field(
+            description="The judged update's norm over that one's; null when not finite."
+        ),
+    ] = None
+    submission: Annotated[str, Field(description='That submission.')]
+    worker: Annotated[str, Field(description='The worker who handed it in.')]
 
 
 class NonceResponse(BaseModel):
@@ -1026,10 +1029,8 @@ class RoundMetric(BaseModel):
     ]
     metric: Annotated[float, Field(description="The merged adapter's held-out metric.")]
     metric_name: Annotated[
-        str,
-        Field(
-            description='What the metric is: `loss` (lower is better), `accuracy` (higher is better), …'
-        ),
+        HeldOutMetric,
+        Field(description='What the metric is, and so which way it is better.'),
     ]
     recorded_at: Annotated[
         AwareDatetime, Field(description='When the merge was recorded.')
@@ -1428,63 +1429,58 @@ class ValidatorWorkMerge(BaseModel):
     round: Annotated[int, Field(description='The round, counted from 1.')]
 
 
-class Verdict(BaseModel):
-    model_config = ConfigDict(
-        extra='forbid',
-        populate_by_name=True,
-    )
-    accepted: Annotated[bool, Field(description='Whether the adapter is accepted.')]
-    proof_due: Annotated[
-        bool | None,
-        Field(
-            description="Whether the submission's proof of training is to be checked (it was scored, so its run\nhas an end to replay to), whatever the verdict: a forgery that also fails a rule must\nstill forfeit the job. The proof comes later, in a [`ProofCheck`]; the payout waits."
-        ),
-    ] = None
-    quality: Annotated[
-        float, Field(description='0 ..= 1; ignored (stored as 0) for a rejection.')
-    ]
-    reason: Annotated[
-        str | None, Field(description='Why it was rejected; required for a rejection.')
-    ] = None
-    report: Annotated[
-        Any | None,
-        Field(
-            description='The measurements behind the verdict (metric, base metric, norms…).'
-        ),
-    ] = None
-
-
-class VerdictRecorded(BaseModel):
+class VerdictReport(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    accepted: Annotated[bool, Field(description='Whether the adapter was accepted.')]
-    proof: Annotated[
-        ProofStatus | None,
+    addition_norm: Annotated[
+        float | None,
         Field(
-            description='Its proof of training: `pending` when a stretch is still to be replayed (the payout\nwaits), `not_due` when the adapter was not scored.'
+            description="The norm of what the adapter adds to the round's start; absent when not finite."
         ),
     ] = None
-    quality: Annotated[float, Field(description='0 ..= 1; 0 for a rejection.')]
-    reason: Annotated[str | None, Field(description='Why it was rejected.')] = None
-    report: Annotated[
-        dict[str, Any],
+    base_metric: Annotated[
+        float | None, Field(description="The base model's held-out metric.")
+    ] = None
+    held_out: Annotated[
+        dict[str, float | None] | None,
+        Field(description='Other measures of the same held-out pass.'),
+    ] = None
+    max_relative_norm: Annotated[
+        float | None,
         Field(
-            description='The measurements behind the verdict (metric, base metric, norms…).'
-        ),
-    ]
-    round: Annotated[int, Field(description="The task's round.", ge=0)]
-    submission_id: Annotated[UUID, Field(description='The submission judged.')]
-    task_id: Annotated[UUID, Field(description='Its task.')]
-    validator: Annotated[
-        str | None,
-        Field(
-            description='The validator that judged it; absent in events recorded before validators were named.'
+            description='The largest `‖ΔW‖ / ‖W‖` over the adapted modules; absent when not finite.'
         ),
     ] = None
-    worker: Annotated[
-        str, Field(description='The address of the worker who trained the adapter.')
-    ]
+    metric: Annotated[
+        float | None,
+        Field(
+            description="The adapter's held-out metric; absent when it was not scored (or not finite)."
+        ),
+    ] = None
+    metric_name: HeldOutMetric | None = None
+    min_gain: Annotated[
+        float | None,
+        Field(
+            description="The gain over the start the adapter had to show, in the metric's units (negative: the\nstart's noise it may fall short by)."
+        ),
+    ] = None
+    nearest: NearestSubmission | None = None
+    seconds: Annotated[
+        float | None, Field(description='Seconds the judging took, fetches included.')
+    ] = None
+    start_metric: Annotated[
+        float | None,
+        Field(
+            description="The round's starting adapter's held-out metric (the base model's in round 1 of a fresh\njob): what the adapter had to beat."
+        ),
+    ] = None
+    start_norm: Annotated[
+        float | None,
+        Field(
+            description="The norm of the round's start (0 in round 1 of a fresh job)."
+        ),
+    ] = None
 
 
 class VerdictStatus(StrEnum):
@@ -1524,40 +1520,78 @@ class AbandonResponse(BaseModel):
     ]
 
 
-class Aggregate(BaseModel):
+class AggregateDetails(BaseModel):
     model_config = ConfigDict(
-        extra='forbid',
         populate_by_name=True,
     )
-    adapter_cid: Annotated[
-        str,
+    adapters: Annotated[
+        list[MergedAdapter] | None,
         Field(
-            description='The merged adapter (PEFT bundle) in the content store.',
-            examples=['bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku'],
-            pattern='^(Qm[1-9A-HJ-NP-Za-km-z]{44}|b[a-z2-7]+)$',
-        ),
-    ]
-    base_metric: Annotated[
-        float,
-        Field(
-            description="The same metric for the base model (the round's starting adapter's is in `details`)."
-        ),
-    ]
-    details: Annotated[
-        Any | None,
-        Field(
-            description='Anything else the validator measured (truncation error of the merge, weights…).'
+            description='The accepted adapters that went in, in the order of `weights`.'
         ),
     ] = None
-    metric: Annotated[
-        float,
+    best_adapter: Annotated[
+        int | None,
         Field(
-            description='Held-out metric of the merged adapter (same metric as the verdicts: accuracy for\nclassification, loss for language modelling).'
+            description='With `best_adapter`: which of `adapters` it was, from 0.', ge=0
         ),
+    ] = None
+    clip_factors: Annotated[
+        list[float] | None,
+        Field(description="The factor each adapter's update was clipped by (1: none)."),
+    ] = None
+    fallback: Annotated[
+        list[str] | None,
+        Field(
+            description="Why the merges tried before this one were not taken (each scored no better than the\nround's start, or failed)."
+        ),
+    ] = None
+    held_out: Annotated[
+        dict[str, float | None] | None,
+        Field(description="Other measures of the result's held-out pass."),
+    ] = None
+    max_truncation_error: Annotated[
+        float | None,
+        Field(
+            description="The largest relative error of re-factoring a merged module to the job's rank."
+        ),
+    ] = None
+    merge: MergeMethod | None = None
+    requested: Aggregation | None = None
+    seconds: Annotated[
+        float | None,
+        Field(description='Seconds the merge took, fetches and scoring included.'),
+    ] = None
+    start_metric: Annotated[
+        float | None,
+        Field(
+            description="The round's start's held-out metric, which the result had to beat."
+        ),
+    ] = None
+    weights: Annotated[
+        list[float] | None,
+        Field(description='The normalised weights the merge used, one per adapter.'),
+    ] = None
+
+
+class Aggregated(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    adapter_cid: Annotated[str, Field(description='The merged adapter.')]
+    base_metric: Annotated[
+        float, Field(description="The base model's held-out metric.")
     ]
+    details: Annotated[
+        AggregateDetails | None,
+        Field(description='What else the validator measured of the merge.'),
+    ] = None
+    metric: Annotated[float, Field(description="The merged adapter's held-out metric.")]
     metric_name: Annotated[
-        str, Field(description='Name of the metric, e.g. `accuracy` or `loss`.')
+        HeldOutMetric,
+        Field(description="The held-out metric, the same as the verdicts'."),
     ]
+    round: Annotated[int, Field(description='The round, counted from 1.', ge=0)]
 
 
 class BaseModelModel(BaseModel):
@@ -1825,16 +1859,6 @@ class EventViewSubmitted(BaseModel):
     payload: Annotated[Submitted, Field(description='A worker handed in an adapter.')]
 
 
-class EventViewVerdict(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    kind: Literal['verdict']
-    payload: Annotated[
-        VerdictRecorded, Field(description='The validator judged a submission.')
-    ]
-
-
 class EventViewTaskRequeued(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -1867,6 +1891,14 @@ class EventViewRoundReady(BaseModel):
             description='Every shard of a round has an accepted adapter; the validator merges them.'
         ),
     ]
+
+
+class EventViewAggregated(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['aggregated']
+    payload: Annotated[Aggregated, Field(description='The validator merged a round.')]
 
 
 class EventViewFinalize(BaseModel):
@@ -1968,12 +2000,6 @@ class EventView9(EventViewSubmitted, EventView1):
     )
 
 
-class EventView10(EventViewVerdict, EventView1):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-
-
 class EventView13(EventViewTaskRequeued, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -1987,6 +2013,12 @@ class EventView14(EventViewTaskFailed, EventView1):
 
 
 class EventView15(EventViewRoundReady, EventView1):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+
+
+class EventView16(EventViewAggregated, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -2133,16 +2165,6 @@ class JobEventSubmitted(BaseModel):
     payload: Annotated[Submitted, Field(description='A worker handed in an adapter.')]
 
 
-class JobEventVerdict(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    kind: Literal['verdict']
-    payload: Annotated[
-        VerdictRecorded, Field(description='The validator judged a submission.')
-    ]
-
-
 class JobEventTaskRequeued(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -2175,6 +2197,14 @@ class JobEventRoundReady(BaseModel):
             description='Every shard of a round has an accepted adapter; the validator merges them.'
         ),
     ]
+
+
+class JobEventAggregated(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['aggregated']
+    payload: Annotated[Aggregated, Field(description='The validator merged a round.')]
 
 
 class JobEventCompleted(BaseModel):
@@ -2219,29 +2249,6 @@ class JobEventReorganised(BaseModel):
             description='A reorg deeper than the confirmation depth took away an escrow event the API had acted\non: what the event did to the job was undone, and the new history is read in its place\n(the same transaction mined again is applied again).'
         ),
     ]
-
-
-class JobResult(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    adapter_cid: Annotated[
-        str,
-        Field(
-            description='The final merged adapter (its bundle) in the content store.'
-        ),
-    ]
-    aggregate: Annotated[
-        Any | None,
-        Field(
-            description='The merge summary of the round the adapter came from (the round with the best held-out\nmetric): metric, base metric and their name.'
-        ),
-    ] = None
-    files: Annotated[
-        list[ResultFile],
-        Field(description='Each file of the adapter, with a download link.'),
-    ]
-    job_id: Annotated[UUID, Field(description="The job's id.")]
 
 
 class Lease(BaseModel):
@@ -2615,6 +2622,59 @@ class ValidatorLease(BaseModel):
     ]
 
 
+class Verdict(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    accepted: Annotated[bool, Field(description='Whether the adapter is accepted.')]
+    proof_due: Annotated[
+        bool | None,
+        Field(
+            description="Whether the submission's proof of training is to be checked (it was scored, so its run\nhas an end to replay to), whatever the verdict: a forgery that also fails a rule must\nstill forfeit the job. The proof comes later, in a [`ProofCheck`]; the payout waits."
+        ),
+    ] = None
+    quality: Annotated[
+        float, Field(description='0 ..= 1; ignored (stored as 0) for a rejection.')
+    ]
+    reason: Annotated[
+        str | None, Field(description='Why it was rejected; required for a rejection.')
+    ] = None
+    report: Annotated[
+        VerdictReport | None, Field(description='The measurements behind the verdict.')
+    ] = None
+
+
+class VerdictRecorded(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    accepted: Annotated[bool, Field(description='Whether the adapter was accepted.')]
+    proof: Annotated[
+        ProofStatus | None,
+        Field(
+            description='Its proof of training: `pending` when a stretch is still to be replayed (the payout\nwaits), `not_due` when the adapter was not scored.'
+        ),
+    ] = None
+    quality: Annotated[float, Field(description='0 ..= 1; 0 for a rejection.')]
+    reason: Annotated[str | None, Field(description='Why it was rejected.')] = None
+    report: Annotated[
+        VerdictReport | None, Field(description='The measurements behind the verdict.')
+    ] = None
+    round: Annotated[int, Field(description="The task's round.", ge=0)]
+    submission_id: Annotated[UUID, Field(description='The submission judged.')]
+    task_id: Annotated[UUID, Field(description='Its task.')]
+    validator: Annotated[
+        str | None,
+        Field(
+            description='The validator that judged it; absent in events recorded before validators were named.'
+        ),
+    ] = None
+    worker: Annotated[
+        str, Field(description='The address of the worker who trained the adapter.')
+    ]
+
+
 class WorkerProfile(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -2662,6 +2722,40 @@ class WorkerProfile(BaseModel):
     ]
 
 
+class Aggregate(BaseModel):
+    model_config = ConfigDict(
+        extra='forbid',
+        populate_by_name=True,
+    )
+    adapter_cid: Annotated[
+        str,
+        Field(
+            description='The merged adapter (PEFT bundle) in the content store.',
+            examples=['bafkreihdwdcefgh4dqkjv67uzcmw7ojee6xedzdetojuzjevtenxquvyku'],
+            pattern='^(Qm[1-9A-HJ-NP-Za-km-z]{44}|b[a-z2-7]+)$',
+        ),
+    ]
+    base_metric: Annotated[
+        float,
+        Field(
+            description="The same metric for the base model (the round's starting adapter's is in `details`)."
+        ),
+    ]
+    details: Annotated[
+        AggregateDetails | None,
+        Field(description='What else the validator measured of the merge.'),
+    ] = None
+    metric: Annotated[
+        float,
+        Field(
+            description='Held-out metric of the merged adapter (same metric as the verdicts: accuracy for\nclassification, loss for language modelling).'
+        ),
+    ]
+    metric_name: Annotated[
+        HeldOutMetric, Field(description="The metric, the same as the verdicts'.")
+    ]
+
+
 class EventViewFunded(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -2672,6 +2766,16 @@ class EventViewFunded(BaseModel):
         Field(
             description="The escrow was funded with the job's terms; the job is open."
         ),
+    ]
+
+
+class EventViewVerdict(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['verdict']
+    payload: Annotated[
+        VerdictRecorded, Field(description='The validator judged a submission.')
     ]
 
 
@@ -2707,6 +2811,12 @@ class EventView4(EventViewFunded, EventView1):
     )
 
 
+class EventView10(EventViewVerdict, EventView1):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+
+
 class EventView11(EventViewProofChecked, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -2717,6 +2827,16 @@ class EventView19(EventViewPaid, EventView1):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+
+
+class JobEventVerdict(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    kind: Literal['verdict']
+    payload: Annotated[
+        VerdictRecorded, Field(description='The validator judged a submission.')
+    ]
 
 
 class JobEventProofChecked(BaseModel):
@@ -2791,6 +2911,24 @@ class JobProgress(BaseModel):
         list[TaskProgress],
         Field(description='Every task (of the round asked for), by round and shard.'),
     ]
+
+
+class JobResult(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    adapter_cid: Annotated[
+        str,
+        Field(
+            description='The final merged adapter (its bundle) in the content store.'
+        ),
+    ]
+    aggregate: Aggregate | None = None
+    files: Annotated[
+        list[ResultFile],
+        Field(description='Each file of the adapter, with a download link.'),
+    ]
+    job_id: Annotated[UUID, Field(description="The job's id.")]
 
 
 class JobSpec(BaseModel):

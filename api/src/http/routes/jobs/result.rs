@@ -10,10 +10,11 @@ use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use shardwork_core::protocol::Bundle;
+use shardwork_core::protocol::node::Aggregate;
 use shardwork_core::store::keys::Sealed;
 use uuid::Uuid;
 
-use crate::domain::flow::rounds::result_round;
+use crate::domain::flow::rounds::{result_round, round_aggregate};
 use crate::domain::jobs::{JobRecord, find_job};
 use crate::domain::lifecycle::JobStatus;
 use crate::domain::sealing::job_key;
@@ -49,7 +50,7 @@ pub struct JobResult {
     pub files: Vec<ResultFile>,
     /// The merge summary of the round the adapter came from (the round with the best held-out
     /// metric): metric, base metric and their name.
-    pub aggregate: Option<serde_json::Value>,
+    pub aggregate: Option<Aggregate>,
 }
 
 /// A completed job's final adapter: its CID, each file with a download link, and the merge
@@ -89,7 +90,8 @@ pub async fn result(
         .collect();
     let aggregate = result_round(&state.db, &job)
         .await?
-        .and_then(|r| r.aggregate);
+        .as_ref()
+        .and_then(round_aggregate);
     Ok(HttpResponse::Ok().json(JobResult {
         job_id: job.id,
         adapter_cid: adapter,
