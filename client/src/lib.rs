@@ -310,6 +310,23 @@ impl ApiClient {
         Ok(bytes)
     }
 
+    /// POSTs `json` to `path` for its effect: the reply's body is read only to be checked as
+    /// JSON, never used.
+    async fn post_for_effect(&self, path: &str, json: serde_json::Value) -> Result<()> {
+        let _: serde_json::Value = self.call("POST", path, Some(json), None).await?;
+        Ok(())
+    }
+
+    /// The `submissions` of a validator's page (`PendingPage`, `ProofPage`) at `path`.
+    async fn submissions_page(&self, path: &str) -> Result<Vec<PendingValidation>> {
+        #[derive(Deserialize)]
+        struct Page {
+            submissions: Vec<PendingValidation>,
+        }
+        let page: Page = self.call("GET", path, None, None).await?;
+        Ok(page.submissions)
+    }
+
     /// An authenticated call; signs in again once when the token was refused (expired).
     ///
     /// While the API cannot be reached (restarting, say) the call is retried with backoff for
@@ -401,15 +418,11 @@ impl ApiClient {
         lease_token: Uuid,
         progress: &Progress,
     ) -> Result<()> {
-        let _: serde_json::Value = self
-            .call(
-                "POST",
-                &format!("/v1/tasks/{task_id}/extend"),
-                Some(serde_json::json!({ "lease_token": lease_token, "progress": progress })),
-                None,
-            )
-            .await?;
-        Ok(())
+        self.post_for_effect(
+            &format!("/v1/tasks/{task_id}/extend"),
+            serde_json::json!({ "lease_token": lease_token, "progress": progress }),
+        )
+        .await
     }
 
     /// Gives a held task back with the reason it could not be trained; returns where it went
@@ -492,62 +505,32 @@ impl ApiClient {
 
     /// Submissions waiting for a verdict, oldest first (validator role).
     pub async fn pending_validations(&self, limit: u32) -> Result<Vec<PendingValidation>> {
-        #[derive(Deserialize)]
-        struct Page {
-            submissions: Vec<PendingValidation>,
-        }
-        let page: Page = self
-            .call(
-                "GET",
-                &format!("/v1/validator/submissions?limit={limit}"),
-                None,
-                None,
-            )
-            .await?;
-        Ok(page.submissions)
+        self.submissions_page(&format!("/v1/validator/submissions?limit={limit}"))
+            .await
     }
 
     /// Records the verdict on a submission (validator role).
     pub async fn verdict(&self, submission_id: Uuid, verdict: &Verdict) -> Result<()> {
-        let _: serde_json::Value = self
-            .call(
-                "POST",
-                &format!("/v1/validator/submissions/{submission_id}/verdict"),
-                Some(serde_json::to_value(verdict).unwrap_or_default()),
-                None,
-            )
-            .await?;
-        Ok(())
+        self.post_for_effect(
+            &format!("/v1/validator/submissions/{submission_id}/verdict"),
+            serde_json::to_value(verdict).unwrap_or_default(),
+        )
+        .await
     }
 
     /// Submissions whose proofs of training are due, oldest verdict first (validator role).
     pub async fn pending_proofs(&self, limit: u32) -> Result<Vec<PendingValidation>> {
-        #[derive(Deserialize)]
-        struct Page {
-            submissions: Vec<PendingValidation>,
-        }
-        let page: Page = self
-            .call(
-                "GET",
-                &format!("/v1/validator/proofs?limit={limit}"),
-                None,
-                None,
-            )
-            .await?;
-        Ok(page.submissions)
+        self.submissions_page(&format!("/v1/validator/proofs?limit={limit}"))
+            .await
     }
 
     /// Records the check of a submission's proof of training (validator role).
     pub async fn proof(&self, submission_id: Uuid, check: &ProofCheck) -> Result<()> {
-        let _: serde_json::Value = self
-            .call(
-                "POST",
-                &format!("/v1/validator/submissions/{submission_id}/proof"),
-                Some(serde_json::to_value(check).unwrap_or_default()),
-                None,
-            )
-            .await?;
-        Ok(())
+        self.post_for_effect(
+            &format!("/v1/validator/submissions/{submission_id}/proof"),
+            serde_json::to_value(check).unwrap_or_default(),
+        )
+        .await
     }
 
     /// Takes, or renews, this validator's lease on one piece of work (validator role): a
@@ -574,15 +557,11 @@ impl ApiClient {
 
     /// Reports a round's merge, which opens the next round or queues the payout (validator role).
     pub async fn aggregate(&self, job_id: Uuid, round: i32, aggregate: &Aggregate) -> Result<()> {
-        let _: serde_json::Value = self
-            .call(
-                "POST",
-                &format!("/v1/jobs/{job_id}/rounds/{round}/aggregate"),
-                Some(serde_json::to_value(aggregate).unwrap_or_default()),
-                None,
-            )
-            .await?;
-        Ok(())
+        self.post_for_effect(
+            &format!("/v1/jobs/{job_id}/rounds/{round}/aggregate"),
+            serde_json::to_value(aggregate).unwrap_or_default(),
+        )
+        .await
     }
 
     /// Reports that a job's model (or held-out set) cannot be loaded, which ends the job

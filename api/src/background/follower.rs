@@ -155,40 +155,22 @@ async fn apply<C: ConnectionTrait>(
             on_created(txn, chain, created, &tx_hash, max_attempts, now).await?
         }
         JobEscrowEvents::JobStarted(started) => {
+            let event = JobEvent::Started(events::Started {
+                tx_hash: tx_hash.clone(),
+            });
             match job_by_escrow_id(txn, chain, started.jobId).await? {
-                Some(job) => {
-                    let event = record_event(
-                        txn,
-                        job.id,
-                        &JobEvent::Started(events::Started {
-                            tx_hash: tx_hash.clone(),
-                        }),
-                        false,
-                        now,
-                    )
-                    .await?;
-                    Some((job.id, Undo::Noted { event }))
-                }
+                Some(job) => Some(note(txn, job.id, &event, now).await?),
                 None => None,
             }
         }
         JobEscrowEvents::BondSlashed(slashed) => {
+            let event = JobEvent::BondSlashed(events::BondSlashed {
+                worker: address_text(slashed.worker),
+                amount_wei: slashed.amount.to_string(),
+                tx_hash: tx_hash.clone(),
+            });
             match job_by_escrow_id(txn, chain, slashed.jobId).await? {
-                Some(job) => {
-                    let event = record_event(
-                        txn,
-                        job.id,
-                        &JobEvent::BondSlashed(events::BondSlashed {
-                            worker: address_text(slashed.worker),
-                            amount_wei: slashed.amount.to_string(),
-                            tx_hash: tx_hash.clone(),
-                        }),
-                        false,
-                        now,
-                    )
-                    .await?;
-                    Some((job.id, Undo::Noted { event }))
-                }
+                Some(job) => Some(note(txn, job.id, &event, now).await?),
                 None => None,
             }
         }
@@ -339,6 +321,18 @@ async fn apply<C: ConnectionTrait>(
     })
 }
 
+/// Records `event` on job `job_id` when the log only writes to the job's feed
+/// ([`Undo::Noted`]).
+async fn note<C: ConnectionTrait>(
+    txn: &C,
+    job_id: Uuid,
+    event: &JobEvent,
+    now: DateTime<Utc>,
+) -> Result<(Uuid, Undo), BackgroundError> {
+    let event = record_event(txn, job_id, event, false, now).await?;
+    Ok((job_id, Undo::Noted { event }))
+}
+
 /// Why a `JobCreated` does not fund the job it names, if it does not.
 fn funding_mismatch(
     job: &job::Model,
@@ -396,41 +390,21 @@ async fn on_created<C: ConnectionTrait>(
         tracing::info!(escrow_job = %created.jobId, spec = %created.specCid, "escrow job for no posted job; ignored");
         return Ok(None);
     };
-    if job.status != JobStatus::AwaitingFunding {
-        let event = record_event(
-            txn,
-            job.id,
-            &JobEvent::FundingIgnored(events::FundingIgnored {
-                escrow_job_id: created.jobId.to_string(),
-                tx_hash: tx_hash.to_owned(),
-                reason: format!(
-                    "the job is already {}; cancel escrow job {} on chain to take the stake back",
-                    job.status, created.jobId
-                ),
-            }),
-            false,
-            now,
-        )
-        .await?;
-        return Ok(Some((job.id, Undo::Noted { event })));
-    }
-    if let Some(reason) = funding_mismatch(&job, chain, created) {
-        let event = record_event(
-            txn,
-            job.id,
-            &JobEvent::FundingIgnored(events::FundingIgnored {
-                escrow_job_id: created.jobId.to_string(),
-                tx_hash: tx_hash.to_owned(),
-                reason: format!(
-                    "{reason}; cancel escrow job {} on chain to take the stake back",
-                    created.jobId
-                ),
-            }),
-            false,
-            now,
-        )
-        .await?;
-        return Ok(Some((job.id, Undo::Noted { event })));
+    let ignored = if job.status != JobStatus::AwaitingFunding {
+        Some(format!("the job is already {}", job.status))
+    } else {
+        funding_mismatch(&job, chain, created)
+    };
+    if let Some(reason) = ignored {
+        let event = JobEvent::FundingIgnored(events::FundingIgnored {
+            escrow_job_id: created.jobId.to_string(),
+            tx_hash: tx_hash.to_owned(),
+            reason: format!(
+                "{reason}; cancel escrow job {} on chain to take the stake back",
+                created.jobId
+            ),
+        });
+        return Ok(Some(note(txn, job.id, &event, now).await?));
     }
     let dev_funded = chain.dev_funder == Some(created.requester)
         && address_text(created.requester) != job.requester.to_ascii_lowercase();

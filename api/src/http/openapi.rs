@@ -21,12 +21,19 @@
 //!        responses(
 //!            (status = 200, description = "Leased", body = Lease),
 //!            (status = 409, description = "Leased by another worker", body = ProblemBody, content_type = PROBLEM_JSON),
+//!            JsonBodyRefused,
 //!        )
 //!    )]
 //!    pub async fn claim(…)
 //!    ```
 //!
-//!    and derive `utoipa::ToSchema` on its request and response types (`IntoParams` on a query
+//!    The rows many handlers share word for word are said once, as types that implement
+//!    `utoipa::IntoResponses`, named in `responses(...)` beside the handler's own rows:
+//!    [`JsonBodyRefused`] (`400` and `413` of a JSON body), [`JsonTooLarge`] (its `413` alone)
+//!    and [`IdNotUuid`] (`400` of a malformed `id`). A `500` stays in each handler: it says
+//!    what that handler could not read or write.
+//!
+//!    Derive `utoipa::ToSchema` on its request and response types (`IntoParams` on a query
 //!    struct). Schemas reachable from a path are collected by themselves.
 //! 2. Add one line, the handler's path, to `paths(...)` of [`ApiDoc`] below.
 //! 3. Run `scripts/openapi` and commit `openapi/openapi.json`.
@@ -37,7 +44,7 @@
 //! the description. A test checks each operation's declared role against what its handler
 //! actually lets through.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
 use actix_web::HttpResponse;
@@ -47,7 +54,7 @@ use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{Ref, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, ObjectBuilder, OpenApi as Document, RefOr};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use crate::http::routes::{self, auth, health, jobs, workers};
@@ -265,6 +272,42 @@ fn apply_conventions(path: &str, operation: &mut Operation) {
             .entry(status.to_owned())
             .or_insert_with(|| RefOr::Ref(Ref::from_response_name(name)));
     }
+}
+
+/// `400` and `413` of a handler that takes a JSON body, as every such handler words them:
+/// name it in `responses(...)` beside the handler's own rows.
+pub struct JsonBodyRefused;
+
+impl IntoResponses for JsonBodyRefused {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        let not_json = "The body is not JSON or a field has the wrong type";
+        BTreeMap::from([row("400", not_json), row("413", JSON_TOO_LARGE)])
+    }
+}
+
+/// `413` alone, for a JSON handler whose own `400` says more about what its body must be.
+pub struct JsonTooLarge;
+
+impl IntoResponses for JsonTooLarge {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        BTreeMap::from([row("413", JSON_TOO_LARGE)])
+    }
+}
+
+/// `400` of a handler whose only input that can fail to parse is the UUID `id` in its path.
+pub struct IdNotUuid;
+
+impl IntoResponses for IdNotUuid {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        BTreeMap::from([row("400", "`id` is not a UUID")])
+    }
+}
+
+const JSON_TOO_LARGE: &str = "The body exceeds the JSON limit";
+
+/// A problem response at `status`, as an [`IntoResponses`] lists it.
+fn row(status: &str, description: &str) -> (String, RefOr<utoipa::openapi::Response>) {
+    (status.to_owned(), problem(description).build().into())
 }
 
 fn problem(description: &str) -> ResponseBuilder {

@@ -277,3 +277,35 @@ pub fn validate_queue_name(name: &str) -> Result<(), QueueError> {
         Err(QueueError::InvalidQueueName(name.to_owned()))
     }
 }
+
+/// The queues one adapter handle has declared, with their options: each adapter declares a
+/// queue its own way, then records it here, and looks up the options here before it publishes
+/// to or consumes from a queue (one it never declared is [`QueueError::NotDeclared`]).
+#[cfg(any(feature = "rabbitmq", feature = "table-queue"))]
+#[derive(Default)]
+struct Declared(std::sync::RwLock<std::collections::HashMap<String, QueueOptions>>);
+
+#[cfg(any(feature = "rabbitmq", feature = "table-queue"))]
+impl Declared {
+    /// Records `queue`, declared with `options` (replacing what an earlier declaration said).
+    fn insert(&self, queue: &str, options: &QueueOptions) {
+        let mut queues = self
+            .0
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        queues.insert(queue.to_owned(), options.clone());
+    }
+
+    /// The options `queue` was declared with.
+    fn options(&self, queue: &str) -> Result<QueueOptions, QueueError> {
+        validate_queue_name(queue)?;
+        let queues = self
+            .0
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        queues
+            .get(queue)
+            .cloned()
+            .ok_or_else(|| QueueError::NotDeclared(queue.to_owned()))
+    }
+}

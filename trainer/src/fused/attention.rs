@@ -733,26 +733,15 @@ mod tests {
         scale: f64,
     ) -> [Tensor; 4] {
         let out = f(q.as_tensor(), k.as_tensor(), v.as_tensor(), scale).unwrap();
-        let grads = (&out * probe)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
+        let grads = probe_backward(&out, probe);
         let grad = |x: &Var| grads.get(x.as_tensor()).unwrap().clone();
         [out, grad(q), grad(k), grad(v)]
     }
 
-    use crate::fused::max_abs_diff as max_diff;
+    use crate::fused::{assert_each_close, max_abs_diff as max_diff, probe_backward};
 
     fn assert_close(fused: &[Tensor; 4], reference: &[Tensor; 4], what: &str) {
-        for (name, (a, b)) in ["out", "dq", "dk", "dv"]
-            .iter()
-            .zip(fused.iter().zip(reference))
-        {
-            let diff = max_diff(a, b);
-            assert!(diff < 1e-4, "{name} differs by {diff} for {what}");
-        }
+        assert_each_close(&["out", "dq", "dk", "dv"], fused, reference, 1e-4, what);
     }
 
     fn check(case: Case) {
@@ -801,12 +790,7 @@ mod tests {
             let tr = |x: &Var| x.as_tensor().transpose(1, 2).unwrap();
             let out = f(&tr(&q), &tr(&k), &tr(&v), 0.3).unwrap();
             assert!(!tr(&q).is_contiguous());
-            let grads = (&out * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let grads = probe_backward(&out, &probe);
             let grad = |x: &Var| grads.get(x.as_tensor()).unwrap().clone();
             [out, grad(&q), grad(&k), grad(&v)]
         };

@@ -458,7 +458,7 @@ impl CustomOp3 for LoraLinearBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fused::max_abs_diff;
+    use crate::fused::{assert_each_close, max_abs_diff, probe_backward};
     use candle_core::{Device, Var};
 
     /// `(lead dims, in, out, rank)`.
@@ -499,12 +499,7 @@ mod tests {
         };
         let dims = Dims::of(x.as_tensor(), &w, bias, Some(&branch)).unwrap();
         let grads = |out: Tensor| {
-            let g = (&out * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let g = probe_backward(&out, &probe);
             let get = |v: &Var| g.get(v.as_tensor()).unwrap().clone();
             [out, get(&x), get(&a), get(&b)]
         };
@@ -514,13 +509,7 @@ mod tests {
     }
 
     fn assert_close([fused, composed]: &[[Tensor; 4]; 2], what: &str) {
-        for (name, (f, c)) in ["out", "dx", "dA", "dB"]
-            .iter()
-            .zip(fused.iter().zip(composed))
-        {
-            let diff = max_abs_diff(f, c);
-            assert!(diff < 1e-3, "{name} differs by {diff} for {what}");
-        }
+        assert_each_close(&["out", "dx", "dA", "dB"], fused, composed, 1e-3, what);
     }
 
     #[test]
@@ -556,12 +545,7 @@ mod tests {
         let want = composite(x.as_tensor(), &w, Some(&bias), None, dims).unwrap();
         assert!(max_abs_diff(&out, &want) < 1e-4);
         let gx = |out: &Tensor| {
-            let g = (out * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let g = probe_backward(out, &probe);
             g.get(x.as_tensor()).unwrap().clone()
         };
         assert!(max_abs_diff(&gx(&out), &gx(&want)) < 1e-4);
@@ -591,12 +575,7 @@ mod tests {
             } else {
                 composite(x.as_tensor(), &w, Some(&bias), None, dims).unwrap()
             };
-            let g = (&out * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let g = probe_backward(&out, &probe);
             assert!(g.get(&w).is_none() && g.get(&bias).is_none());
             [out.clone(), g.get(x.as_tensor()).unwrap().clone()]
         };
@@ -664,12 +643,7 @@ mod tests {
                 dropout: Some(draw),
             };
             let out = linear(x.as_tensor(), &w, Some(&bias), Some(lora)).unwrap();
-            let g = (&out * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            let g = probe_backward(&out, &probe);
             [
                 out.clone(),
                 g.get(a.as_tensor()).unwrap().clone(),

@@ -81,3 +81,70 @@ pub(crate) fn max_abs_diff(a: &candle_core::Tensor, b: &candle_core::Tensor) -> 
     let diff = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
     diff.max(0).unwrap().to_scalar().unwrap()
 }
+
+/// The gradients of `loss = Σ out ⊙ probe`: a probe of random weights checks every element's
+/// gradient, where `Σ out` would check only their sum. How every kernel's tests drive a
+/// backward pass.
+#[cfg(test)]
+pub(crate) fn probe_backward(
+    out: &candle_core::Tensor,
+    probe: &candle_core::Tensor,
+) -> candle_core::backprop::GradStore {
+    (out * probe)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap()
+}
+
+/// A fused kernel's output against its composed reference's, within `forward`, and the
+/// gradient of `Σ out ⊙ probe` with respect to each of `inputs`, within `backward`: the test
+/// every elementwise and row kernel here opens with.
+#[cfg(test)]
+pub(crate) fn assert_matches_composed(
+    fused: &candle_core::Tensor,
+    reference: &candle_core::Tensor,
+    probe: &candle_core::Tensor,
+    inputs: &[&candle_core::Var],
+    (forward, backward): (f32, f32),
+    what: &str,
+) {
+    let diff = max_abs_diff(fused, reference);
+    assert!(diff < forward, "{what}: the output differs by {diff}");
+    let (g1, g2) = (
+        probe_backward(fused, probe),
+        probe_backward(reference, probe),
+    );
+    for (i, x) in inputs.iter().enumerate() {
+        let (a, b) = (
+            g1.get(x.as_tensor()).unwrap(),
+            g2.get(x.as_tensor()).unwrap(),
+        );
+        let diff = max_abs_diff(a, b);
+        assert!(
+            diff < backward,
+            "{what}: input {i}'s gradient differs by {diff}"
+        );
+    }
+}
+
+/// Each of `fused` within `tolerance` of the same of `reference`, named in the message by
+/// `names` (the output and the gradients a kernel's test collected).
+#[cfg(test)]
+pub(crate) fn assert_each_close(
+    names: &[&str],
+    fused: &[candle_core::Tensor],
+    reference: &[candle_core::Tensor],
+    tolerance: f32,
+    what: &str,
+) {
+    assert_eq!(
+        (names.len(), fused.len()),
+        (reference.len(), reference.len())
+    );
+    for (name, (a, b)) in names.iter().zip(fused.iter().zip(reference)) {
+        let diff = max_abs_diff(a, b);
+        assert!(diff < tolerance, "{name} differs by {diff} for {what}");
+    }
+}

@@ -279,7 +279,7 @@ mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
-    use crate::fused::max_abs_diff as max_diff;
+    use crate::fused::assert_matches_composed;
 
     #[test]
     fn matches_the_composed_norm_and_its_input_gradient() {
@@ -290,24 +290,8 @@ mod tests {
             let probe = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
             let fused = rms_norm(x.as_tensor(), &w, 1e-5).unwrap();
             let reference = composed(x.as_tensor(), &w, 1e-5).unwrap();
-            assert!(max_diff(&fused, &reference) < 1e-5);
-            let g1 = (&fused * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let g2 = (&reference * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let (a, b) = (
-                g1.get(x.as_tensor()).unwrap(),
-                g2.get(x.as_tensor()).unwrap(),
-            );
-            assert!(max_diff(a, b) < 1e-4, "{shape:?}: {}", max_diff(a, b));
+            let what = format!("{shape:?}");
+            assert_matches_composed(&fused, &reference, &probe, &[&x], (1e-5, 1e-4), &what);
         }
     }
 
@@ -321,24 +305,8 @@ mod tests {
             let probe = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
             let fused = layer_norm(x.as_tensor(), &w, &b, 1e-12).unwrap();
             let reference = candle_nn::ops::layer_norm_slow(x.as_tensor(), &w, &b, 1e-12).unwrap();
-            assert!(max_diff(&fused, &reference) < 1e-5);
-            let g1 = (&fused * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let g2 = (&reference * &probe)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .backward()
-                .unwrap();
-            let (a, c) = (
-                g1.get(x.as_tensor()).unwrap(),
-                g2.get(x.as_tensor()).unwrap(),
-            );
-            assert!(max_diff(a, c) < 1e-4, "{shape:?}: {}", max_diff(a, c));
+            let what = format!("{shape:?}");
+            assert_matches_composed(&fused, &reference, &probe, &[&x], (1e-5, 1e-4), &what);
         }
     }
 

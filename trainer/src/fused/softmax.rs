@@ -102,6 +102,8 @@ mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
+    use crate::fused::assert_matches_composed;
+
     #[test]
     fn matches_candles_softmax_and_its_gradient() {
         let dev = Device::Cpu;
@@ -109,24 +111,6 @@ mod tests {
         let probe = Tensor::randn(0f32, 1.0, (2, 3, 5, 17), &dev).unwrap();
         let fused = softmax_last(x.as_tensor()).unwrap();
         let reference = candle_nn::ops::softmax(x.as_tensor(), D::Minus1).unwrap();
-        let diff = crate::fused::max_abs_diff;
-        assert!(diff(&fused, &reference) < 1e-6);
-        let g1 = (&fused * &probe)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        let g2 = (&reference * &probe)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .backward()
-            .unwrap();
-        let (a, b) = (
-            g1.get(x.as_tensor()).unwrap(),
-            g2.get(x.as_tensor()).unwrap(),
-        );
-        assert!(diff(a, b) < 1e-5);
+        assert_matches_composed(&fused, &reference, &probe, &[&x], (1e-6, 1e-5), "softmax");
     }
 }

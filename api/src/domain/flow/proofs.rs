@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, TransactionTrait,
+    TransactionTrait,
 };
 use shardwork_core::protocol::submission::TRACE_SEGMENTS;
 use shardwork_core::protocol::{JobEvent, ProofStatus, RoundStatus, events};
@@ -37,17 +37,14 @@ pub async fn pending<C: ConnectionTrait>(
     limit: u64,
     now: DateTime<Utc>,
 ) -> Result<Vec<PendingValidation>, DomainError> {
-    let busy = validator_leases::held_by_others(db, caller, now).await?;
-    let rows = submission::Entity::find()
+    let due = submission::Entity::find()
         .filter(submission::Column::ProofStatus.eq(ProofStatus::Pending))
         .order_by_asc(submission::Column::ValidatedAt)
-        .order_by_asc(submission::Column::Id)
-        .limit(limit + busy.len() as u64)
-        .all(db)
-        .await?;
-    let rows = validator_leases::not_busy(rows, &busy, limit, |s| ValidatorWork::Proof {
+        .order_by_asc(submission::Column::Id);
+    let work = |s: &submission::Model| ValidatorWork::Proof {
         submission_id: s.id,
-    });
+    };
+    let rows = validator_leases::first_not_held(db, due, caller, limit, now, work).await?;
     describe_all(db, rows, false).await
 }
 

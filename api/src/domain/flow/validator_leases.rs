@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
 use sea_orm::sea_query::{Expr, OnConflict};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, Set};
+use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Select, Set};
 use shardwork_core::protocol::{ProofStatus, RoundStatus, VerdictStatus};
 
 pub use shardwork_core::protocol::node::{ValidatorLease, ValidatorWork};
@@ -204,16 +204,22 @@ pub fn is_busy(busy: &HashSet<String>, work: &ValidatorWork) -> bool {
     busy.contains(&work.key())
 }
 
-/// `rows` less those whose work (`work_of`) is among `busy` ([`held_by_others`]), at most
-/// `limit` of them: a listing fetches `limit` plus as many as are busy, then this.
-pub fn not_busy<T>(
-    rows: Vec<T>,
-    busy: &HashSet<String>,
+/// The first `limit` rows of `query` whose work (`work_of`) no validator but `caller` holds a
+/// live lease on: a listing fetches `limit` plus as many as are [`held_by_others`], then leaves
+/// those out.
+pub async fn first_not_held<C: ConnectionTrait, E: EntityTrait>(
+    db: &C,
+    query: Select<E>,
+    caller: &str,
     limit: u64,
-    work_of: impl Fn(&T) -> ValidatorWork,
-) -> Vec<T> {
-    rows.into_iter()
-        .filter(|row| !is_busy(busy, &work_of(row)))
+    now: DateTime<Utc>,
+    work_of: impl Fn(&E::Model) -> ValidatorWork,
+) -> Result<Vec<E::Model>, DomainError> {
+    let busy = held_by_others(db, caller, now).await?;
+    let rows = query.limit(limit + busy.len() as u64).all(db).await?;
+    Ok(rows
+        .into_iter()
+        .filter(|row| !is_busy(&busy, &work_of(row)))
         .take(usize::try_from(limit).unwrap_or(usize::MAX))
-        .collect()
+        .collect())
 }

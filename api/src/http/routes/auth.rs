@@ -10,6 +10,7 @@ use crate::domain::workers::is_registered;
 use crate::http::auth::siwe::{SiweMessage, recover_signer};
 use crate::http::auth::{AnyRole, Authenticated, Role, TokenKind};
 use crate::http::extract::Json;
+use crate::http::openapi::JsonTooLarge;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
@@ -104,7 +105,7 @@ pub struct TokenResponse {
         (status = 400, description = "The body is not a JSON sign-in request", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 401, description = "The signature, domain, chain, time window or nonce does not hold", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 403, description = "A role was asked for that this address is not configured for", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonTooLarge,
         (status = 422, description = "The message is not EIP-4361, or the signature is not 65 bytes of hex", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The nonce or worker record could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
     )
@@ -229,7 +230,7 @@ pub struct RefreshRequest {
         (status = 200, description = "A new token pair", body = TokenResponse),
         (status = 400, description = "The body is not a JSON refresh request", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 401, description = "The refresh token is invalid, expired or an access token", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonTooLarge,
         (status = 500, description = "The worker record could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
     )
 )]

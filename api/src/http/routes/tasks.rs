@@ -1,6 +1,7 @@
 //! `/v1/tasks/{id}/…`: a worker's lease on a task — claim, extend with progress, submit. Worker
 //! role; a worker acts only through the lease it holds.
 
+use crate::http::openapi::{IdNotUuid, JsonBodyRefused};
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::{HttpResponse, web};
 use chrono::{Duration, Utc};
@@ -31,7 +32,7 @@ fn lease_length(state: &AppState) -> Duration {
     params(("id" = Uuid, Path, description = "The task id")),
     responses(
         (status = 200, description = "The lease, and the task as the database knows it", body = Lease),
-        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        IdNotUuid,
         (status = 403, description = "The worker may not take this task (reputation, its adapter for it was rejected, or its bond does not cover it): put the message back", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "Done, failed, or leased by another worker: drop the message; or the caller is not registered", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -127,8 +128,7 @@ pub struct ExtendResponse {
     request_body = ExtendRequest,
     responses(
         (status = 200, description = "The lease's new expiry", body = ExtendResponse),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The lease passed to another worker", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The progress is not a position in the run", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -184,8 +184,7 @@ pub struct AbandonResponse {
     request_body = AbandonRequest,
     responses(
         (status = 200, description = "Where the task went", body = AbandonResponse),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The caller does not hold the lease", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The reason is empty or too long", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -243,8 +242,7 @@ pub struct ReleaseResponse {
     request_body = ReleaseRequest,
     responses(
         (status = 200, description = "Where the task went", body = ReleaseResponse),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The caller does not hold the lease", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The task could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -328,8 +326,7 @@ impl From<SubmissionRecord> for SubmissionView {
     responses(
         (status = 200, description = "The same submission, already recorded", body = SubmissionView),
         (status = 201, description = "Recorded; awaiting the validator", body = SubmissionView),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 404, description = "No task has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The lease passed to another worker, or a different submission awaits its verdict", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "A field breaks a rule (e.g. the adapter is not in the content store)", body = ProblemBody, content_type = PROBLEM_JSON),

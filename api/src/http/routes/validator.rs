@@ -3,6 +3,7 @@
 //! queues the payout, and the report that a job's model cannot be loaded, which ends the job.
 //! Validator role only.
 
+use crate::http::openapi::{JsonBodyRefused, JsonTooLarge};
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::{HttpResponse, web};
 use chrono::Utc;
@@ -91,8 +92,7 @@ pub async fn pending(
     request_body = Verdict,
     responses(
         (status = 200, description = "The submission with its verdict", body = SubmissionView),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 404, description = "No submission has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The submission already has its verdict, or its job is no longer open, or another validator holds its lease", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "Quality outside 0..=1, or a rejection without a reason", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -132,7 +132,7 @@ pub async fn verdict(
     responses(
         (status = 200, description = "The caller holds the work until `expires_at`", body = ValidatorLease),
         (status = 400, description = "The body is not JSON or names no kind of work", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonTooLarge,
         (status = 404, description = "No such submission or round", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "Another validator holds the work, it is already done, its job is no longer open, or the lease reached the job's task time limit", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The lease could not be written", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -212,8 +212,7 @@ pub struct ProofResponse {
     request_body = ProofCheck,
     responses(
         (status = 200, description = "The proof is decided", body = ProofResponse),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 404, description = "No submission has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "No proof is due for the submission, it is already decided, or its job is no longer open, or another validator holds its lease", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "A failure without a reason, or stretches a run does not have", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -291,8 +290,7 @@ pub struct AggregateResponse {
     request_body = Aggregate,
     responses(
         (status = 200, description = "Next round opened, or the payout queued", body = AggregateResponse),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 404, description = "No such job or round", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The job is not open, or the round is not waiting for its merge, or another validator holds its lease", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The adapter is not in the content store, or a metric is not finite", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -346,8 +344,7 @@ pub async fn aggregate(
     request_body = ModelFailure,
     responses(
         (status = 202, description = "The job is being ended (`abort_recorded` false when it already was)", body = ModelFailureOutcome),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 404, description = "No such job", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The job is not open", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The reason is empty or longer than 1,000 characters", body = ProblemBody, content_type = PROBLEM_JSON),

@@ -11,6 +11,7 @@ use crate::domain::workers::{self, Registration, SubmissionCounts, WorkerRecord}
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::WorkerRole;
 use crate::http::extract::Json;
+use crate::http::openapi::JsonBodyRefused;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
@@ -149,9 +150,8 @@ async fn profile(state: &AppState, m: WorkerRecord) -> Result<WorkerProfile, Api
     responses(
         (status = 200, description = "Capabilities updated", body = WorkerProfile),
         (status = 201, description = "Registered", body = WorkerProfile),
-        (status = 400, description = "The body is not JSON or a field has the wrong type", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonBodyRefused,
         (status = 409, description = "The same address registered concurrently; retry", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 422, description = "The capabilities break a rule", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The worker could not be read or written", body = ProblemBody, content_type = PROBLEM_JSON),
     )

@@ -21,8 +21,8 @@ mod dedupe;
 mod link;
 mod topology;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,7 +32,7 @@ use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Confirmation, PublisherConfirm};
 
 use super::{
-    Consumer, OutgoingMessage, QueueError, QueueOptions, TaskQueue, check_message,
+    Consumer, Declared, OutgoingMessage, QueueError, QueueOptions, TaskQueue, check_message,
     validate_queue_name,
 };
 use consumer::RabbitConsumer;
@@ -65,7 +65,7 @@ pub struct RabbitQueue {
 
 struct Inner {
     link: Link,
-    queues: RwLock<HashMap<String, QueueOptions>>,
+    queues: Declared,
     retry_queues: Mutex<HashSet<String>>,
     dedupe: Mutex<DedupeWindow>,
 }
@@ -87,7 +87,7 @@ impl RabbitQueue {
             .map_err(|err| QueueError::InvalidOptions(format!("AMQP URL {url:?}: {err}")))?;
         let inner = Inner {
             link: Link::new(uri, settings.reconnect_within),
-            queues: RwLock::new(HashMap::new()),
+            queues: Declared::default(),
             retry_queues: Mutex::new(HashSet::new()),
             dedupe: Mutex::new(DedupeWindow::new(settings.dedupe_window)),
         };
@@ -106,6 +106,13 @@ impl RabbitQueue {
 
     fn options(&self, queue: &str) -> Result<QueueOptions, QueueError> {
         self.inner.options(queue)
+    }
+
+    /// A consumer of `queue`, or of its dead letters when `dead`.
+    fn consumer(&self, queue: &str, dead: bool) -> Result<Box<dyn Consumer>, QueueError> {
+        let options = self.options(queue)?;
+        let consumer = RabbitConsumer::new(self.inner.clone(), queue, options, dead);
+        Ok(Box::new(consumer))
     }
 
     /// Deletes `queue`, its dead-letter queue and the retry queues this handle declared (tests
@@ -135,15 +142,7 @@ impl RabbitQueue {
 
 impl Inner {
     fn options(&self, queue: &str) -> Result<QueueOptions, QueueError> {
-        validate_queue_name(queue)?;
-        let queues = self
-            .queues
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        queues
-            .get(queue)
-            .cloned()
-            .ok_or_else(|| QueueError::NotDeclared(queue.to_owned()))
+        self.queues.options(queue)
     }
 
     async fn declare_one(&self, name: &str, arguments: FieldTable) -> Result<u32, QueueError> {
@@ -298,8 +297,7 @@ impl TaskQueue for RabbitQueue {
                 topology::main_arguments(queue, options.max_deliveries),
             )
             .await?;
-        let mut queues = self.inner.queues.write().unwrap_or_else(|p| p.into_inner());
-        queues.insert(queue.to_owned(), options.clone());
+        self.inner.queues.insert(queue, options);
         Ok(())
     }
 
@@ -403,23 +401,11 @@ impl TaskQueue for RabbitQueue {
     }
 
     async fn consume(&self, queue: &str) -> Result<Box<dyn Consumer>, QueueError> {
-        let options = self.options(queue)?;
-        Ok(Box::new(RabbitConsumer::new(
-            self.inner.clone(),
-            queue,
-            options,
-            false,
-        )))
+        self.consumer(queue, false)
     }
 
     async fn consume_dead_letters(&self, queue: &str) -> Result<Box<dyn Consumer>, QueueError> {
-        let options = self.options(queue)?;
-        Ok(Box::new(RabbitConsumer::new(
-            self.inner.clone(),
-            queue,
-            options,
-            true,
-        )))
+        self.consumer(queue, true)
     }
 
     async fn ready_count(&self, queue: &str) -> Result<u64, QueueError> {

@@ -25,8 +25,7 @@ mod consumer;
 pub mod schema;
 mod sql;
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -34,7 +33,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, TransactionTrait, Valu
 use tokio::sync::Notify;
 
 use super::{
-    Consumer, OutgoingMessage, QueueError, QueueOptions, TaskQueue, check_message,
+    Consumer, Declared, OutgoingMessage, QueueError, QueueOptions, TaskQueue, check_message,
     validate_queue_name,
 };
 use consumer::TableConsumer;
@@ -47,7 +46,7 @@ pub struct TableQueue {
 
 struct Shared {
     db: DatabaseConnection,
-    queues: RwLock<HashMap<String, QueueOptions>>,
+    queues: Declared,
     /// Wakes this process's waiting consumers when a message becomes ready.
     ready: Notify,
 }
@@ -58,7 +57,7 @@ impl TableQueue {
         TableQueue {
             shared: Arc::new(Shared {
                 db,
-                queues: RwLock::new(HashMap::new()),
+                queues: Declared::default(),
                 ready: Notify::new(),
             }),
         }
@@ -70,16 +69,14 @@ impl TableQueue {
     }
 
     fn options(&self, queue: &str) -> Result<QueueOptions, QueueError> {
-        validate_queue_name(queue)?;
-        let queues = self
-            .shared
-            .queues
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        queues
-            .get(queue)
-            .cloned()
-            .ok_or_else(|| QueueError::NotDeclared(queue.to_owned()))
+        self.shared.queues.options(queue)
+    }
+
+    /// A consumer of `queue`, or of its dead letters when `dead`.
+    fn consumer(&self, queue: &str, dead: bool) -> Result<Box<dyn Consumer>, QueueError> {
+        let options = self.options(queue)?;
+        let consumer = TableConsumer::new(self.shared.clone(), queue, options, dead);
+        Ok(Box::new(consumer))
     }
 
     fn insert_values(queue: &str, message: OutgoingMessage, now: i64) -> Vec<Value> {
@@ -100,12 +97,7 @@ impl TaskQueue for TableQueue {
     async fn declare(&self, queue: &str, options: &QueueOptions) -> Result<(), QueueError> {
         validate_queue_name(queue)?;
         options.validate()?;
-        let mut queues = self
-            .shared
-            .queues
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        queues.insert(queue.to_owned(), options.clone());
+        self.shared.queues.insert(queue, options);
         Ok(())
     }
 
@@ -151,23 +143,11 @@ impl TaskQueue for TableQueue {
     }
 
     async fn consume(&self, queue: &str) -> Result<Box<dyn Consumer>, QueueError> {
-        let options = self.options(queue)?;
-        Ok(Box::new(TableConsumer::new(
-            self.shared.clone(),
-            queue,
-            options,
-            false,
-        )))
+        self.consumer(queue, false)
     }
 
     async fn consume_dead_letters(&self, queue: &str) -> Result<Box<dyn Consumer>, QueueError> {
-        let options = self.options(queue)?;
-        Ok(Box::new(TableConsumer::new(
-            self.shared.clone(),
-            queue,
-            options,
-            true,
-        )))
+        self.consumer(queue, true)
     }
 
     async fn ready_count(&self, queue: &str) -> Result<u64, QueueError> {

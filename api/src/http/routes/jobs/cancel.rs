@@ -8,6 +8,7 @@ use super::view::JobView;
 use crate::domain::cancelling;
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::RequesterRole;
+use crate::http::openapi::IdNotUuid;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
@@ -21,7 +22,7 @@ use crate::state::AppState;
     params(("id" = Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The job, now cancelled", body = JobView),
-        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        IdNotUuid,
         (status = 403, description = "The job belongs to another requester", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The job's status does not allow cancelling, or it changed concurrently", body = ProblemBody, content_type = PROBLEM_JSON),

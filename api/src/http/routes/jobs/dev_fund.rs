@@ -3,6 +3,7 @@
 //! the same way as any other: when the chain follower sees the escrow's `JobCreated`. The job
 //! is shown as `dev_funded`, and a refund goes to the development account.
 
+use crate::http::openapi::IdNotUuid;
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::{HttpResponse, web};
 use alloy::primitives::{Address, U256};
@@ -42,7 +43,7 @@ pub struct DevFundResponse {
     params(("id" = Uuid, Path, description = "The job id")),
     responses(
         (status = 202, description = "Escrow funded from the development account; the job opens when the chain follower sees it", body = DevFundResponse),
-        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        IdNotUuid,
         (status = 403, description = "The caller did not post this job", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "Development funding is off, the job is not awaiting funding, or the escrow refused", body = ProblemBody, content_type = PROBLEM_JSON),

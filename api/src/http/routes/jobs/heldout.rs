@@ -10,6 +10,7 @@ use crate::domain::jobs::find_job;
 use crate::domain::sealing::{held_out_key, job_key};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::ValidatorRole;
+use crate::http::openapi::IdNotUuid;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
@@ -46,7 +47,7 @@ pub struct HeldOutKey {
     params(("id" = Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The sealed set's CID and its key", body = HeldOutKey),
-        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        IdNotUuid,
         (status = 404, description = "No job has this id, or it has no held-out set", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The job could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
     )

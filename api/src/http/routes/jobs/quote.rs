@@ -10,6 +10,7 @@ use crate::domain::sizing::{ModelShape, adapter_params, held_out_count};
 use crate::http::auth::Authenticated;
 use crate::http::auth::extractor::RequesterRole;
 use crate::http::extract::Json;
+use crate::http::openapi::JsonTooLarge;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody, join_path};
 use crate::stake_tokens;
 use crate::state::AppState;
@@ -70,7 +71,7 @@ pub struct QuoteResponse {
     responses(
         (status = 200, description = "The quote", body = QuoteResponse),
         (status = 400, description = "The body is not JSON or a field has the wrong type (`errors[].path` names it)", body = ProblemBody, content_type = PROBLEM_JSON),
-        (status = 413, description = "The body exceeds the JSON limit", body = ProblemBody, content_type = PROBLEM_JSON),
+        JsonTooLarge,
         (status = 422, description = "The spec, model shape or record count breaks a rule, or the stake's token is not one the escrow accepts; every field at fault is in `errors`", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 503, description = "The chain did not answer whether the stake's token is accepted", body = ProblemBody, content_type = PROBLEM_JSON),
     )

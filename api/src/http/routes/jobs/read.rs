@@ -9,6 +9,7 @@ use super::view::JobView;
 use crate::domain::jobs::{self, JobFilter, job_not_found};
 use crate::domain::lifecycle::JobStatus;
 use crate::http::auth::{AnyRole, Authenticated};
+use crate::http::openapi::IdNotUuid;
 use crate::http::problem::{ApiError, PROBLEM_JSON, ProblemBody};
 use crate::state::AppState;
 
@@ -108,7 +109,7 @@ pub async fn list(
     params(("id" = Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The job", body = JobView),
-        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        IdNotUuid,
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 500, description = "The job could not be read", body = ProblemBody, content_type = PROBLEM_JSON),
     )

@@ -5,6 +5,7 @@
 //! validators and admins only: the adapter is sealed on the content store (to its round's key,
 //! `shardwork_core::store::keys`), and this server opens it for them.
 
+use crate::http::openapi::IdNotUuid;
 use crate::http::problem::{PROBLEM_JSON, ProblemBody};
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
@@ -64,7 +65,7 @@ pub struct JobResult {
     params(("id" = Uuid, Path, description = "The job id")),
     responses(
         (status = 200, description = "The final adapter and its files", body = JobResult),
-        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        IdNotUuid,
         (status = 403, description = "The caller is neither the job's requester, a validator nor an admin", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The job has no result: it is not completed, and did not end early paying a completed round", body = ProblemBody, content_type = PROBLEM_JSON),
@@ -145,7 +146,7 @@ async fn final_bundle(state: &AppState, job: &JobRecord) -> Result<(String, Bund
     ),
     responses(
         (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 400, description = "`id` is not a UUID", body = ProblemBody, content_type = PROBLEM_JSON),
+        IdNotUuid,
         (status = 403, description = "The caller is neither the job's requester, a validator nor an admin", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 404, description = "No job has this id, or its adapter has no such file", body = ProblemBody, content_type = PROBLEM_JSON),
         (status = 409, description = "The job has no result: it is not completed, and did not end early paying a completed round", body = ProblemBody, content_type = PROBLEM_JSON),
