@@ -473,7 +473,7 @@ type FundStage =
   | { step: 'confirmed'; hash: Hash; receipt: TransactionReceipt; escrowId: bigint | null }
   | { step: 'failed'; message: string; hash?: Hash };
 
-function FundPanel({
+export function FundPanel({
   job,
   funded,
   onStarted,
