@@ -435,7 +435,12 @@ impl WorkerNode {
         Ok(())
     }
 
-    /// Waits for training, extending the lease with the latest progress every heartbeat.
+    /// Waits for training, extending the lease with the latest progress every heartbeat; once
+    /// training ends, reports its last step too, when no heartbeat carried it yet.
+    ///
+    /// A run shorter than a heartbeat (a small shard trains in a second or two) would otherwise
+    /// leave no point of its curve at all, and a longer one a curve that stops up to a heartbeat
+    /// before its final loss: the requester's page would show the task as not reporting.
     async fn heartbeat_until<T>(
         &self,
         lease: &Lease,
@@ -445,33 +450,68 @@ impl WorkerNode {
         let mut training = training;
         let mut ticker = tokio::time::interval(self.heartbeat);
         ticker.tick().await;
+        let mut sent: Option<Progress> = None;
         loop {
             tokio::select! {
                 done = &mut training => {
-                    return done.map_err(|e| NodeError::Io(format!("training thread: {e}")))?;
+                    let done = done.map_err(|e| NodeError::Io(format!("training thread: {e}")))?;
+                    let latest = *progress.borrow();
+                    if done.is_ok()
+                        && let Some(last) = final_report(latest, sent.as_ref())
+                        && let Err(e) = self.api.extend(lease.task_id, lease.lease_token, &last).await
+                    {
+                        // The submission says whether the lease still holds; the curve's last
+                        // point is not worth failing the work for.
+                        tracing::warn!(error = %e, "reporting the run's last step failed");
+                    }
+                    return done;
                 }
                 _ = ticker.tick() => {
                     let latest = *progress.borrow();
-                    let report = match latest {
-                        Some(p) => Progress {
-                            step: p.step as u64,
-                            total_steps: p.total_steps.max(p.step) as u64,
-                            loss: p.loss.is_finite().then_some(f64::from(p.loss)),
-                            tokens_per_second: p.tokens_per_sec.is_finite().then_some(p.tokens_per_sec),
-                        },
-                        None => Progress { step: 0, total_steps: 1, loss: None, tokens_per_second: None },
-                    };
-                    if let Err(e) = self.api.extend(lease.task_id, lease.lease_token, &report).await {
-                        tracing::warn!(error = %e, "lease extension failed");
-                        if e.is_conflict() {
-                            training.abort();
-                            return Err(e.into());
+                    let report = report_of(latest);
+                    match self.api.extend(lease.task_id, lease.lease_token, &report).await {
+                        Ok(()) => sent = Some(report),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "lease extension failed");
+                            if e.is_conflict() {
+                                training.abort();
+                                return Err(e.into());
+                            }
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// The heartbeat for the trainer's latest step (none yet: step 0, no figures).
+fn report_of(latest: Option<shardwork_trainer::train::Progress>) -> Progress {
+    match latest {
+        Some(p) => Progress {
+            step: p.step as u64,
+            total_steps: p.total_steps.max(p.step) as u64,
+            loss: p.loss.is_finite().then_some(f64::from(p.loss)),
+            tokens_per_second: p.tokens_per_sec.is_finite().then_some(p.tokens_per_sec),
+        },
+        None => Progress {
+            step: 0,
+            total_steps: 1,
+            loss: None,
+            tokens_per_second: None,
+        },
+    }
+}
+
+/// The heartbeat to send once training has ended: its last step, unless the last heartbeat
+/// (`sent`) already carried that step, or the run reported no step at all.
+fn final_report(
+    latest: Option<shardwork_trainer::train::Progress>,
+    sent: Option<&Progress>,
+) -> Option<Progress> {
+    latest?;
+    let last = report_of(latest);
+    (sent.map(|s| s.step) != Some(last.step)).then_some(last)
 }
 
 /// What a worker reports with its submission about the training it did (or claims it did).
@@ -525,5 +565,46 @@ impl LeaseSeals {
                 None => None,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(step: usize, total_steps: usize, loss: f32) -> shardwork_trainer::train::Progress {
+        shardwork_trainer::train::Progress {
+            step,
+            total_steps,
+            loss,
+            lr: 0.01,
+            grad_norm: 1.0,
+            tokens_per_sec: 900.0,
+        }
+    }
+
+    #[test]
+    fn a_run_shorter_than_a_heartbeat_still_reports_its_last_step() {
+        // No heartbeat went out while it trained: its last step is the curve's only point.
+        let last = final_report(Some(step(12, 12, 0.42)), None).expect("a final report");
+        assert_eq!((last.step, last.total_steps), (12, 12));
+        assert_eq!(last.loss, Some(f64::from(0.42f32)));
+        assert_eq!(last.tokens_per_second, Some(900.0));
+    }
+
+    #[test]
+    fn the_last_step_is_reported_once() {
+        let heartbeat = report_of(Some(step(8, 12, 0.5)));
+        // The run went on after the last heartbeat: its end is reported.
+        let last = final_report(Some(step(12, 12, 0.4)), Some(&heartbeat)).unwrap();
+        assert_eq!(last.step, 12);
+        // The last heartbeat already carried the final step: nothing more to send.
+        let heartbeat = report_of(Some(step(12, 12, 0.4)));
+        assert_eq!(
+            final_report(Some(step(12, 12, 0.4)), Some(&heartbeat)),
+            None
+        );
+        // A run that reported no step (an adversary that trains nothing) sends nothing.
+        assert_eq!(final_report(None, None), None);
     }
 }
