@@ -213,6 +213,13 @@ async function fillSampleJobSettings(page) {
   }
 }
 
+/** Fails when the job page says its (funded) job awaits funding, in a warning or a fund button. */
+async function expectNoFundingCall(page) {
+  const said = await page.getByText(/awaits funding/).allInnerTexts();
+  if (said.length) throw new Error(`a funded job's page says: ${said.join(' | ')}`);
+  if (await page.getByRole('button', { name: /^(Approve and )?[Ff]und / }).count()) throw new Error("a funded job's page offers to fund it");
+}
+
 /**
  * Runs one step. A failed step stops the walk-through (later steps build on it) unless `soft`:
  * a soft step checks something the later steps do not need.
@@ -521,6 +528,11 @@ async function main() {
       const status = await page.getByTestId('job-status').textContent();
       if (status !== 'Open') throw new Error(`the curve appeared only once the job was ${status}`);
       if ((await chart.locator('.loss-line').count()) < 1) throw new Error('the loss chart has no line');
+      // The page that funded the job says only what is true of it: funded on chain, no longer
+      // awaiting funding (issue 51: its fund panel stayed and said the job "awaits funding, but
+      // the server has not said how").
+      await page.locator('.alert--success').filter({ hasText: /^Funded on chain as escrow job \d+/ }).waitFor();
+      await expectNoFundingCall(page);
       await shot('07-job-loss-curve-while-open');
       // Now a worker of its own process (a new key, the server's embedded queue and store)
       // trains every shard, the lapsed one included, once its lease is given back.
@@ -595,6 +607,14 @@ async function main() {
       const training = page.getByTestId('training');
       await training.getByTestId('held-out').filter({ hasText: 'Held-out accuracy (higher is better)' }).waitFor({ timeout: 15_000 });
       await training.getByTestId('loss-chart').getByText('earlier attempt').waitFor();
+      // Both shards trained, each in well under a heartbeat: their worker reported the runs'
+      // steps once they ended, so both are drawn, as lines (issue 51: "1 of 2 tasks reporting").
+      await training.getByTestId('training-round-1').filter({ hasText: '2 of 2 tasks reporting' }).waitFor({ timeout: 15_000 });
+      const lossChart = training.getByTestId('loss-chart');
+      for (const shard of [0, 1]) await lossChart.locator('figcaption').getByText(`shard ${shard}`, { exact: true }).waitFor();
+      const lines = await lossChart.locator('g[data-series]:not(.loss-earlier) .loss-line').evaluateAll((paths) => paths.map((p) => p.getAttribute('d')));
+      if (lines.length !== 2 || lines.some((d) => !d?.includes('L'))) throw new Error(`each shard's latest attempt is not drawn as a line: ${JSON.stringify(lines)}`);
+      await expectNoFundingCall(page);
       await page.getByRole('heading', { name: 'Payouts' }).waitFor();
       // Each scored submission's proof of training was replayed after its verdict, by the
       // validator the page names, before the payout.
@@ -656,6 +676,10 @@ async function main() {
       // The walk-through's worker is still running: it trains the job, and the payout is in tUSD.
       await page.getByTestId('job-status').filter({ hasText: 'Completed' }).waitFor({ timeout: 180_000 });
       await page.getByRole('cell', { name: / tUSD$/ }).first().waitFor();
+      // This page funded the job, which completed within seconds: its fund panel stays, with
+      // the confirmation only.
+      await page.getByTestId('fund-confirmed').waitFor();
+      await expectNoFundingCall(page);
       await shot('17-token-job-completed');
     });
 

@@ -57,7 +57,8 @@ export interface Portal {
   clearError(): void;
 }
 
-const PortalContext = createContext<Portal | null>(null);
+/** Exported for render tests, which provide a portal of their own; the app uses PortalProvider. */
+export const PortalContext = createContext<Portal | null>(null);
 
 export function usePortal(): Portal {
   const portal = useContext(PortalContext);

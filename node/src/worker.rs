@@ -290,7 +290,8 @@ impl WorkerNode {
             )
             .await?;
 
-        let (progress_tx, progress_rx) = watch::channel(None::<shardwork_trainer::train::Progress>);
+        let steps = Steps::default();
+        let trainer_steps = steps.clone();
         let device = self.device.clone();
         let behaviour = self.behaviour;
         let out_dir = dir.path().join("adapter");
@@ -322,7 +323,9 @@ impl WorkerNode {
                     None => None,
                 };
                 let progress = &mut |p: &shardwork_trainer::train::Progress| {
-                    let _ = progress_tx.send(Some(*p));
+                    if let Ok(mut steps) = trainer_steps.lock() {
+                        steps.push(*p);
+                    }
                 };
                 let trained = if behaviour.skips_last_stretch(round) {
                     adversary::skip_last_stretch(
@@ -379,7 +382,7 @@ impl WorkerNode {
                 })
             })
         };
-        let report = self.heartbeat_until(lease, training, progress_rx).await?;
+        let report = self.heartbeat_until(lease, training, steps).await?;
         let samples = report.records;
 
         // An adversary that trained nothing has no proof of training to send.
@@ -435,43 +438,112 @@ impl WorkerNode {
         Ok(())
     }
 
-    /// Waits for training, extending the lease with the latest progress every heartbeat.
+    /// Waits for training, extending the lease with the latest progress every heartbeat; once
+    /// training ends, reports the steps trained since the last heartbeat too (at most
+    /// [`FINAL_POINTS`] of them, the last step always).
+    ///
+    /// A run shorter than a heartbeat (a small shard trains in a second or two) would otherwise
+    /// leave no point of its curve at all, and a longer one a curve that stops up to a heartbeat
+    /// before its final loss: the requester's page would show the task as not reporting.
     async fn heartbeat_until<T>(
         &self,
         lease: &Lease,
         training: tokio::task::JoinHandle<Result<T, NodeError>>,
-        progress: watch::Receiver<Option<shardwork_trainer::train::Progress>>,
+        steps: Steps,
     ) -> Result<T, NodeError> {
         let mut training = training;
         let mut ticker = tokio::time::interval(self.heartbeat);
         ticker.tick().await;
+        let mut latest = None;
+        let mut sent: Option<Progress> = None;
         loop {
             tokio::select! {
                 done = &mut training => {
-                    return done.map_err(|e| NodeError::Io(format!("training thread: {e}")))?;
+                    let done = done.map_err(|e| NodeError::Io(format!("training thread: {e}")))?;
+                    if done.is_ok() {
+                        for report in final_reports(&take(&steps), sent.as_ref()) {
+                            if let Err(e) = self.api.extend(lease.task_id, lease.lease_token, &report).await {
+                                // The submission says whether the lease still holds; the curve's
+                                // last points are not worth failing the work for.
+                                tracing::warn!(error = %e, "reporting the run's last steps failed");
+                                break;
+                            }
+                        }
+                    }
+                    return done;
                 }
                 _ = ticker.tick() => {
-                    let latest = *progress.borrow();
-                    let report = match latest {
-                        Some(p) => Progress {
-                            step: p.step as u64,
-                            total_steps: p.total_steps.max(p.step) as u64,
-                            loss: p.loss.is_finite().then_some(f64::from(p.loss)),
-                            tokens_per_second: p.tokens_per_sec.is_finite().then_some(p.tokens_per_sec),
-                        },
-                        None => Progress { step: 0, total_steps: 1, loss: None, tokens_per_second: None },
-                    };
-                    if let Err(e) = self.api.extend(lease.task_id, lease.lease_token, &report).await {
-                        tracing::warn!(error = %e, "lease extension failed");
-                        if e.is_conflict() {
-                            training.abort();
-                            return Err(e.into());
+                    if let Some(last) = take(&steps).last() {
+                        latest = Some(*last);
+                    }
+                    let report = report_of(latest);
+                    match self.api.extend(lease.task_id, lease.lease_token, &report).await {
+                        Ok(()) => sent = Some(report),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "lease extension failed");
+                            if e.is_conflict() {
+                                training.abort();
+                                return Err(e.into());
+                            }
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// The trainer's steps since the last heartbeat, pushed by the training thread.
+type Steps = Arc<std::sync::Mutex<Vec<shardwork_trainer::train::Progress>>>;
+
+/// The most steps reported once training ends, beyond the heartbeats: enough for the shape of
+/// a run shorter than a heartbeat on the requester's chart, few enough that the extra lease
+/// extensions do not matter.
+const FINAL_POINTS: usize = 8;
+
+/// Empties `steps`, returning what it held.
+fn take(steps: &Steps) -> Vec<shardwork_trainer::train::Progress> {
+    steps
+        .lock()
+        .map(|mut s| std::mem::take(&mut *s))
+        .unwrap_or_default()
+}
+
+/// The heartbeat for the trainer's latest step (none yet: step 0, no figures).
+fn report_of(latest: Option<shardwork_trainer::train::Progress>) -> Progress {
+    match latest {
+        Some(p) => Progress {
+            step: p.step as u64,
+            total_steps: p.total_steps.max(p.step) as u64,
+            loss: p.loss.is_finite().then_some(f64::from(p.loss)),
+            tokens_per_second: p.tokens_per_sec.is_finite().then_some(p.tokens_per_sec),
+        },
+        None => Progress {
+            step: 0,
+            total_steps: 1,
+            loss: None,
+            tokens_per_second: None,
+        },
+    }
+}
+
+/// What to report once training has ended, given the steps trained since the last heartbeat
+/// (`sent`, if one went out): the steps after the one it carried, at most [`FINAL_POINTS`] of
+/// them, each the last step of an equal stretch, so the run's last step is always among them.
+fn final_reports(
+    unsent: &[shardwork_trainer::train::Progress],
+    sent: Option<&Progress>,
+) -> Vec<Progress> {
+    let after = sent.map_or(0, |s| s.step);
+    let unsent: Vec<_> = unsent
+        .iter()
+        .filter(|p| sent.is_none() || p.step as u64 > after)
+        .collect();
+    let n = unsent.len();
+    let k = n.min(FINAL_POINTS);
+    (1..=k)
+        .map(|i| report_of(Some(*unsent[i * n / k - 1])))
+        .collect()
 }
 
 /// What a worker reports with its submission about the training it did (or claims it did).
@@ -525,5 +597,57 @@ impl LeaseSeals {
                 None => None,
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(step: usize, total_steps: usize, loss: f32) -> shardwork_trainer::train::Progress {
+        shardwork_trainer::train::Progress {
+            step,
+            total_steps,
+            loss,
+            lr: 0.01,
+            grad_norm: 1.0,
+            tokens_per_sec: 900.0,
+        }
+    }
+
+    #[test]
+    fn a_run_shorter_than_a_heartbeat_still_reports_its_shape_and_last_step() {
+        // No heartbeat went out while it trained: a few of its steps, spread over the run and
+        // ending at its last, are its whole curve.
+        let run: Vec<_> = (1..=69).map(|s| step(s, 69, 1.0 / s as f32)).collect();
+        let reports = final_reports(&run, None);
+        assert_eq!(reports.len(), FINAL_POINTS);
+        let steps: Vec<u64> = reports.iter().map(|r| r.step).collect();
+        assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
+        let last = reports.last().unwrap();
+        assert_eq!((last.step, last.total_steps), (69, 69));
+        assert_eq!(last.loss, Some(f64::from(1.0f32 / 69.0)));
+        assert_eq!(last.tokens_per_second, Some(900.0));
+        // A run of fewer steps than that reports each.
+        let short: Vec<_> = (1..=3).map(|s| step(s, 3, 0.5)).collect();
+        let steps: Vec<u64> = final_reports(&short, None).iter().map(|r| r.step).collect();
+        assert_eq!(steps, [1, 2, 3]);
+    }
+
+    #[test]
+    fn only_the_steps_after_the_last_heartbeat_are_reported() {
+        let heartbeat = report_of(Some(step(8, 12, 0.5)));
+        // The run went on after the last heartbeat: its end is reported.
+        let tail: Vec<_> = (8..=12).map(|s| step(s, 12, 0.4)).collect();
+        let steps: Vec<u64> = final_reports(&tail, Some(&heartbeat))
+            .iter()
+            .map(|r| r.step)
+            .collect();
+        assert_eq!(steps, [9, 10, 11, 12]);
+        // The last heartbeat already carried the final step: nothing more to send.
+        let heartbeat = report_of(Some(step(12, 12, 0.4)));
+        assert!(final_reports(&[step(12, 12, 0.4)], Some(&heartbeat)).is_empty());
+        // A run that reported no step (an adversary that trains nothing) sends nothing.
+        assert!(final_reports(&[], None).is_empty());
     }
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createApi, unwrap } from './client';
+import { createApi, latestOnly, unwrap } from './client';
 import { ApiProblem } from './problem';
 import { checkSpecForm, defaultForm } from '../jobs/spec';
 import { sessionFromTokens, TokenKeeper, type TokenReply } from '../auth/session';
@@ -97,5 +97,40 @@ describe('createApi', () => {
     await expect(unwrap(api.POST('/v1/auth/nonce'))).rejects.toSatisfy(
       (e) => e instanceof ApiProblem && e.problem.detail === 'The server could not be reached',
     );
+  });
+});
+
+describe('latestOnly', () => {
+  /** A read answered when the test says, in any order. */
+  function reads() {
+    const pending: { resolve: (v: string) => void; reject: (e: Error) => void }[] = [];
+    const read = () => new Promise<string>((resolve, reject) => pending.push({ resolve, reject }));
+    return { read, pending };
+  }
+
+  it('drops an answer that arrives after a later call was made', async () => {
+    const { read, pending } = reads();
+    const latest = latestOnly(read);
+    // The job row read before its funding is answered after the one read after it.
+    const before = latest();
+    const after = latest();
+    pending[1]!.resolve('open');
+    pending[0]!.resolve('awaiting_funding');
+    expect(await after).toEqual({ value: 'open' });
+    expect(await before).toBeNull();
+  });
+
+  it("passes the latest call's answer or failure on, and drops an earlier failure", async () => {
+    const { read, pending } = reads();
+    const latest = latestOnly(read);
+    const first = latest();
+    pending[0]!.resolve('awaiting_funding');
+    expect(await first).toEqual({ value: 'awaiting_funding' });
+    const stale = latest();
+    const failing = latest();
+    pending[1]!.reject(new Error('earlier'));
+    pending[2]!.reject(new Error('later'));
+    expect(await stale).toBeNull();
+    await expect(failing).rejects.toThrow('later');
   });
 });

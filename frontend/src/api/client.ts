@@ -65,3 +65,23 @@ export async function unwrap<T>(
   const body = typeof error === 'string' ? parseBody(error) : error;
   throw new ApiProblem(toProblem(response.status, body, response.statusText));
 }
+
+/**
+ * `read` for calls that race one another, with only the latest call's outcome passed on: an
+ * answer (or a failure) that arrives after a later call was made is dropped as `null`. Two
+ * reads of one job, the earlier answered last, would otherwise put back the state the later
+ * one had replaced (a job row read before its funding, over the one read after).
+ */
+export function latestOnly<T>(read: () => Promise<T>): () => Promise<{ value: T } | null> {
+  let calls = 0;
+  return async () => {
+    const call = ++calls;
+    try {
+      const value = await read();
+      return call === calls ? { value } : null;
+    } catch (err) {
+      if (call !== calls) return null;
+      throw err;
+    }
+  };
+}

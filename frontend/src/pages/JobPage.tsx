@@ -3,7 +3,7 @@
 // payouts and the final adapter.
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import type { Address, Hash, TransactionReceipt } from 'viem';
-import { unwrap } from '../api/client';
+import { latestOnly, unwrap } from '../api/client';
 import { isForbidden } from '../api/problem';
 import { followStream } from '../api/sse';
 import { fundingOf, isTerminal, type EventView, type JobResult, type JobView, type TrainingProgress } from '../api/types';
@@ -34,14 +34,21 @@ export function JobPage({ id }: { id: string }) {
   const [live, setLive] = useState<'connecting' | 'live' | 'retrying' | 'ended' | 'restricted'>('connecting');
   const signedIn = Boolean(p.session);
 
+  // The job is read again on feed events and by the fund panel's poll, reads that can race:
+  // only the latest one's answer counts, or a row read just before the funding, answered last,
+  // would show a funded job as awaiting funding again (and the poll, seeing the feed's
+  // `funded` event, would not read it again).
+  const readJob = useMemo(() => latestOnly(() => unwrap(p.api.GET('/v1/jobs/{id}', { params: { path: { id } } }))), [p.api, id]);
   const refetch = useCallback(async () => {
     try {
-      setJob(await unwrap(p.api.GET('/v1/jobs/{id}', { params: { path: { id } } })));
+      const answer = await readJob();
+      if (!answer) return;
+      setJob(answer.value);
       setError(null);
     } catch (err) {
       setError(errorMessage(err));
     }
-  }, [p.api, id]);
+  }, [readJob]);
 
   useEffect(() => {
     if (signedIn) void refetch();
@@ -473,7 +480,7 @@ type FundStage =
   | { step: 'confirmed'; hash: Hash; receipt: TransactionReceipt; escrowId: bigint | null }
   | { step: 'failed'; message: string; hash?: Hash };
 
-function FundPanel({
+export function FundPanel({
   job,
   funded,
   onStarted,
