@@ -25,7 +25,7 @@ def peak_rss_mb() -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", required=True, choices=["smollm2", "minilm", "llama1b"])
+    parser.add_argument("--workload", required=True, choices=["smollm2", "minilm", "llama1b", "smollm2-score"])
     parser.add_argument("--gguf", help="SmolLM2 GGUF file (smollm2)")
     parser.add_argument("--minilm", help="all-MiniLM-L6-v2 folder (minilm)")
     parser.add_argument("--batch-size", type=int, required=True)
@@ -69,7 +69,7 @@ def main() -> int:
         )
         vocab = model.config.vocab_size
     else:
-        if args.workload == "smollm2":
+        if args.workload in ("smollm2", "smollm2-score"):
             from transformers import AutoModelForCausalLM
 
             folder, name = os.path.split(os.path.abspath(args.gguf))
@@ -124,6 +124,12 @@ def main() -> int:
             logits = model(input_ids=inputs).logits
             return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
 
+    def score() -> float:
+        # Held-out scoring, as a transformers + PEFT user evaluates: no autograd, no dropout.
+        with torch.inference_mode():
+            loss = loss_fn()
+        return float(loss)
+
     def step() -> float:
         loss = loss_fn()
         loss.backward()
@@ -133,6 +139,9 @@ def main() -> int:
         # float() waits for the GPU, so each step's time is its whole work, as on the candle side.
         return float(loss.detach())
 
+    if args.workload == "smollm2-score":
+        model.eval()
+        step = score
     losses = [step() for _ in range(args.warmup)]
     start = time.perf_counter()
     for _ in range(args.steps):

@@ -425,7 +425,12 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             let uses = |wanted: &[train::TrainConfig]| configs.iter().any(|c| wanted.contains(c));
             let gguf = match gguf.or_else(shardwork_trainer::fixtures::smollm2_gguf) {
                 Some(path) => Some(path),
-                None if uses(&[train::TrainConfig::Smollm2, train::TrainConfig::Smollm2Q4]) => {
+                None if uses(&[
+                    train::TrainConfig::Smollm2,
+                    train::TrainConfig::Smollm2Q4,
+                    train::TrainConfig::Smollm2Score,
+                ]) =>
+                {
                     anyhow::bail!(
                         "SmolLM2 GGUF not found: run scripts/install/python-fixtures or pass --gguf"
                     )

@@ -83,6 +83,14 @@ pub enum TrainConfig {
     #[value(name = "llama1b-q4")]
     #[serde(rename = "llama1b-q4")]
     Llama1bQ4,
+    /// The validator's held-out scoring of `smollm2` (issue 49 item 2): forward passes without
+    /// gradients through `sft::evaluate`, LoRA attached, batch 16 x 96 tokens (the validator's
+    /// scoring batch at the demo's sequence length), every position scored. A "step" is one
+    /// scored batch; the reference stack runs the same batch through transformers + PEFT in
+    /// `torch.inference_mode`.
+    #[value(name = "smollm2-score")]
+    #[serde(rename = "smollm2-score")]
+    Smollm2Score,
 }
 
 impl TrainConfig {
@@ -94,6 +102,7 @@ impl TrainConfig {
             Self::Smollm2 | Self::Smollm2Q4 => (8, 128),
             Self::Minilm => (16, 32),
             Self::Llama1b | Self::Llama1bQ4 => (4, 512),
+            Self::Smollm2Score => (16, 96),
         }
     }
 
@@ -104,6 +113,7 @@ impl TrainConfig {
             Self::Llama1b => "llama1b",
             Self::Smollm2Q4 => "smollm2-q4",
             Self::Llama1bQ4 => "llama1b-q4",
+            Self::Smollm2Score => "smollm2-score",
         }
     }
 
@@ -132,6 +142,9 @@ impl TrainConfig {
             ),
             Self::Llama1bQ4 => format!(
                 "1B Llama shape SFT on Q4_0 projections kept quantized, q_proj+v_proj, batch {b} x {t}"
+            ),
+            Self::Smollm2Score => format!(
+                "SmolLM2-135M held-out scoring (no gradients), LoRA q_proj+v_proj attached, batch {b} x {t}"
             ),
         }
     }
@@ -541,6 +554,9 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
             train_llm(random_llama_1b(&device, Some(GgmlDType::Q4_0))?, args)?
         }
         TrainConfig::Minilm => train_minilm(args, &device)?,
+        TrainConfig::Smollm2Score => {
+            score_llm(GgufFile::open(gguf()?)?.load_model(&device)?, args)?
+        }
     };
     let tokens = args.batch_size * args.seq_len * args.steps;
     let matmul_shape = [args.batch_size * args.seq_len, hidden, intermediate];
@@ -679,6 +695,35 @@ fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
     }
     let report = sft::train(&model, &trainables, &examples, &cfg, 0, &mut record)?;
     Ok((losses, report.seconds, widths))
+}
+
+/// Held-out scoring as the validator does it (`sft::evaluate`: no gradients, the LoRA layers
+/// attached and their B at zero as a fresh adapter's), one fixed random batch a step, every
+/// position scored; (losses, measured seconds).
+fn score_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
+    let vocab = model.config().vocab_size;
+    let widths = (model.config().hidden_size, model.config().intermediate_size);
+    let examples: Vec<SftExample> = (0..args.batch_size)
+        .map(|i| {
+            let ids = token_ids(args.seq_len + 1, vocab, 0x9e37_79b9 + i as u64);
+            SftExample {
+                learn: vec![true; ids.len()],
+                ids,
+            }
+        })
+        .collect();
+    let lora = LoraConfig::new(8, 16.0, 0.0, &["q_proj", "v_proj"], &[])?;
+    let _trainables = sft::attach_lora(&mut model, &lora, 0)?;
+    let _packs = shardwork_trainer::fused::packs::PackScope::enter();
+    let mut losses = Vec::new();
+    for _ in 0..args.warmup {
+        losses.push(sft::evaluate(&model, &examples, args.batch_size, 0)?.loss);
+    }
+    let started = Instant::now();
+    for _ in 0..args.steps {
+        losses.push(sft::evaluate(&model, &examples, args.batch_size, 0)?.loss);
+    }
+    Ok((losses, started.elapsed().as_secs_f64(), widths))
 }
 
 /// Classification steps on a fixed random batch; (losses, measured seconds).
