@@ -20,6 +20,7 @@ WORKDIR /src
 COPY . .
 # --locked: the committed Cargo.lock pins core2 0.4.0, whose versions are all yanked; a fresh
 # resolution would fail, so the lock must be used as is.
+# Built alone, with its own features only: none of the CLI's (the `adversaries` test workers).
 RUN cargo build --release --locked -p shardwork-node --bin shardwork-node \
     && mkdir -p /out/bin /out/data \
     && cp target/release/shardwork-node /out/bin/

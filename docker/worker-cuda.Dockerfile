@@ -19,6 +19,7 @@ COPY . .
 # for it at compile time.
 ARG CUDA_COMPUTE_CAP=90
 ENV CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP}
+# Built alone, with its own features only: none of the CLI's (the `adversaries` test workers).
 RUN cargo build --release --locked -p shardwork-node --bin shardwork-node --features cuda
 
 FROM nvidia/cuda:12.6.3-runtime-ubuntu24.04

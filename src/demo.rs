@@ -43,7 +43,7 @@ pub struct DemoArgs {
     /// copy an accomplice's adapter (the first honest worker becomes one), train on a tenth of
     /// the shard, submit the opposite of what they trained, or train on wrong answers.
     #[arg(long, value_enum, default_value = "noise")]
-    pub adversary: shardwork_node::worker::Behaviour,
+    pub adversary: shardwork_node::adversary::Behaviour,
     /// Share of accepted submissions whose whole run the validator trains again (the job's
     /// `validation.spot_check`; 0.1 when not given). Every other accepted submission has one
     /// stretch of its run replayed from its proof of training.
@@ -96,7 +96,7 @@ impl DemoArgs {
             workers: 3,
             validators: 1,
             adversaries: 0,
-            adversary: shardwork_node::worker::Behaviour::Honest,
+            adversary: shardwork_node::adversary::Behaviour::Honest,
             spot_check: None,
             bond_multiple: 0,
             schedule: None,

@@ -16,10 +16,11 @@ use shardwork_client::ApiClient;
 use shardwork_core::protocol::EthAddress;
 use shardwork_core::queue::TaskQueue;
 use shardwork_core::store::ContentStore;
+use shardwork_node::adversary::Behaviour;
 use shardwork_node::content::{ApiBlobs, Blobs, StoreBlobs};
 use shardwork_node::models::WorkDir;
 use shardwork_node::validator::{Rules, ValidatorNode};
-use shardwork_node::worker::{Behaviour, WorkerNode};
+use shardwork_node::worker::{Honest, WorkerNode};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -141,7 +142,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             device: device.clone(),
             work_dir: WorkDir::new(setup.work_dir.join(format!("worker-{i}"))),
             heartbeat: HEARTBEAT,
-            behaviour,
+            conduct: behaviour.conduct(),
             memory_limit_mb: share_mb,
         };
         let rx = receiver.clone();
@@ -226,7 +227,7 @@ pub async fn run_worker(
         device: training_device(),
         work_dir: WorkDir::new(work_dir),
         heartbeat: HEARTBEAT,
-        behaviour: Behaviour::Honest,
+        conduct: Arc::new(Honest),
         memory_limit_mb,
     };
     println!(

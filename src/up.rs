@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use shardwork_core::queue::OutgoingMessage;
-use shardwork_node::worker::Behaviour;
+use shardwork_node::adversary::Behaviour;
 
 use crate::config::{Config, redact_url};
 use crate::infra;

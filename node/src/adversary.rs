@@ -1,5 +1,13 @@
 //! Dishonest workers, as an attacker would build them, so the tests (and `shardwork demo
-//! --adversary KIND`) can show the validator earns them nothing. No honest path calls this.
+//! --adversary KIND`, `shardwork bench catch-rate`) can show the validator earns them nothing.
+//!
+//! They wrap the honest worker from outside, through its seams: a [`Behaviour`] is the
+//! worker's [`Conduct`], which trains with the job's [`Work`] wrapped (`Cheating`: the shard
+//! altered before training, the adapter or the proof of training after), hands in without
+//! training ([`Conduct::hand_in`]: copies), or acts after the submission ([`Conduct::submitted`]:
+//! an accomplice). The worker's own path names none of this, and the module compiles only
+//! with the crate's `adversaries` feature, which the operators' binary (`shardwork-node`, the
+//! node image) leaves off.
 //!
 //! * [`Behaviour::RandomNoise`]: trains, then submits Gaussian noise in the adapter's shapes.
 //! * [`Behaviour::Replay`]: submits the round's starting adapter as its own work (the free-ride
@@ -9,7 +17,7 @@
 //!   noise added, so only the update's direction gives it away. Adapters are sealed to the
 //!   validator and no event names another worker's, so a copycat needs an accomplice:
 //!   [`Behaviour::Accomplice`] trains honestly and hands what it trained over (in-process, through
-//!   [`share`]), as one operator running two addresses would.
+//!   `share`), as one operator running two addresses would.
 //! * [`Behaviour::MisShaped`]: trains, then submits an adapter whose every LoRA A has half the
 //!   columns the model needs (issue 46: one such pending adapter made the honest submissions
 //!   judged after it in the same pass fail as "could not be scored").
@@ -19,30 +27,32 @@
 //!   flipped, other labels and every completion, output or chat reply moved to the next record.
 //! * [`Behaviour::Lazy`]: trains on the first tenth of its shard, a tenth of the steps, a real
 //!   update in a sensible direction, and forges the proof of training a whole run would send
-//!   ([`stretched_trace`]: its own short run's states and losses, relabelled to the steps the
+//!   (`stretched_trace`: its own short run's states and losses, relabelled to the steps the
 //!   whole shard takes): only the validator's replay of a stretch tells it from honest work.
 //! * [`Behaviour::SkipLast`]: earns trust with honest work in round 1, then from round 2 on
-//!   trains every stretch of its run but the last ([`skip_last_stretch`]) and forges that one:
+//!   trains every stretch of its run but the last (`skip_last_stretch`) and forges that one:
 //!   a quarter of the work saved (of four stretches), an adapter that still beats the round's
 //!   start, and a proof every honest stretch of which replays exactly. Caught only when the
 //!   replay draws the forged stretch, which is why a caught forgery forfeits the whole job.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use candle_core::{Device, Tensor};
-use shardwork_client::Lease;
+use shardwork_core::protocol::TaskMessage;
 use shardwork_core::protocol::submission::TRACE_SEGMENTS;
 use shardwork_trainer::optim::OptimState;
-use shardwork_trainer::peft::Adapter;
+use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::trace::{Checkpoint, Span, TrainTrace, boundaries};
+use shardwork_trainer::{Error, Result};
 use uuid::Uuid;
 
 use crate::NodeError;
-use crate::work::{Trained, Work};
+use crate::work::{HeldOut, HeldOutScore, Metric, Trained, Work};
+use crate::worker::{Claimed, Conduct, Honest, TaskFiles, Training};
 
 /// How a worker behaves. Anything but `Honest` exists to prove the validator catches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -95,27 +105,172 @@ impl Behaviour {
     }
 
     /// Whether this worker forges the last stretch of its run in `round` instead of training
-    /// it ([`skip_last_stretch`]): a `SkipLast` worker, after the honest round 1.
+    /// it (`skip_last_stretch`): a `SkipLast` worker, after the honest round 1.
     pub fn skips_last_stretch(self, round: u32) -> bool {
         self == Behaviour::SkipLast && round > 1
+    }
+
+    /// The worker's conduct: an honest worker's own ([`Honest`]) for `Honest`, else this.
+    pub fn conduct(self) -> Arc<dyn Conduct> {
+        match self {
+            Behaviour::Honest => Arc::new(Honest),
+            cheat => Arc::new(cheat),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Conduct for Behaviour {
+    fn work(&self, work: Arc<dyn Work>) -> Arc<dyn Work> {
+        match self {
+            Behaviour::Honest | Behaviour::Accomplice | Behaviour::Copycat => work,
+            &behaviour => Arc::new(Cheating {
+                honest: work,
+                behaviour,
+            }),
+        }
+    }
+
+    /// A worker that must train to have something to submit trains; the others hand in
+    /// someone else's work: the round's start (a replay) or an accomplice's adapter (a
+    /// copycat), with no proof of training, having loaded no model.
+    async fn hand_in(&self, files: &TaskFiles, training: Training) -> Result<Claimed, NodeError> {
+        if self.trains(files.task.round) {
+            return training.await;
+        }
+        let adapter = match (self, &files.start) {
+            (Behaviour::Replay, Some(start)) => {
+                perturbed(&Adapter::load(start, &Device::Cpu)?, 1e-5)?
+            }
+            _ => copy_another(&files.task).await?,
+        };
+        adapter.save(&files.out)?;
+        let records = std::fs::read_to_string(&files.shard)
+            .map_err(|e| NodeError::Io(e.to_string()))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count();
+        Ok(Claimed {
+            records,
+            steps: 1,
+            final_loss: 0.0,
+            tokens_per_sec: 0.0,
+        })
+    }
+
+    /// An accomplice hands what it submitted to the copycats of this process: once submitted,
+    /// so the copy is always the later of the two.
+    fn submitted(&self, files: &TaskFiles) -> Result<(), NodeError> {
+        if *self == Behaviour::Accomplice {
+            let task = &files.task;
+            share(
+                task.job_id,
+                task.round,
+                &Adapter::load(&files.out, &Device::Cpu)?,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A job's work as a dishonest worker trains it: the honest work, with the shard altered
+/// before, the run cut short, or the adapter or its proof of training altered after.
+struct Cheating {
+    honest: Arc<dyn Work>,
+    behaviour: Behaviour,
+}
+
+impl Work for Cheating {
+    fn metric(&self) -> Metric {
+        self.honest.metric()
+    }
+
+    fn seed(&self) -> u64 {
+        self.honest.seed()
+    }
+
+    fn adapter_config(&self) -> AdapterConfig {
+        self.honest.adapter_config()
+    }
+
+    fn train(
+        &self,
+        start: Option<&Adapter>,
+        shard: &Path,
+        device: &Device,
+        round: u32,
+        span: Span,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<Trained> {
+        let honest = &*self.honest;
+        if self.behaviour.skips_last_stretch(round) {
+            return skip_last_stretch(honest, start, shard, device, round, progress);
+        }
+        // What the whole shard's run takes, which a lazy worker's forged proof claims.
+        let asked_steps = match self.behaviour {
+            Behaviour::Lazy => {
+                let steps = honest.total_steps(shard)?;
+                keep_a_tenth(shard)?;
+                steps
+            }
+            Behaviour::LabelFlip => {
+                flip_answers(shard)?;
+                0
+            }
+            _ => 0,
+        };
+        let mut trained = honest.train(start, shard, device, round, span, progress)?;
+        if self.behaviour == Behaviour::Lazy {
+            trained.trace = stretched_trace(&trained, asked_steps);
+        }
+        trained.adapter = match self.behaviour {
+            Behaviour::RandomNoise => noise_like(&trained.adapter)?,
+            // Trains only in round 1, whose start is the bare model.
+            Behaviour::Replay => no_change(&trained.adapter)?,
+            Behaviour::SignFlip => sign_flipped(&trained.adapter)?,
+            Behaviour::MisShaped => mis_shaped(&trained.adapter)?,
+            _ => trained.adapter,
+        };
+        Ok(trained)
+    }
+
+    fn total_steps(&self, shard: &Path) -> Result<usize> {
+        self.honest.total_steps(shard)
+    }
+
+    fn held_out(&self, path: &Path) -> Result<HeldOut> {
+        self.honest.held_out(path)
+    }
+
+    fn score(&self, adapter: Option<&Adapter>, held_out: &HeldOut, device: &Device) -> Result<f64> {
+        self.honest.score(adapter, held_out, device)
+    }
+
+    fn score_report(
+        &self,
+        adapter: Option<&Adapter>,
+        held_out: &HeldOut,
+        device: &Device,
+    ) -> Result<HeldOutScore> {
+        self.honest.score_report(adapter, held_out, device)
+    }
+
+    fn base_weight(&self, module: &str) -> Result<Option<Tensor>> {
+        self.honest.base_weight(module)
     }
 }
 
 /// How long a copycat waits for its accomplice's adapter before giving its task back.
 const COPY_WAIT: Duration = Duration::from_secs(600);
 
-fn trainer(e: candle_core::Error) -> NodeError {
-    shardwork_trainer::Error::from(e).into()
-}
-
 /// `adapter` with every tensor mapped by `f`.
 fn map_tensors(
     adapter: &Adapter,
     f: impl Fn(&str, &Tensor) -> candle_core::Result<Tensor>,
-) -> Result<Adapter, NodeError> {
+) -> Result<Adapter> {
     let mut tensors = BTreeMap::new();
     for (name, t) in &adapter.tensors {
-        tensors.insert(name.clone(), f(name, t).map_err(trainer)?);
+        tensors.insert(name.clone(), f(name, t)?);
     }
     Ok(Adapter {
         config: adapter.config.clone(),
@@ -124,7 +279,7 @@ fn map_tensors(
 }
 
 /// An adapter of the same shapes filled with standard normal noise.
-pub fn noise_like(adapter: &Adapter) -> Result<Adapter, NodeError> {
+fn noise_like(adapter: &Adapter) -> Result<Adapter> {
     map_tensors(adapter, |_, t| {
         Tensor::randn(0f32, 1f32, t.dims(), t.device()).and_then(|n| n.to_dtype(t.dtype()))
     })
@@ -132,7 +287,7 @@ pub fn noise_like(adapter: &Adapter) -> Result<Adapter, NodeError> {
 
 /// `adapter` plus Gaussian noise of `share` times each tensor's RMS value: a new file (and CID)
 /// for nearly the same update.
-pub fn perturbed(adapter: &Adapter, share: f64) -> Result<Adapter, NodeError> {
+fn perturbed(adapter: &Adapter, share: f64) -> Result<Adapter> {
     map_tensors(adapter, |_, t| {
         let rms = t.sqr()?.mean_all()?.sqrt()?.to_scalar::<f32>()?;
         let noise = (Tensor::randn(0f32, 1f32, t.dims(), t.device())? * (share * f64::from(rms)))?;
@@ -142,7 +297,7 @@ pub fn perturbed(adapter: &Adapter, share: f64) -> Result<Adapter, NodeError> {
 
 /// Round 1's replay: the trained adapter with every LoRA B zeroed, so `ΔW = B·A = 0`: the
 /// bare model, which is where round 1 starts.
-pub fn no_change(adapter: &Adapter) -> Result<Adapter, NodeError> {
+fn no_change(adapter: &Adapter) -> Result<Adapter> {
     map_tensors(adapter, |name, t| {
         if name.contains("lora_B") {
             t.zeros_like()
@@ -154,7 +309,7 @@ pub fn no_change(adapter: &Adapter) -> Result<Adapter, NodeError> {
 
 /// `adapter` with every LoRA A cut to the first half of its columns: a file that loads, in
 /// the job's configuration, whose shapes fit no weight of the model.
-pub fn mis_shaped(adapter: &Adapter) -> Result<Adapter, NodeError> {
+fn mis_shaped(adapter: &Adapter) -> Result<Adapter> {
     map_tensors(adapter, |name, t| {
         if name.contains("lora_A") {
             t.narrow(1, 0, (t.dim(1)? / 2).max(1))?.contiguous()
@@ -165,7 +320,7 @@ pub fn mis_shaped(adapter: &Adapter) -> Result<Adapter, NodeError> {
 }
 
 /// The opposite update: every LoRA B negated, so `ΔW = B·A` changes sign.
-pub fn sign_flipped(adapter: &Adapter) -> Result<Adapter, NodeError> {
+fn sign_flipped(adapter: &Adapter) -> Result<Adapter> {
     map_tensors(adapter, |name, t| {
         if name.contains("lora_B") {
             t.neg()
@@ -179,7 +334,7 @@ pub fn sign_flipped(adapter: &Adapter) -> Result<Adapter, NodeError> {
 static SHARED: LazyLock<Mutex<BTreeMap<(Uuid, u32), Adapter>>> = LazyLock::new(Mutex::default);
 
 /// An accomplice hands over what it trained (and submitted) for `job`'s round `round`.
-pub fn share(job: Uuid, round: u32, adapter: &Adapter) {
+fn share(job: Uuid, round: u32, adapter: &Adapter) {
     if let Ok(mut shared) = SHARED.lock() {
         shared
             .entry((job, round))
@@ -187,9 +342,8 @@ pub fn share(job: Uuid, round: u32, adapter: &Adapter) {
     }
 }
 
-/// Waits for an accomplice's adapter of the lease's round and returns it, perturbed.
-pub async fn copy_another(lease: &Lease) -> Result<Adapter, NodeError> {
-    let task = &lease.task;
+/// Waits for an accomplice's adapter of `task`'s round and returns it, perturbed.
+async fn copy_another(task: &TaskMessage) -> Result<Adapter, NodeError> {
     let started = Instant::now();
     loop {
         let shared = SHARED
@@ -197,7 +351,7 @@ pub async fn copy_another(lease: &Lease) -> Result<Adapter, NodeError> {
             .ok()
             .and_then(|s| s.get(&(task.job_id, task.round)).cloned());
         if let Some(original) = shared {
-            return perturbed(&original, 0.02);
+            return Ok(perturbed(&original, 0.02)?);
         }
         if started.elapsed() > COPY_WAIT {
             return Err(NodeError::Content(format!(
@@ -214,7 +368,7 @@ pub async fn copy_another(lease: &Lease) -> Result<Adapter, NodeError> {
 /// would keep it at (its last state, the adapter's values, standing in for any it lacks), and
 /// its losses stretched over the asked steps. Every part is a real state of a real run; none
 /// is where the asked run would be.
-pub fn stretched_trace(trained: &Trained, asked_steps: usize) -> TrainTrace {
+fn stretched_trace(trained: &Trained, asked_steps: usize) -> TrainTrace {
     let own = &trained.trace;
     let asked = boundaries(asked_steps, TRACE_SEGMENTS);
     let inner = &asked[1..asked.len() - 1];
@@ -265,14 +419,14 @@ pub fn stretched_trace(trained: &Trained, asked_steps: usize) -> TrainTrace {
 /// stretch before's update carried on once more, its losses the stretch before's. The trace
 /// is shaped as a whole run's and holds the true states at every boundary. A run of a single
 /// stretch has no corner to cut and is trained whole.
-pub fn skip_last_stretch(
+fn skip_last_stretch(
     work: &dyn Work,
     start: Option<&Adapter>,
     shard: &Path,
     device: &Device,
     round: u32,
     progress: &mut dyn FnMut(&Progress),
-) -> Result<Trained, NodeError> {
+) -> Result<Trained> {
     let total = work.total_steps(shard)?;
     let bounds = boundaries(total, TRACE_SEGMENTS);
     let stretches = bounds.len() - 1;
@@ -280,7 +434,7 @@ pub fn skip_last_stretch(
         let span = Span::Whole {
             segments: TRACE_SEGMENTS,
         };
-        return Ok(work.train(start, shard, device, round, span, progress)?);
+        return work.train(start, shard, device, round, span, progress);
     }
     let mut losses = Vec::with_capacity(total);
     let mut kept: Vec<Checkpoint> = Vec::with_capacity(stretches - 1);
@@ -293,7 +447,7 @@ pub fn skip_last_stretch(
         };
         let trained = work.train(start, shard, device, round, span, progress)?;
         let [stretch_start, stretch_end] = &trained.trace.checkpoints[..] else {
-            return Err(NodeError::Io(
+            return Err(Error::Invalid(
                 "a trained stretch kept no start and end".into(),
             ));
         };
@@ -303,7 +457,7 @@ pub fn skip_last_stretch(
         last = Some((trained, stretch_start));
     }
     let Some((trained, stretch_start)) = last else {
-        return Err(NodeError::Io("no stretch was trained".into()));
+        return Err(Error::Invalid("no stretch was trained".into()));
     };
     let previous = &trained.trace.losses;
     let forged_steps = bounds[stretches] - bounds[stretches - 1];
@@ -346,24 +500,30 @@ fn zeros(adapter: &Adapter) -> BTreeMap<String, Tensor> {
 
 /// The first tenth (at least one) of the JSONL records in `shard`, written back over it: what a
 /// lazy worker trains on.
-pub fn keep_a_tenth(shard: &Path) -> Result<(), NodeError> {
-    let text = std::fs::read_to_string(shard).map_err(|e| NodeError::Io(e.to_string()))?;
+fn keep_a_tenth(shard: &Path) -> Result<()> {
+    let text = read(shard)?;
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let kept = lines.len().div_ceil(10).max(1).min(lines.len());
     let mut out = lines[..kept].join("\n");
     out.push('\n');
-    std::fs::write(shard, out).map_err(|e| NodeError::Io(e.to_string()))
+    write(shard, out)
 }
 
 /// Rewrites the JSONL records of `shard` with wrong answers: binary labels flipped, preference
 /// pairs reversed, other labels and every `completion`, `output` and chat reply moved to the
 /// next record (the last to the first).
-pub fn flip_answers(shard: &Path) -> Result<(), NodeError> {
-    let text = std::fs::read_to_string(shard).map_err(|e| NodeError::Io(e.to_string()))?;
+fn flip_answers(shard: &Path) -> Result<()> {
+    let text = read(shard)?;
     let mut records = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let record: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| NodeError::Content(e.to_string()))?;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record: serde_json::Value = serde_json::from_str(line).map_err(|e| Error::Dataset {
+            path: shard.to_owned(),
+            line: i + 1,
+            detail: e.to_string(),
+        })?;
         records.push(record);
     }
     let binary = records
@@ -429,7 +589,21 @@ pub fn flip_answers(shard: &Path) -> Result<(), NodeError> {
         out.push_str(&record.to_string());
         out.push('\n');
     }
-    std::fs::write(shard, out).map_err(|e| NodeError::Io(e.to_string()))
+    write(shard, out)
+}
+
+fn read(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn write(path: &Path, text: String) -> Result<()> {
+    std::fs::write(path, text).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -6,8 +6,13 @@
 //! database driver. The worker consumes the task queue; the validator polls the API. What a job
 //! asks of the trainer (load its model, train a shard, score an adapter, merge) is behind one
 //! seam, [`work`], so the loops here know no model family.
+//!
+//! The dishonest workers the tests, the demo and the benchmarks set against the validator
+//! (`adversary`) compile only with the `adversaries` feature, which the operators' binary
+//! leaves off; they wrap the worker through its seam ([`worker::Conduct`]).
 #![warn(missing_docs)]
 
+#[cfg(feature = "adversaries")]
 pub mod adversary;
 pub mod capacity;
 pub mod content;

@@ -10,7 +10,15 @@
 //! mid-task costs only time: its lease stops being extended, expires, and the API's reaper
 //! requeues the task (a new message) for another worker. A message for a task that is done,
 //! failed or leased elsewhere is dropped after the API says so (409).
+//!
+//! A task has one path through the worker. Where a worker could do otherwise (the work it
+//! trains with, how it comes by the adapter it hands in, what follows its submission), the
+//! worker asks its [`Conduct`]; [`Honest`], what every operator's worker runs, does as the
+//! task asks at each.
 
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,11 +33,9 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::NodeError;
-use crate::adversary;
-pub use crate::adversary::Behaviour;
 use crate::content::{Blobs, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
-use crate::work;
+use crate::work::{self, Work};
 use shardwork_client::{ApiClient, Lease, Progress};
 use shardwork_core::store::keys::{BundleSeal, Sealed};
 use shardwork_core::store::seal::SealingKey;
@@ -55,8 +61,8 @@ pub struct WorkerNode {
     pub work_dir: WorkDir,
     /// How often a running task extends its lease.
     pub heartbeat: Duration,
-    /// Honest, or an adversary for the tests (see [`crate::adversary`]).
-    pub behaviour: Behaviour,
+    /// How it goes about a task: [`Honest`] for every operator's worker.
+    pub conduct: Arc<dyn Conduct>,
     /// Training memory to register at most, MiB; `None` registers all that is measured at
     /// start ([`crate::capacity::measure`]).
     pub memory_limit_mb: Option<u64>,
@@ -290,111 +296,66 @@ impl WorkerNode {
             )
             .await?;
 
+        let files = Arc::new(TaskFiles {
+            task: task.clone(),
+            shard: shard_path,
+            start: previous,
+            out: dir.path().join("adapter"),
+        });
         let steps = Steps::default();
         let trainer_steps = steps.clone();
         let device = self.device.clone();
-        let behaviour = self.behaviour;
-        let out_dir = dir.path().join("adapter");
-        let out = out_dir.clone();
         let started = Instant::now();
-        let round = task.round;
-        let training = if behaviour.trains(round) {
-            tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
-                let reference = match reference {
-                    Some(dir) => Some(Adapter::load(&dir, &device)?),
-                    None => None,
-                };
-                let work = work::load(spec, &model_dir, reference, &device)?;
-                // What the whole shard's run takes, which a lazy worker's forged proof claims.
-                let asked_steps = match behaviour {
-                    Behaviour::Lazy => {
-                        let steps = work.total_steps(&shard_path)?;
-                        adversary::keep_a_tenth(&shard_path)?;
-                        steps
-                    }
-                    Behaviour::LabelFlip => {
-                        adversary::flip_answers(&shard_path)?;
-                        0
-                    }
-                    _ => 0,
-                };
-                let start = match previous {
-                    Some(p) => Some(Adapter::load(&p, &device)?),
-                    None => None,
-                };
-                let progress = &mut |p: &shardwork_trainer::train::Progress| {
-                    if let Ok(mut steps) = trainer_steps.lock() {
-                        steps.push(*p);
-                    }
-                };
-                let trained = if behaviour.skips_last_stretch(round) {
-                    adversary::skip_last_stretch(
-                        &*work,
-                        start.as_ref(),
-                        &shard_path,
-                        &device,
-                        round,
-                        progress,
-                    )?
-                } else {
+        let training: Training = {
+            let (files, conduct) = (files.clone(), self.conduct.clone());
+            Box::pin(async move {
+                let trained = tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
+                    let reference = match reference {
+                        Some(dir) => Some(Adapter::load(&dir, &device)?),
+                        None => None,
+                    };
+                    let work = conduct.work(work::load(spec, &model_dir, reference, &device)?);
+                    let start = match &files.start {
+                        Some(p) => Some(Adapter::load(p, &device)?),
+                        None => None,
+                    };
+                    let progress = &mut |p: &shardwork_trainer::train::Progress| {
+                        if let Ok(mut steps) = trainer_steps.lock() {
+                            steps.push(*p);
+                        }
+                    };
                     let span = Span::Whole {
                         segments: TRACE_SEGMENTS,
                     };
-                    work.train(start.as_ref(), &shard_path, &device, round, span, progress)?
-                };
-                let trace = match behaviour {
-                    Behaviour::Lazy => adversary::stretched_trace(&trained, asked_steps),
-                    _ => trained.trace.clone(),
-                };
-                match behaviour {
-                    Behaviour::RandomNoise => {
-                        adversary::noise_like(&trained.adapter)?.save(&out)?
-                    }
-                    Behaviour::Replay => adversary::no_change(&trained.adapter)?.save(&out)?,
-                    Behaviour::SignFlip => adversary::sign_flipped(&trained.adapter)?.save(&out)?,
-                    Behaviour::MisShaped => adversary::mis_shaped(&trained.adapter)?.save(&out)?,
-                    _ => trained.adapter.save(&out)?,
-                }
-                trace.save(&out.join(TRACE_FILE))?;
-                Ok(Claimed::from(&trained))
-            })
-        } else {
-            // An adversary that trains nothing: its adapter comes from someone else's work.
-            let lease = lease.clone();
-            tokio::spawn(async move {
-                let adapter = match (behaviour, previous) {
-                    (Behaviour::Replay, Some(start)) => {
-                        adversary::perturbed(&Adapter::load(&start, &Device::Cpu)?, 1e-5)?
-                    }
-                    _ => adversary::copy_another(&lease).await?,
-                };
-                adapter.save(&out)?;
-                let records = std::fs::read_to_string(&shard_path)
-                    .map_err(|e| NodeError::Io(e.to_string()))?
-                    .lines()
-                    .filter(|l| !l.trim().is_empty())
-                    .count();
-                Ok(Claimed {
-                    records,
-                    steps: 1,
-                    final_loss: 0.0,
-                    tokens_per_sec: 0.0,
-                })
+                    let round = files.task.round;
+                    let trained =
+                        work.train(start.as_ref(), &files.shard, &device, round, span, progress)?;
+                    trained.adapter.save(&files.out)?;
+                    trained.trace.save(&files.out.join(TRACE_FILE))?;
+                    Ok(Claimed::from(&trained))
+                });
+                trained
+                    .await
+                    .map_err(|e| NodeError::Io(format!("training thread: {e}")))?
             })
         };
-        let report = self.heartbeat_until(lease, training, steps).await?;
+        let handing_in = {
+            let (files, conduct) = (files.clone(), self.conduct.clone());
+            tokio::spawn(async move { conduct.hand_in(&files, training).await })
+        };
+        let report = self.heartbeat_until(lease, handing_in, steps).await?;
         let samples = report.records;
 
-        // An adversary that trained nothing has no proof of training to send.
-        let mut files = vec!["adapter_config.json", "adapter_model.safetensors"];
-        if out_dir.join(TRACE_FILE).exists() {
-            files.push(TRACE_FILE);
+        // The proof of training goes with the adapter where the hand-in holds one.
+        let mut bundle = vec!["adapter_config.json", "adapter_model.safetensors"];
+        if files.out.join(TRACE_FILE).exists() {
+            bundle.push(TRACE_FILE);
         }
         let adapter_cid = put_bundle(
             self.blobs.as_ref(),
             "adapter",
-            &out_dir,
-            &files,
+            &files.out,
+            &bundle,
             Some(&seals.submission),
         )
         .await?;
@@ -426,14 +387,7 @@ impl WorkerNode {
             samples: samples as u64,
         };
         self.api.submit(&submission).await?;
-        if self.behaviour == Behaviour::Accomplice {
-            // Handed over once submitted, so the copy is always the later of the two.
-            adversary::share(
-                task.job_id,
-                task.round,
-                &Adapter::load(&out_dir, &Device::Cpu)?,
-            );
-        }
+        self.conduct.submitted(&files)?;
         tracing::info!(%adapter_cid, steps = report.steps, loss = report.final_loss, "adapter submitted");
         Ok(())
     }
@@ -547,11 +501,16 @@ fn final_reports(
 }
 
 /// What a worker reports with its submission about the training it did (or claims it did).
-struct Claimed {
-    records: usize,
-    steps: usize,
-    final_loss: f32,
-    tokens_per_sec: f64,
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Claimed {
+    /// Records of the shard trained on.
+    pub records: usize,
+    /// Optimiser steps taken.
+    pub steps: usize,
+    /// Mean training loss over the last steps.
+    pub final_loss: f32,
+    /// Training throughput.
+    pub tokens_per_sec: f64,
 }
 
 impl From<&work::Trained> for Claimed {
@@ -564,6 +523,56 @@ impl From<&work::Trained> for Claimed {
         }
     }
 }
+
+/// A task's inputs as the worker fetched them, and the folder its hand-in is written to.
+#[derive(Debug)]
+pub struct TaskFiles {
+    /// The task, as its lease gives it.
+    pub task: TaskMessage,
+    /// The shard's records (JSONL).
+    pub shard: PathBuf,
+    /// The round's starting adapter, opened; `None` where the round starts from the bare model.
+    pub start: Option<PathBuf>,
+    /// Where the adapter handed in is written, with its proof of training
+    /// ([`TRACE_FILE`]) beside it.
+    pub out: PathBuf,
+}
+
+/// A task's training on a blocking thread, from the job's work to the hand-in's files: started
+/// when first polled, so never run when dropped unpolled.
+pub type Training = Pin<Box<dyn Future<Output = Result<Claimed, NodeError>> + Send>>;
+
+/// How a worker goes about a task, at the points where a worker may do otherwise than the
+/// task asks. Each method's default does what the task asks; the worker calls them in order
+/// on its one path: [`Conduct::work`] and [`Conduct::hand_in`] before the submission,
+/// [`Conduct::submitted`] after it.
+#[async_trait::async_trait]
+pub trait Conduct: Send + Sync {
+    /// The work the task is trained with, given the job's own `work`: that work.
+    fn work(&self, work: Arc<dyn Work>) -> Arc<dyn Work> {
+        work
+    }
+
+    /// Writes the task's hand-in into `files.out` and says what it claims of the run: what
+    /// `training` trains there.
+    async fn hand_in(&self, files: &TaskFiles, training: Training) -> Result<Claimed, NodeError> {
+        let _ = files;
+        training.await
+    }
+
+    /// Told once the adapter in `files.out` has been submitted: nothing more to do.
+    fn submitted(&self, files: &TaskFiles) -> Result<(), NodeError> {
+        let _ = files;
+        Ok(())
+    }
+}
+
+/// The worker every operator runs: it trains the whole shard it is given and hands in what it
+/// trained, with the proof of that training.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Honest;
+
+impl Conduct for Honest {}
 
 /// How a lease's adapters are sealed: what the worker hands in, the round's start, and a
 /// preference job's reference policy.

@@ -69,8 +69,13 @@ pub async fn run(mut config: Config, bench: &ApiBenchConfig) -> anyhow::Result<A
     // rather than 429s.
     config.api.rate_limit_per_minute = u32::MAX;
     config.api.rate_limit_per_ip_per_minute = u32::MAX;
-    let deployment =
-        crate::up::start(config, 1, 0, (0, shardwork_node::worker::Behaviour::Honest)).await?;
+    let deployment = crate::up::start(
+        config,
+        1,
+        0,
+        (0, shardwork_node::adversary::Behaviour::Honest),
+    )
+    .await?;
     let outcome = measure(&deployment, bench).await;
     let crate::up::Deployment { running, nodes, .. } = deployment;
     nodes.stop().await;

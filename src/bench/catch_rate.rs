@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use shardwork_node::worker::Behaviour;
+use shardwork_node::adversary::Behaviour;
 
 use crate::config::Config;
 use crate::demo::DemoArgs;

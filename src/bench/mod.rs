@@ -82,7 +82,7 @@ pub enum BenchCommand {
             value_delimiter = ',',
             default_value = "lazy,skip-last"
         )]
-        adversaries: Vec<shardwork_node::worker::Behaviour>,
+        adversaries: Vec<shardwork_node::adversary::Behaviour>,
         #[arg(long, default_value_t = 5)]
         jobs: usize,
         #[arg(long, default_value_t = 6)]

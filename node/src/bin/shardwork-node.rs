@@ -25,7 +25,7 @@ use shardwork_node::service::{
     HEARTBEAT, VALIDATOR_POLL, shutdown_on_signal, signing_key, training_device,
 };
 use shardwork_node::validator::{Rules, ValidatorNode};
-use shardwork_node::worker::{Behaviour, WorkerNode};
+use shardwork_node::worker::{Honest, WorkerNode};
 
 /// Shardwork's worker and validator services, against a served API.
 #[derive(Debug, Parser)]
@@ -196,7 +196,7 @@ async fn run(cli: Cli) -> Result<(), NodeError> {
                 device: training_device(),
                 work_dir,
                 heartbeat: HEARTBEAT,
-                behaviour: Behaviour::Honest,
+                conduct: Arc::new(Honest),
                 memory_limit_mb: queue_args.memory_mb,
             }
             .run(shutdown_on_signal())
