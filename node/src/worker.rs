@@ -656,7 +656,7 @@ mod tests {
         // The last heartbeat already carried the final step: nothing more to send.
         let heartbeat = report_of(Some(step(12, 12, 0.4)));
         assert!(final_reports(&[step(12, 12, 0.4)], Some(&heartbeat)).is_empty());
-        // A run that reported no step (an adversary that trains nothing) sends nothing.
+        // A run that reported no step (a hand-in that trained nothing) sends nothing.
         assert!(final_reports(&[], None).is_empty());
     }
 }
