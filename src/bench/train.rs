@@ -654,10 +654,11 @@ fn random_llama_1b(device: &Device, quantized: Option<GgmlDType>) -> anyhow::Res
 /// widths.
 type Trained = (Vec<f64>, f64, (usize, usize));
 
-fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
+/// The child's fixed batch: `batch_size` random sequences of `seq_len` inputs, every next token
+/// learned (or scored).
+fn random_batch(model: &Llama, args: &ChildArgs) -> Vec<SftExample> {
     let vocab = model.config().vocab_size;
-    let widths = (model.config().hidden_size, model.config().intermediate_size);
-    let examples: Vec<SftExample> = (0..args.batch_size)
+    (0..args.batch_size)
         .map(|i| {
             let ids = token_ids(args.seq_len + 1, vocab, 0x9e37_79b9 + i as u64);
             SftExample {
@@ -665,7 +666,12 @@ fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
                 ids,
             }
         })
-        .collect();
+        .collect()
+}
+
+fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
+    let widths = (model.config().hidden_size, model.config().intermediate_size);
+    let examples = random_batch(&model, args);
     let sft_cfg = |steps: usize| -> anyhow::Result<SftConfig> {
         Ok(SftConfig {
             lora: LoraConfig::new(8, 16.0, 0.0, &["q_proj", "v_proj"], &[])?,
@@ -701,17 +707,8 @@ fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
 /// attached and their B at zero as a fresh adapter's), one fixed random batch a step, every
 /// position scored; (losses, measured seconds).
 fn score_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
-    let vocab = model.config().vocab_size;
     let widths = (model.config().hidden_size, model.config().intermediate_size);
-    let examples: Vec<SftExample> = (0..args.batch_size)
-        .map(|i| {
-            let ids = token_ids(args.seq_len + 1, vocab, 0x9e37_79b9 + i as u64);
-            SftExample {
-                learn: vec![true; ids.len()],
-                ids,
-            }
-        })
-        .collect();
+    let examples = random_batch(&model, args);
     let lora = LoraConfig::new(8, 16.0, 0.0, &["q_proj", "v_proj"], &[])?;
     let _trainables = sft::attach_lora(&mut model, &lora, 0)?;
     let _packs = shardwork_trainer::fused::packs::PackScope::enter();
