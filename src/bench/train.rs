@@ -566,7 +566,11 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
         stack: format!(
             "Shardwork candle 0.11, {} threads, frozen products on {}",
             candle_core::utils::get_num_threads(),
-            if device.is_cpu() && shardwork_trainer::amx::available() {
+            // Scoring runs outside a pack scope, so its products stay on gemm (score_llm).
+            if device.is_cpu()
+                && shardwork_trainer::amx::available()
+                && args.config != TrainConfig::Smollm2Score
+            {
                 "AMX (split bf16)"
             } else {
                 "gemm"
@@ -711,7 +715,8 @@ fn score_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
     let examples = random_batch(&model, args);
     let lora = LoraConfig::new(8, 16.0, 0.0, &["q_proj", "v_proj"], &[])?;
     let _trainables = sft::attach_lora(&mut model, &lora, 0)?;
-    let _packs = shardwork_trainer::fused::packs::PackScope::enter();
+    // No pack scope: the validator scores outside one, so its products stay on gemm even on a
+    // CPU with AMX (fused::packs), and this measures what it does.
     let mut losses = Vec::new();
     for _ in 0..args.warmup {
         losses.push(sft::evaluate(&model, &examples, args.batch_size, 0)?.loss);
