@@ -15,6 +15,8 @@ use super::{Aggregation, HeldOutMetric};
 
 /// Measures of one held-out pass reported beside the judged metric (`reward_accuracy` for a
 /// preference job), by name; null where a measure was not finite. Reported, never judged.
+/// The report fields below spell the type out: utoipa documents an alias as a schema named
+/// after the aliased type (`BTreeMap`) instead of a map.
 pub type BesideMetrics = BTreeMap<String, Option<f64>>;
 
 /// The measurements behind a verdict.

@@ -674,11 +674,6 @@ export function FundPanel({
   );
 }
 
-/** "loss 1.4400" from a round's merge summary (the result route's `aggregate`), if it has one. */
-function resultMetric(aggregate: JobResult['aggregate']): string | null {
-  return aggregate ? `${aggregate.metric_name} ${aggregate.metric.toFixed(4)}` : null;
-}
-
 function ResultPanel({ id }: { id: string }) {
   const p = usePortal();
   const [result, setResult] = useState<JobResult | null>(null);
@@ -721,9 +716,9 @@ function ResultPanel({ id }: { id: string }) {
           <p>
             Adapter <code>{result.adapter_cid}</code> in Hugging Face PEFT format.
           </p>
-          {resultMetric(result.aggregate) && (
+          {result.aggregate && (
             <p data-testid="result-metric">
-              Held-out {resultMetric(result.aggregate)}: the best of the job's rounds, which is the one handed over.
+              Held-out {result.aggregate.metric_name} {result.aggregate.metric.toFixed(4)}: the best of the job's rounds, which is the one handed over.
             </p>
           )}
           <p className="muted" data-testid="result-continue">
