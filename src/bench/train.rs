@@ -19,6 +19,7 @@ use candle_core::{DType, Device, Tensor};
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use shardwork_trainer::bert::{BertClassifier, BertWeights, ClassifierSpec};
+use shardwork_trainer::fused::packs::{KeptPacks, PackScope};
 use shardwork_trainer::gguf::GgufFile;
 use shardwork_trainer::llama::{Config, Llama, QuantizedWeights};
 use shardwork_trainer::lora::LoraConfig;
@@ -566,11 +567,7 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
         stack: format!(
             "Shardwork candle 0.11, {} threads, frozen products on {}",
             candle_core::utils::get_num_threads(),
-            // Scoring runs outside a pack scope, so its products stay on gemm (score_llm).
-            if device.is_cpu()
-                && shardwork_trainer::amx::available()
-                && args.config != TrainConfig::Smollm2Score
-            {
+            if device.is_cpu() && shardwork_trainer::amx::available() {
                 "AMX (split bf16)"
             } else {
                 "gemm"
@@ -690,7 +687,7 @@ fn train_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
     // One scope over the warm-up and the measured run: the frozen weights are packed for AMX
     // once, in the warm-up, as a task packs them once in its first step and not in the steady
     // state the bench measures (the packing's one-time cost is in docs/performance.md).
-    let _packs = shardwork_trainer::fused::packs::PackScope::enter();
+    let _packs = PackScope::enter();
     let mut losses = Vec::new();
     let mut record = |p: &shardwork_trainer::train::Progress| losses.push(f64::from(p.loss));
     if args.warmup > 0 {
@@ -715,15 +712,21 @@ fn score_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
     let examples = random_batch(&model, args);
     let lora = LoraConfig::new(8, 16.0, 0.0, &["q_proj", "v_proj"], &[])?;
     let _trainables = sft::attach_lora(&mut model, &lora, 0)?;
-    // No pack scope: the validator scores outside one, so its products stay on gemm even on a
-    // CPU with AMX (fused::packs), and this measures what it does.
+    // Each pass in a scope of its own that keeps the packs for the next, as the validator's
+    // job does (`KeptPacks`): on a CPU with AMX the warm-up packs the weights, the measured
+    // passes reuse them.
+    let mut kept = KeptPacks::default();
+    let pass = |kept: &mut KeptPacks| -> anyhow::Result<f64> {
+        let _packs = PackScope::enter_keeping(kept);
+        Ok(sft::evaluate(&model, &examples, args.batch_size, 0)?.loss)
+    };
     let mut losses = Vec::new();
     for _ in 0..args.warmup {
-        losses.push(sft::evaluate(&model, &examples, args.batch_size, 0)?.loss);
+        losses.push(pass(&mut kept)?);
     }
     let started = Instant::now();
     for _ in 0..args.steps {
-        losses.push(sft::evaluate(&model, &examples, args.batch_size, 0)?.loss);
+        losses.push(pass(&mut kept)?);
     }
     Ok((losses, started.elapsed().as_secs_f64(), widths))
 }
@@ -751,7 +754,7 @@ fn train_minilm(args: &ChildArgs, device: &Device) -> anyhow::Result<Trained> {
     let mut opt = AdamW::new(&trainables, optim(args.warmup + args.steps))?;
     // The training loop's scope (`classify::train_span` opens one): without it every frozen
     // product went to gemm, and the bench measured a path no classification task takes.
-    let _packs = shardwork_trainer::fused::packs::PackScope::enter();
+    let _packs = PackScope::enter();
     let mut losses = Vec::new();
     let mut step = || -> anyhow::Result<f64> {
         let logits = model.forward(&ids, &mask, true)?;

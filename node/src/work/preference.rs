@@ -112,7 +112,7 @@ impl PreferenceJob {
         reference: &[ReferenceLogps],
     ) -> Result<DpoEval> {
         let pad = self.lm.tokenizer().eos_token_id;
-        self.lm.with_adapter(adapter, |model, _| {
+        self.lm.scoring_with_adapter(adapter, |model| {
             dpo::evaluate(model, pairs, reference, self.objective, EVAL_BATCH, pad)
         })
     }

@@ -600,9 +600,11 @@ fn forward(
                         row[col] -= scale;
                     }
                 }
-                match packs {
-                    Some(packs) => {
-                        packs[b].backward.matmul_t_into(block, rows, partial);
+                // A scope that only scores keeps no backward packs; a gradient taken there
+                // goes through gemm.
+                match packs.and_then(|packs| packs[b].backward.as_ref()) {
+                    Some(backward) => {
+                        backward.matmul_t_into(block, rows, partial);
                         Ok(())
                     }
                     None => matmul(

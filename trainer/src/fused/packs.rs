@@ -23,6 +23,11 @@
 //! counted against the budget as if it were ([`quantized_uses_amx`]), so that it takes AMX
 //! exactly where its f32 expansion would and the two still train bit for bit alike.
 //!
+//! Held-out scoring runs the same frozen weights through many forward passes, one per verdict,
+//! on whichever thread the validator's blocking pool hands it. A [`KeptPacks`] holds a job's
+//! packs between those passes ([`PackScope::enter_keeping`]): forward packs only, since
+//! scoring takes no gradient, so they take the size of the f32 weights once, not twice.
+//!
 //! Packs are keyed by candle's tensor id. A tensor's values never change unless it is a `Var`,
 //! and a `Var` is never packed, so a pack cannot go stale within its scope.
 
@@ -47,25 +52,30 @@ fn packed_size(out: usize, input: usize) -> usize {
     2 * 2 * std::mem::size_of::<u16>() * out * input
 }
 
-/// Both packs of one frozen weight `W (out, in)`.
+/// The packs of one frozen weight `W (out, in)`: both ways in a training run, the forward one
+/// alone in a scope that only scores.
 pub(super) struct FrozenPacks {
     /// For `x·Wᵀ`.
     pub(super) forward: PackedWeight,
-    /// For `g·W`.
-    pub(super) backward: PackedWeight,
+    /// For `g·W`; `None` where the scope takes no gradient ([`PackScope::enter_keeping`]).
+    pub(super) backward: Option<PackedWeight>,
 }
 
 impl FrozenPacks {
-    /// Packs `w` (`out × in`, row-major) both ways.
-    fn new(w: &[f32], out: usize, input: usize) -> FrozenPacks {
+    /// Packs `w` (`out × in`, row-major) forward, and backward too when `gradients`.
+    fn new(w: &[f32], out: usize, input: usize, gradients: bool) -> FrozenPacks {
         FrozenPacks {
             forward: PackedWeight::new(w, None, out, input),
-            backward: PackedWeight::transposed(w, out, input),
+            backward: gradients.then(|| PackedWeight::transposed(w, out, input)),
         }
     }
 
     fn size_in_bytes(&self) -> usize {
-        self.forward.size_in_bytes() + self.backward.size_in_bytes()
+        self.forward.size_in_bytes()
+            + self
+                .backward
+                .as_ref()
+                .map_or(0, PackedWeight::size_in_bytes)
     }
 }
 
@@ -81,6 +91,8 @@ impl std::fmt::Debug for FrozenPacks {
 #[derive(Default)]
 struct Scope {
     depth: usize,
+    /// Packs only the forward orientation: a scope that scores and never takes a gradient.
+    forward_only: bool,
     by_weight: HashMap<TensorId, Arc<FrozenPacks>>,
     /// A weight packed in blocks of rows (the language-model head's vocabulary blocks), by
     /// weight and rows per block.
@@ -98,6 +110,12 @@ struct Scope {
 impl Scope {
     fn bytes(&self) -> usize {
         self.bytes
+    }
+
+    /// Bytes the packs of an `out × in` weight take in this scope.
+    fn packed_size(&self, out: usize, input: usize) -> usize {
+        let both = packed_size(out, input);
+        if self.forward_only { both / 2 } else { both }
     }
 }
 
@@ -122,6 +140,29 @@ impl PackScope {
         }
     }
 
+    /// Opens a scope that scores with `kept`'s packs and leaves the packs it makes in `kept`
+    /// when it ends, for the next scope opened with it, on this thread or another. It packs the
+    /// forward orientation only: a gradient taken inside it is computed without packs. Inside
+    /// an open scope it is a nested [`PackScope::enter`], and `kept` is left untouched.
+    pub fn enter_keeping(kept: &mut KeptPacks) -> KeepingScope<'_> {
+        let adopted = SCOPE.with_borrow_mut(|s| {
+            if s.depth > 0 {
+                s.depth += 1;
+                return false;
+            }
+            std::mem::swap(s, &mut kept.scope);
+            s.depth = 1;
+            s.forward_only = true;
+            true
+        });
+        KeepingScope {
+            kept: adopted.then_some(kept),
+            _scope: PackScope {
+                _thread: PhantomData,
+            },
+        }
+    }
+
     /// Bytes of packs this thread keeps now.
     pub fn packed_bytes() -> usize {
         SCOPE.with_borrow(Scope::bytes)
@@ -133,13 +174,55 @@ impl Drop for PackScope {
         SCOPE.with_borrow_mut(|s| {
             s.depth -= 1;
             if s.depth == 0 {
-                s.by_weight.clear();
-                s.by_blocks.clear();
-                s.quantized.clear();
-                s.bytes = 0;
-                s.spare = Vec::new();
+                *s = Scope::default();
             }
         });
+    }
+}
+
+/// A job's frozen-weight packs kept between the scopes that score with it
+/// ([`PackScope::enter_keeping`]); empty on CPUs without AMX. Dropping it frees them.
+#[derive(Default)]
+pub struct KeptPacks {
+    scope: Scope,
+}
+
+impl KeptPacks {
+    /// Bytes of packs kept.
+    pub fn bytes(&self) -> usize {
+        self.scope.bytes
+    }
+}
+
+impl std::fmt::Debug for KeptPacks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptPacks")
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
+/// The scope [`PackScope::enter_keeping`] opens: when it ends, the packs go back to the
+/// [`KeptPacks`] it adopted.
+#[must_use = "the packs are used only while the scope lives"]
+pub struct KeepingScope<'a> {
+    /// Where the packs go back to; `None` when the scope was nested in another.
+    kept: Option<&'a mut KeptPacks>,
+    _scope: PackScope,
+}
+
+impl Drop for KeepingScope<'_> {
+    fn drop(&mut self) {
+        if let Some(kept) = self.kept.take() {
+            SCOPE.with_borrow_mut(|s| {
+                s.depth = 0;
+                s.spare = Vec::new();
+                std::mem::swap(s, &mut kept.scope);
+                // The thread's scope is the empty default again; `_scope`'s own drop then
+                // finds depth 0 and must not underflow.
+                s.depth = 1;
+            });
+        }
     }
 }
 
@@ -191,7 +274,10 @@ impl Frozen {
     ) {
         let rows = g.len() / out.max(1);
         match self {
-            Frozen::Kept(packs) => packs.backward.matmul_t_into(g, rows, dx),
+            Frozen::Kept(packs) => match &packs.backward {
+                Some(backward) => backward.matmul_t_into(g, rows, dx),
+                None => once_input_grad_into(w, out, input, g, dx),
+            },
             Frozen::PerProduct => once_input_grad_into(w, out, input, g, dx),
         }
     }
@@ -253,7 +339,7 @@ pub(super) fn packs_for(
     let (out, input) = weight.dims2()?;
     let (found, room) = SCOPE.with_borrow(|s| {
         let found = s.by_weight.get(&weight.id()).cloned();
-        (found, s.bytes() + packed_size(out, input) <= KEPT_BYTES)
+        (found, s.bytes() + s.packed_size(out, input) <= KEPT_BYTES)
     });
     if let Some(found) = found {
         return Ok(Some(Frozen::Kept(found)));
@@ -262,8 +348,9 @@ pub(super) fn packs_for(
         return Ok(packed_per_product(rows).then_some(Frozen::PerProduct));
     }
     // Packed outside the borrow: packing runs on rayon, whose tasks may multiply too.
+    let gradients = SCOPE.with_borrow(|s| !s.forward_only);
     let packs = with_f32s(op, "the weight", &weight.contiguous()?, |w| {
-        Ok(Arc::new(FrozenPacks::new(w, out, input)))
+        Ok(Arc::new(FrozenPacks::new(w, out, input, gradients)))
     })?;
     SCOPE.with_borrow_mut(|s| {
         if s.by_weight.insert(weight.id(), packs.clone()).is_none() {
@@ -308,14 +395,15 @@ pub(super) fn block_packs_for(
     let (rows, input) = weight.dims2()?;
     let (found, room) = SCOPE.with_borrow(|s| {
         let found = s.by_blocks.get(&key).cloned();
-        (found, s.bytes() + packed_size(rows, input) <= KEPT_BYTES)
+        (found, s.bytes() + s.packed_size(rows, input) <= KEPT_BYTES)
     });
     if found.is_some() || !room {
         return Ok(found);
     }
+    let gradients = SCOPE.with_borrow(|s| !s.forward_only);
     let packs: Arc<[FrozenPacks]> = with_f32s(op, "the weight", &weight.contiguous()?, |w| {
         Ok(w.chunks(block_rows * input)
-            .map(|block| FrozenPacks::new(block, block.len() / input, input))
+            .map(|block| FrozenPacks::new(block, block.len() / input, input, gradients))
             .collect())
     })?;
     SCOPE.with_borrow_mut(|s| {
@@ -376,7 +464,11 @@ mod tests {
         let blocks = block_packs_for("test", &w, 16).unwrap().unwrap();
         let rows: Vec<usize> = blocks.iter().map(|b| b.forward.out_features()).collect();
         assert_eq!(rows, [16, 16, 8]);
-        assert!(blocks.iter().all(|b| b.backward.out_features() == 24));
+        assert!(
+            blocks
+                .iter()
+                .all(|b| b.backward.as_ref().unwrap().out_features() == 24)
+        );
     }
 
     /// Past the budget a weight, or a quantized one, is packed per product for large products
@@ -451,6 +543,61 @@ mod tests {
         assert!(
             once == run(&Frozen::PerProduct),
             "a reused pack ≠ a fresh one"
+        );
+    }
+
+    /// A keeping scope leaves its forward packs in the `KeptPacks` for the next one, on any
+    /// thread, and the thread's own scope empty; nested in an open scope it keeps nothing.
+    #[test]
+    fn a_keeping_scope_hands_its_forward_packs_to_the_next() {
+        if !amx::available() {
+            return;
+        }
+        let w = weight();
+        let mut kept = KeptPacks::default();
+        let first = {
+            let _scope = PackScope::enter_keeping(&mut kept);
+            match packs_for("test", &w, 1).unwrap() {
+                Some(Frozen::Kept(packs)) => packs,
+                other => panic!("not kept inside a keeping scope: {other:?}"),
+            }
+        };
+        assert!(first.backward.is_none(), "a scoring scope packed backward");
+        assert_eq!(PackScope::packed_bytes(), 0, "the thread kept the packs");
+        assert_eq!(kept.bytes(), first.size_in_bytes());
+        let again = std::thread::scope(|threads| {
+            threads
+                .spawn(|| {
+                    let _scope = PackScope::enter_keeping(&mut kept);
+                    match packs_for("test", &w, 1).unwrap() {
+                        Some(Frozen::Kept(packs)) => packs,
+                        other => panic!("not kept on another thread: {other:?}"),
+                    }
+                })
+                .join()
+                .unwrap()
+        });
+        assert!(Arc::ptr_eq(&first, &again), "packed again");
+        {
+            let _outer = PackScope::enter();
+            let _nested = PackScope::enter_keeping(&mut kept);
+            let Some(Frozen::Kept(packs)) = packs_for("test", &w, 1).unwrap() else {
+                panic!("not packed in the outer scope");
+            };
+            assert!(
+                !Arc::ptr_eq(&first, &packs),
+                "the nested scope used the kept packs"
+            );
+            assert!(
+                packs.backward.is_some(),
+                "the training scope lost its backward pack"
+            );
+        }
+        assert_eq!(PackScope::packed_bytes(), 0);
+        assert_eq!(
+            kept.bytes(),
+            first.size_in_bytes(),
+            "the nested scope touched them"
         );
     }
 
