@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use shardwork_core::protocol::Bundle;
+use shardwork_core::protocol::adapter::{PEFT_CONFIG_FILE, PEFT_WEIGHTS_FILE};
 use shardwork_core::protocol::model_files::limits::MAX_MODEL_BYTES;
 use shardwork_core::store::keys::BundleSeal;
 use shardwork_core::store::{ContentStore, parse_cid, unixfs};
@@ -93,6 +94,30 @@ pub async fn fetch_bundle(
     dir: &Path,
     seal: Option<&BundleSeal>,
 ) -> Result<Bundle, NodeError> {
+    fetch_bundle_files(blobs, cid, dir, seal, None).await
+}
+
+/// The PEFT files of adapter bundle `cid` ([`fetch_bundle`] of those two only): what a verdict or
+/// a merge reads. A submission's proof of training, most of its bytes, is left for the replay.
+pub async fn fetch_adapter(
+    blobs: &dyn Blobs,
+    cid: &str,
+    dir: &Path,
+    seal: &BundleSeal,
+) -> Result<Bundle, NodeError> {
+    const PEFT_FILES: &[&str] = &[PEFT_CONFIG_FILE, PEFT_WEIGHTS_FILE];
+    fetch_bundle_files(blobs, cid, dir, Some(seal), Some(PEFT_FILES)).await
+}
+
+/// [`fetch_bundle`] of the files named in `only` (all without it); a named file the bundle
+/// lacks is not an error here: loading what was written names it.
+async fn fetch_bundle_files(
+    blobs: &dyn Blobs,
+    cid: &str,
+    dir: &Path,
+    seal: Option<&BundleSeal>,
+    only: Option<&[&str]>,
+) -> Result<Bundle, NodeError> {
     let doc = blobs.get(cid, MAX_BUNDLE_BYTES).await?;
     let bundle = Bundle::decode(&doc)
         .map_err(|e| NodeError::Content(format!("{cid} is not a bundle: {e}")))?;
@@ -114,6 +139,9 @@ pub async fn fetch_bundle(
     // naming one content under two names).
     let mut written: u64 = 0;
     for (name, file_cid) in &bundle.files {
+        if only.is_some_and(|names| !names.contains(&name.as_str())) {
+            continue;
+        }
         let left = MAX_MODEL_BYTES.saturating_sub(written);
         let mut bytes = blobs
             .get(&file_cid.to_string(), MAX_FILE_BYTES.min(left))
@@ -197,4 +225,56 @@ pub async fn fetch_result(
         names.push(name.to_owned());
     }
     Ok((result, cid, names))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardwork_core::protocol::submission::TRACE_FILE;
+    use shardwork_core::store::embedded::{EmbeddedConfig, EmbeddedStore};
+    use shardwork_core::store::keys::Sealed;
+    use shardwork_core::store::seal::SealingKey;
+
+    /// A verdict's fetch writes the adapter's two PEFT files and leaves the proof of training in
+    /// the store; the replay's full fetch writes all three, each opened with the seal.
+    #[tokio::test]
+    async fn an_adapter_fetch_leaves_the_proof_of_training_behind() {
+        let root = tempfile::tempdir().unwrap();
+        let mut config = EmbeddedConfig::new(root.path().join("store"));
+        config.sync_writes = false;
+        let blobs = StoreBlobs(Arc::new(EmbeddedStore::open(config).await.unwrap()));
+        let seal = Sealed::RoundResult { round: 1 }
+            .seal_for(uuid::Uuid::from_u128(7), &SealingKey::from_bytes([3; 32]));
+        let out = root.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let names = [PEFT_CONFIG_FILE, PEFT_WEIGHTS_FILE, TRACE_FILE];
+        for name in names {
+            std::fs::write(out.join(name), format!("bytes of {name}")).unwrap();
+        }
+        let cid = put_bundle(&blobs, "adapter", &out, &names, Some(&seal))
+            .await
+            .unwrap();
+
+        let verdict = root.path().join("verdict");
+        fetch_adapter(&blobs, &cid, &verdict, &seal).await.unwrap();
+        let mut written: Vec<String> = std::fs::read_dir(&verdict)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        written.sort();
+        assert_eq!(written, [PEFT_CONFIG_FILE, PEFT_WEIGHTS_FILE]);
+        assert_eq!(
+            std::fs::read_to_string(verdict.join(PEFT_WEIGHTS_FILE)).unwrap(),
+            format!("bytes of {PEFT_WEIGHTS_FILE}")
+        );
+
+        let replay = root.path().join("replay");
+        fetch_bundle(&blobs, &cid, &replay, Some(&seal))
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(replay.join(TRACE_FILE)).unwrap(),
+            format!("bytes of {TRACE_FILE}")
+        );
+    }
 }

@@ -53,7 +53,7 @@ use candle_core::Device;
 use tokio::sync::watch;
 
 use crate::NodeError;
-use crate::content::{Blobs, fetch_bundle, put_bundle};
+use crate::content::{Blobs, fetch_adapter, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
 use context::{Contexts, JobContext, JobRef, Loader};
 use replay::StretchCheck;
@@ -519,11 +519,13 @@ impl ValidatorNode {
         let dir = self.work_dir.scratch("verdict-")?;
         let adapter_dir = dir.path().join("submitted");
         let sealed_to = context.submission_seal(pending.task_id, &pending.worker);
-        if let Err(e) = fetch_bundle(
+        // The adapter's files only: the proof of training in the bundle (most of its bytes)
+        // is fetched by the replay, for the submissions drawn for one.
+        if let Err(e) = fetch_adapter(
             self.blobs.as_ref(),
             &pending.adapter_cid,
             &adapter_dir,
-            Some(&sealed_to),
+            &sealed_to,
         )
         .await
         {
@@ -541,7 +543,7 @@ impl ValidatorNode {
             }
             let d = dir.path().join(format!("earlier-{k}"));
             let sealed_to = context.submission_seal(e.task_id, &e.worker);
-            match fetch_bundle(self.blobs.as_ref(), &e.adapter_cid, &d, Some(&sealed_to)).await {
+            match fetch_adapter(self.blobs.as_ref(), &e.adapter_cid, &d, &sealed_to).await {
                 Ok(_) => earlier.push((e.clone(), Err(d))),
                 Err(err) => tracing::debug!(submission = %e.submission_id, error = %err,
                     "earlier submission not comparable"),
@@ -619,7 +621,7 @@ impl ValidatorNode {
         for (i, a) in ready.adapters.iter().enumerate() {
             let d = dir.path().join(format!("in-{i}"));
             let sealed_to = context.submission_seal(a.task_id, &a.worker);
-            fetch_bundle(self.blobs.as_ref(), &a.adapter_cid, &d, Some(&sealed_to)).await?;
+            fetch_adapter(self.blobs.as_ref(), &a.adapter_cid, &d, &sealed_to).await?;
             dirs.push(d);
         }
         let weights: Vec<f64> = ready
