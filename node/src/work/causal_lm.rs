@@ -53,9 +53,9 @@ struct Attached {
     trainables: Trainables,
     fresh: BTreeMap<String, Tensor>,
     /// Filled by the first scoring on a CPU with AMX and kept while the job is: a validator
-    /// scores every submission and every merge with the same frozen weights, and packing them
-    /// per pass left scoring on gemm (0.97× transformers' inference against 1.41× with packs,
-    /// `bench train --configs smollm2-score`, Xeon with AMX). Training never uses them: a run
+    /// scores every submission and every merge with the same frozen weights; without packs
+    /// scoring stayed on gemm (0.97× transformers' inference against 1.37× with kept packs,
+    /// `bench train --configs smollm2-score`, Xeon with AMX: docs/performance.md). Training never uses them: a run
     /// packs in a scope of its own, so its products stay those every worker computes.
     scoring_packs: KeptPacks,
 }

@@ -145,21 +145,20 @@ impl PackScope {
     /// forward orientation only: a gradient taken inside it is computed without packs. Inside
     /// an open scope it is a nested [`PackScope::enter`], and `kept` is left untouched.
     pub fn enter_keeping(kept: &mut KeptPacks) -> KeepingScope<'_> {
-        let adopted = SCOPE.with_borrow_mut(|s| {
-            if s.depth > 0 {
-                s.depth += 1;
-                return false;
-            }
-            std::mem::swap(s, &mut kept.scope);
+        if SCOPE.with_borrow(|s| s.depth > 0) {
+            return KeepingScope {
+                kept: None,
+                _nested: Some(PackScope::enter()),
+            };
+        }
+        SCOPE.with_borrow_mut(|s| {
+            *s = std::mem::take(&mut kept.scope);
             s.depth = 1;
             s.forward_only = true;
-            true
         });
         KeepingScope {
-            kept: adopted.then_some(kept),
-            _scope: PackScope {
-                _thread: PhantomData,
-            },
+            kept: Some(kept),
+            _nested: None,
         }
     }
 
@@ -208,20 +207,18 @@ impl std::fmt::Debug for KeptPacks {
 pub struct KeepingScope<'a> {
     /// Where the packs go back to; `None` when the scope was nested in another.
     kept: Option<&'a mut KeptPacks>,
-    _scope: PackScope,
+    /// The plain nested scope opened instead, inside another.
+    _nested: Option<PackScope>,
 }
 
 impl Drop for KeepingScope<'_> {
     fn drop(&mut self) {
         if let Some(kept) = self.kept.take() {
-            SCOPE.with_borrow_mut(|s| {
-                s.depth = 0;
-                s.spare = Vec::new();
-                std::mem::swap(s, &mut kept.scope);
-                // The thread's scope is the empty default again; `_scope`'s own drop then
-                // finds depth 0 and must not underflow.
-                s.depth = 1;
-            });
+            // The thread's scope goes back to the closed default; the packs to `kept`.
+            let mut packs = SCOPE.with_borrow_mut(std::mem::take);
+            packs.depth = 0;
+            packs.spare = Vec::new();
+            kept.scope = packs;
         }
     }
 }
@@ -337,9 +334,10 @@ pub(super) fn packs_for(
         return Ok(None);
     }
     let (out, input) = weight.dims2()?;
-    let (found, room) = SCOPE.with_borrow(|s| {
+    let (found, room, gradients) = SCOPE.with_borrow(|s| {
         let found = s.by_weight.get(&weight.id()).cloned();
-        (found, s.bytes() + s.packed_size(out, input) <= KEPT_BYTES)
+        let room = s.bytes() + s.packed_size(out, input) <= KEPT_BYTES;
+        (found, room, !s.forward_only)
     });
     if let Some(found) = found {
         return Ok(Some(Frozen::Kept(found)));
@@ -348,7 +346,6 @@ pub(super) fn packs_for(
         return Ok(packed_per_product(rows).then_some(Frozen::PerProduct));
     }
     // Packed outside the borrow: packing runs on rayon, whose tasks may multiply too.
-    let gradients = SCOPE.with_borrow(|s| !s.forward_only);
     let packs = with_f32s(op, "the weight", &weight.contiguous()?, |w| {
         Ok(Arc::new(FrozenPacks::new(w, out, input, gradients)))
     })?;
@@ -393,14 +390,14 @@ pub(super) fn block_packs_for(
     }
     let key = (weight.id(), block_rows);
     let (rows, input) = weight.dims2()?;
-    let (found, room) = SCOPE.with_borrow(|s| {
+    let (found, room, gradients) = SCOPE.with_borrow(|s| {
         let found = s.by_blocks.get(&key).cloned();
-        (found, s.bytes() + s.packed_size(rows, input) <= KEPT_BYTES)
+        let room = s.bytes() + s.packed_size(rows, input) <= KEPT_BYTES;
+        (found, room, !s.forward_only)
     });
     if found.is_some() || !room {
         return Ok(found);
     }
-    let gradients = SCOPE.with_borrow(|s| !s.forward_only);
     let packs: Arc<[FrozenPacks]> = with_f32s(op, "the weight", &weight.contiguous()?, |w| {
         Ok(w.chunks(block_rows * input)
             .map(|block| FrozenPacks::new(block, block.len() / input, input, gradients))
