@@ -504,14 +504,23 @@ async fn workers_in_the_node_image_train_a_chat_job_to_payout() {
         },
     )
     .await;
-    // Its task works in its data folder (the shard, the trace and adapter it writes).
-    assert!(
-        files_under(&data_a)
-            .iter()
-            .any(|f| f.starts_with("node/task-")),
-        "worker A's task folder is in its data folder: {:?}",
-        files_under(&data_a)
-    );
+    // Its task works in its data folder (the shard, the trace and adapter it writes). The
+    // folder is empty until the shard is written, which follows the model's fetch, so its
+    // first file is waited for rather than looked for once.
+    eventually(
+        "worker A's task writes its shard into its data folder",
+        Duration::from_secs(60),
+        || {
+            let data_a = data_a.clone();
+            async move {
+                files_under(&data_a)
+                    .iter()
+                    .any(|f| f.starts_with("node/task-"))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
     let status = worker_a.stop(Duration::from_secs(20));
     assert!(
         status.success(),
