@@ -998,24 +998,29 @@ fn print_report(r: &DemoReport) {
         o.client_seconds
     );
     let p = &r.proofs;
-    println!(
-        "proofs of training: {} checked after their verdicts ({} failed), {} stretches replayed \
-         in {:.1} s, by {}; each round's last check {} after its merge",
-        p.checked,
-        p.failed,
-        p.stretches,
-        p.replay_seconds,
-        p.by_validator
-            .iter()
-            .map(|(v, n)| format!("{v} ({n})"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        p.last_check_after_merge_seconds
-            .iter()
-            .map(|(round, s)| format!("round {round}: {s:+.1} s"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    if p.checked == 0 {
+        // None drawn (a bonded job replays a sampled share): nothing to say who or when.
+        println!("proofs of training: none drawn for a check");
+    } else {
+        println!(
+            "proofs of training: {} checked after their verdicts ({} failed), {} stretches \
+             replayed in {:.1} s, by {}; each round's last check {} after its merge",
+            p.checked,
+            p.failed,
+            p.stretches,
+            p.replay_seconds,
+            p.by_validator
+                .iter()
+                .map(|(v, n)| format!("{v} ({n})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            p.last_check_after_merge_seconds
+                .iter()
+                .map(|(round, s)| format!("round {round}: {s:+.1} s"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let c = &r.compute;
     println!(
         "validation compute {:.1}% of training's {:.1} s: scoring {:.1} s, replays {:.1} s, merges {:.1} s",
