@@ -132,7 +132,7 @@ fn fused(
     // Tracked even without `with_grad`, so that a backward pass through a scoring loss fails
     // loudly instead of silently leaving `hidden` without a gradient. Scoring multiplies by
     // the packed head too: in a scope that only scores (the validator's kept packs) the head
-    // is a quarter of SmolLM2's products, and on gemm it was a quarter of the scoring time.
+    // is a fifth of SmolLM2's products, and on gemm it took a quarter of the scoring time.
     hidden.apply_op1(LinearCrossEntropy {
         packs: block_packs_for(OP, w, VOCAB_BLOCK)?,
         w: w.clone(),
