@@ -54,9 +54,10 @@ struct Attached {
     fresh: BTreeMap<String, Tensor>,
     /// Filled by the first scoring on a CPU with AMX and kept while the job is: a validator
     /// scores every submission and every merge with the same frozen weights; without packs
-    /// scoring stayed on gemm (0.97× transformers' inference against 1.37× with kept packs,
-    /// `bench train --configs smollm2-score`, Xeon with AMX: docs/performance.md). Training never uses them: a run
-    /// packs in a scope of its own, so its products stay those every worker computes.
+    /// scoring stayed on gemm (0.97× transformers' inference against 1.49–1.54× with kept
+    /// packs, the head's included: `bench train --configs smollm2-score`, Xeon with AMX,
+    /// docs/performance.md). Training never uses them: a run packs in a scope of its own, so
+    /// its products stay those every worker computes.
     scoring_packs: KeptPacks,
 }
 
