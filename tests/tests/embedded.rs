@@ -66,7 +66,10 @@ fn chain_of(dir: &std::path::Path) -> (EmbeddedLedger, alloy::primitives::Addres
 }
 
 /// `shardwork demo --json ARGS` on embedded defaults in `dir`, run to its end; its report,
-/// checked to be a completed job whose final adapter beats the base model.
+/// checked to be a completed job whose final adapter beats the base model, and whose one
+/// validator never scored a round's start again: the merge it made is the next round's start,
+/// and it keeps the merge's score (a second held-out pass on the next round's critical path
+/// otherwise).
 fn demo(dir: &std::path::Path, args: &[&str]) -> Value {
     let output = Command::new(shardwork_tests::binary())
         .args(["demo", "--json", "--timeout-secs", "900"])
@@ -76,7 +79,7 @@ fn demo(dir: &std::path::Path, args: &[&str]) -> Value {
             "SHARDWORK_API__BIND",
             format!("127.0.0.1:{}", shardwork_tests::free_port()),
         )
-        .env("SHARDWORK_LOG", "warn")
+        .env("SHARDWORK_LOG", "warn,shardwork_node::validator=info")
         .output()
         .expect("run shardwork demo");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -84,6 +87,18 @@ fn demo(dir: &std::path::Path, args: &[&str]) -> Value {
     assert!(output.status.success(), "demo failed:\n{stdout}\n{stderr}");
     let report = report(&stdout);
     assert_eq!(report["status"], "completed", "{report}");
+    let rescored: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("round's start scored"))
+        .collect();
+    assert!(
+        rescored.is_empty(),
+        "the validator scored a start it had merged itself: {rescored:#?}"
+    );
+    assert!(
+        stderr.contains("round merged"),
+        "the validator's log was not captured:\n{stderr}"
+    );
     let (metric, base) = (
         report["final_metric"].as_f64().unwrap(),
         report["base_metric"].as_f64().unwrap(),

@@ -263,12 +263,19 @@ impl ValidatorNode {
             held_out_cid: ready.held_out_cid.as_deref(),
         };
         let started = Instant::now();
-        let merged = match contexts.get(&self.loader(), job).await {
-            Ok(context) => self.merge_round(&context, ready).await,
-            Err(e) => Err(e),
+        let context = match contexts.get(&self.loader(), job).await {
+            Ok(context) => context,
+            Err(e) => {
+                tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
+                    "round not merged this pass");
+                return false;
+            }
         };
-        let mut aggregate = match merged {
-            Ok(a) => a,
+        let MergedRound {
+            mut aggregate,
+            update,
+        } = match self.merge_round(&context, ready).await {
+            Ok(m) => m,
             Err(e) => {
                 tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
                     "round not merged this pass");
@@ -293,6 +300,13 @@ impl ValidatorNode {
         };
         if ready.last_round {
             contexts.finish(ready.job_id);
+        } else if recorded {
+            // The merge is the next round's start: its score and update, measured here, are
+            // what that round's first verdict would otherwise fetch and score again, a whole
+            // held-out pass on the round's critical path (the same figure to the last digit).
+            let cid = aggregate.adapter_cid.to_string();
+            context.remember_start_metric(&cid, aggregate.metric);
+            context.remember_update(ready.round + 1, &cid, update);
         }
         recorded
     }
@@ -464,9 +478,16 @@ impl ValidatorNode {
             let start = Adapter::load(&path, &device)?;
             let metric = match context.start_metric(&owned_cid) {
                 Some(m) => m,
-                None => context
-                    .work
-                    .score(Some(&start), &context.held_out, &device)?,
+                None => {
+                    let metric = context
+                        .work
+                        .score(Some(&start), &context.held_out, &device)?;
+                    // A whole held-out pass: for a merge, only where another validator (or
+                    // this one before a restart) made it; the merger keeps its score.
+                    tracing::info!(job = %context.job_id, round, start = %owned_cid, metric,
+                        "round's start scored");
+                    metric
+                }
             };
             let update = Arc::new(Update::of(&start)?);
             context.remember_start_metric(&owned_cid, metric);
@@ -509,6 +530,7 @@ impl ValidatorNode {
                 original.submission_id, original.worker
             )));
         }
+        let began = Instant::now();
         let (start, start_metric) = self
             .round_start(
                 context,
@@ -516,6 +538,7 @@ impl ValidatorNode {
                 pending.previous_adapter_cid.as_deref(),
             )
             .await?;
+        let start_s = began.elapsed().as_secs_f64();
         let dir = self.work_dir.scratch("verdict-")?;
         let adapter_dir = dir.path().join("submitted");
         let sealed_to = context.submission_seal(pending.task_id, &pending.worker);
@@ -549,6 +572,7 @@ impl ValidatorNode {
                     "earlier submission not comparable"),
             }
         }
+        let fetch_s = began.elapsed().as_secs_f64() - start_s;
         let proof_rate = context.validation.proof_rate();
         let context = context.clone();
         let device = self.device.clone();
@@ -588,6 +612,8 @@ impl ValidatorNode {
                     proof_due: false,
                 },
                 scored: false,
+                checks_s: 0.0,
+                score_s: 0.0,
             })
         })
         .await
@@ -595,7 +621,14 @@ impl ValidatorNode {
         let Measured {
             verdict: mut judged,
             scored,
+            checks_s,
+            score_s,
         } = measured;
+        // Where a verdict's time goes, for operators weighing the round's tail (issue 47): the
+        // round's start (scored once a round), the fetches, the rules' checks before scoring
+        // (norms, finiteness, the comparison with earlier submissions), the held-out scoring.
+        tracing::debug!(submission = %pending.submission_id, start_s, fetch_s, checks_s,
+            score_s, "verdict phases");
         // A scored adapter's proof is due whatever its verdict: were only accepted ones
         // replayed, a forgery that also fails a rule (a lazy run below the minimum gain, a
         // copy) would lose that task's pay and keep the job's, and forging would cost a cheat
@@ -612,7 +645,7 @@ impl ValidatorNode {
         &self,
         context: &Arc<JobContext>,
         ready: &ReadyRound,
-    ) -> Result<Aggregate, NodeError> {
+    ) -> Result<MergedRound, NodeError> {
         let (_, start_metric) = self
             .round_start(context, ready.round, ready.base_adapter_cid.as_deref())
             .await?;
@@ -642,25 +675,29 @@ impl ValidatorNode {
         let device = self.device.clone();
         let clip_factor = self.rules.clip_factor;
         let out = out_dir.clone();
-        let (metric, details) = tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
-            let adapters = dirs
-                .iter()
-                .map(|d| Adapter::load(d, &device))
-                .collect::<Result<Vec<_>, _>>()?;
-            let chosen = merge_round_adapters(
-                &context,
-                &adapters,
-                &weights,
-                &qualities,
-                clip_factor,
-                start_metric,
-                &device,
-            )?;
-            chosen.adapter.save(&out)?;
-            Ok((chosen.metric, chosen.details))
-        })
-        .await
-        .map_err(|e| NodeError::Io(format!("merging: {e}")))??;
+        let (metric, details, update) =
+            tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
+                let adapters = dirs
+                    .iter()
+                    .map(|d| Adapter::load(d, &device))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let chosen = merge_round_adapters(
+                    &context,
+                    &adapters,
+                    &weights,
+                    &qualities,
+                    clip_factor,
+                    start_metric,
+                    &device,
+                )?;
+                chosen.adapter.save(&out)?;
+                // The next round's verdicts compare with the merge as the file they fetch holds it
+                // (saved as f32), so its update is taken from the saved file.
+                let update = Update::of(&Adapter::load(&out, &device)?)?;
+                Ok((chosen.metric, chosen.details, update))
+            })
+            .await
+            .map_err(|e| NodeError::Io(format!("merging: {e}")))??;
         let adapter_cid = put_bundle(
             self.blobs.as_ref(),
             "adapter",
@@ -686,14 +723,24 @@ impl ValidatorNode {
                 .collect(),
             ..details
         };
-        Ok(Aggregate {
-            adapter_cid,
-            metric,
-            base_metric,
-            metric_name,
-            details,
+        Ok(MergedRound {
+            aggregate: Aggregate {
+                adapter_cid,
+                metric,
+                base_metric,
+                metric_name,
+                details,
+            },
+            update: Arc::new(update),
         })
     }
+}
+
+/// A round's merge as recorded, and its update: the next round's start, whose score and
+/// update the next round's verdicts need.
+struct MergedRound {
+    aggregate: Aggregate,
+    update: Arc<Update>,
 }
 
 /// What [`measure`] found of a submission.
@@ -703,6 +750,9 @@ struct Measured {
     /// Whether the adapter was scored on the held-out set: it loaded, fit the job's model and
     /// was finite and within the norm limit, so its run's end can be compared with a replay's.
     scored: bool,
+    /// Seconds spent loading and checking the adapter before scoring, and scoring it.
+    checks_s: f64,
+    score_s: f64,
 }
 
 /// Loads, checks and scores the submitted adapter in `adapter_dir` against the round's start
@@ -717,6 +767,7 @@ fn measure(
     start_metric: f64,
     earlier: &[(shardwork_client::EarlierSubmission, Arc<Update>)],
 ) -> Result<Measured, NodeError> {
+    let began = Instant::now();
     let rejected = |reason: String| Measured {
         verdict: Verdict {
             accepted: false,
@@ -726,6 +777,8 @@ fn measure(
             proof_due: false,
         },
         scored: false,
+        checks_s: began.elapsed().as_secs_f64(),
+        score_s: 0.0,
     };
     let adapter = match Adapter::load(adapter_dir, device) {
         Ok(a) => a,
@@ -761,6 +814,7 @@ fn measure(
         (None, None)
     };
     let scored = finite && norm <= rules.max_relative_norm;
+    let checks_s = began.elapsed().as_secs_f64();
     let (metric, beside) = if scored {
         match work.score_report(Some(&adapter), &context.held_out, device) {
             Ok(s) => (s.metric, Some(s.beside())),
@@ -813,7 +867,12 @@ fn measure(
         },
         proof_due: false,
     };
-    Ok(Measured { verdict, scored })
+    Ok(Measured {
+        verdict,
+        scored,
+        checks_s,
+        score_s: began.elapsed().as_secs_f64() - checks_s,
+    })
 }
 
 /// An earlier submission's update, when this one can be compared with it: it loads, has the
