@@ -542,8 +542,10 @@ async fn chat_sft_then_dpo_demo_lowers_held_out_losses_and_pays_its_contributors
             "3",
             "--rounds",
             "2",
+            // Each job's own limit: the DPO job alone took 15 minutes on a 2-core Zen 1 (AVX2
+            // on 128-bit units), past the 900 s this was, with the SFT job done in 5.
             "--timeout-secs",
-            "900",
+            "1800",
             "--dpo",
             // As scripts/demo runs it: a bond, so a sampled share of the proofs is replayed
             // (every proof of both jobs took this test past 18 minutes on 2 cores).
