@@ -263,18 +263,20 @@ impl ValidatorNode {
             held_out_cid: ready.held_out_cid.as_deref(),
         };
         let started = Instant::now();
-        let context = match contexts.get(&self.loader(), job).await {
-            Ok(context) => context,
-            Err(e) => {
-                tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
-                    "round not merged this pass");
-                return false;
-            }
+        let merged = match contexts.get(&self.loader(), job).await {
+            Ok(context) => self
+                .merge_round(&context, ready)
+                .await
+                .map(|merged| (context, merged)),
+            Err(e) => Err(e),
         };
-        let MergedRound {
-            mut aggregate,
-            update,
-        } = match self.merge_round(&context, ready).await {
+        let (
+            context,
+            MergedRound {
+                mut aggregate,
+                update,
+            },
+        ) = match merged {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(job = %ready.job_id, round = ready.round, error = %e,
