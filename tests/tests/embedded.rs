@@ -33,9 +33,19 @@ fn report(stdout: &str) -> Value {
 /// every time and paid nothing while the honest are paid, and that chain, database and report
 /// agree. Returns the report and the reasons the adversary's submissions were rejected.
 async fn adversarial_demo(adversary: &str, workers: usize, job: &[&str]) -> (Value, Vec<String>) {
+    let (report, reasons, _) = adversarial_demo_logged(adversary, workers, job).await;
+    (report, reasons)
+}
+
+/// [`adversarial_demo`], with the validator's log (info) as well.
+async fn adversarial_demo_logged(
+    adversary: &str,
+    workers: usize,
+    job: &[&str],
+) -> (Value, Vec<String>, String) {
     let dir = tempfile::tempdir().unwrap();
     let workers = workers.to_string();
-    let report = demo(
+    let (report, log) = demo_logged(
         dir.path(),
         &[
             &[
@@ -50,7 +60,8 @@ async fn adversarial_demo(adversary: &str, workers: usize, job: &[&str]) -> (Val
         ]
         .concat(),
     );
-    checked_payouts(dir.path(), &report).await
+    let (report, reasons) = checked_payouts(dir.path(), &report).await;
+    (report, reasons, log)
 }
 
 /// The embedded chain a finished demo in `dir` left, and the escrow it deployed there.
@@ -71,6 +82,11 @@ fn chain_of(dir: &std::path::Path) -> (EmbeddedLedger, alloy::primitives::Addres
 /// and it keeps the merge's score (a second held-out pass on the next round's critical path
 /// otherwise).
 fn demo(dir: &std::path::Path, args: &[&str]) -> Value {
+    demo_logged(dir, args).0
+}
+
+/// [`demo`], with the validator's log (info) beside the report.
+fn demo_logged(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
     let output = Command::new(shardwork_tests::binary())
         .args(["demo", "--json", "--timeout-secs", "900"])
         .args(args)
@@ -109,7 +125,7 @@ fn demo(dir: &std::path::Path, args: &[&str]) -> Value {
         metric > base + 0.1
     };
     assert!(better, "final {metric} does not beat base {base}: {report}");
-    report
+    (report, stderr)
 }
 
 /// Checks the payouts of the finished demo in `dir`, whose first development worker was
@@ -481,6 +497,11 @@ async fn a_lazy_worker_is_caught_by_replaying_one_stretch_and_earns_nothing() {
 /// The job runs one learning-rate schedule over both rounds (`training.schedule: job`), so the
 /// honest stretches replay to the bit only if the validator trains each round at the rates the
 /// worker did, which depend on the round the API leased.
+///
+/// Replaying every run whole is twice the training a round buys for the one validator, so its
+/// round-1 replays are still running when round 2's submissions come in: those verdicts do not
+/// wait for them. The replay stands aside between two of its steps while the validator judges,
+/// then resumes where it stood and still matches (decisions/0042, amended 2026-12-05).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
     if !chat_fixtures("tests embedded skip-last worker") {
@@ -498,8 +519,19 @@ async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
         "--schedule",
         "job",
     ];
-    let (report, reasons) = adversarial_demo("skip-last", 2, &chat).await;
+    let (report, reasons, log) = adversarial_demo_logged("skip-last", 2, &chat).await;
     all_for(&reasons, "proof of training");
+    let proofs = &report["proofs"];
+    assert_eq!(
+        (&proofs["checked"], &proofs["failed"]),
+        (&Value::from(4), &Value::from(1)),
+        "every proof checked, only the forged one failed, paused replays included: {proofs}"
+    );
+    let beside = verdicts_beside_replays(&log);
+    assert!(
+        !beside.is_empty() && log.contains("a proof replay stood aside for verdicts and merges"),
+        "no verdict was given while a replay was in flight:\n{log}"
+    );
     // Stretches are replayed in order and the first mismatch ends the check: a failure past
     // the first stretch means the honestly trained ones before it replayed exactly.
     let failed_stretch = |r: &str| -> Option<u32> {
@@ -518,6 +550,51 @@ async fn a_worker_caught_forging_one_stretch_forfeits_its_honest_round_too() {
         row["accepted"].as_u64().unwrap() >= 1,
         "its honest round-1 adapter was accepted (and is not paid): {row}"
     );
+}
+
+/// From a validator's log (one validator), the verdicts given while a proof replay was in
+/// flight: (the submission being replayed, the one judged).
+fn verdicts_beside_replays(log: &str) -> Vec<(String, String)> {
+    let submission = |line: &str| {
+        line.split("submission=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    let mut in_flight: Option<String> = None;
+    let mut beside = Vec::new();
+    for line in log.lines().map(without_colours) {
+        if line.contains("proof of training: replaying a stretch") {
+            in_flight = Some(submission(&line));
+        } else if line.contains("proof of training checked") || line.contains("proof not checked") {
+            in_flight = None;
+        } else if line.contains(" verdict submission=")
+            && let Some(replaying) = &in_flight
+        {
+            beside.push((replaying.clone(), submission(&line)));
+        }
+    }
+    beside
+}
+
+/// `line` without its terminal colour codes (the log's fields are coloured).
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ parameters m
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The README's first command's job, CI-sized, and its preference stage: `shardwork demo --dpo`

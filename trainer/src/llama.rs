@@ -293,6 +293,16 @@ impl Proj {
         Ok(Proj::Base(linear))
     }
 
+    /// The same frozen layer, sharing its weights; `None` once LoRA is attached (a LoRA
+    /// branch's variables would be shared too, and each twin must train its own).
+    fn share(&self) -> Option<Proj> {
+        match self {
+            Proj::Base(l) => Some(Proj::Base(l.clone())),
+            Proj::Quantized(w, b) => Some(Proj::Quantized(w.clone(), b.clone())),
+            Proj::Lora(_) => None,
+        }
+    }
+
     /// The frozen base weight (out, in) in f32 (expanded, for a quantized one) and its bias.
     pub fn base(&self) -> Result<(Tensor, Option<Tensor>), LlamaError> {
         Ok(match self {
@@ -706,6 +716,45 @@ impl Llama {
             lm_head,
             rotary: Rotary::new(cfg, positions, vb.device())?,
             cfg: cfg.clone(),
+        })
+    }
+
+    /// A second model on the same frozen weights (no tensor copied), for a job that scores
+    /// adapters while a training run holds the first: each takes LoRA of its own. `None` once
+    /// LoRA is attached.
+    pub fn twin(&self) -> Option<Llama> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|b| {
+                let (a, m) = (&b.self_attn, &b.mlp);
+                Some(Block {
+                    self_attn: Attention {
+                        q_proj: a.q_proj.share()?,
+                        k_proj: a.k_proj.share()?,
+                        v_proj: a.v_proj.share()?,
+                        o_proj: a.o_proj.share()?,
+                        num_heads: a.num_heads,
+                        num_kv_heads: a.num_kv_heads,
+                        head_dim: a.head_dim,
+                    },
+                    mlp: Mlp {
+                        gate_proj: m.gate_proj.share()?,
+                        up_proj: m.up_proj.share()?,
+                        down_proj: m.down_proj.share()?,
+                    },
+                    input_layernorm: b.input_layernorm.clone(),
+                    post_attention_layernorm: b.post_attention_layernorm.clone(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Llama {
+            embed_tokens: self.embed_tokens.clone(),
+            layers,
+            norm: self.norm.clone(),
+            lm_head: self.lm_head.clone(),
+            rotary: self.rotary.clone(),
+            cfg: self.cfg.clone(),
         })
     }
 

@@ -6,6 +6,7 @@
 //! * [`similarity`]: what a submission added to its round's start, against what earlier
 //!   submissions added (the replay and copy rules);
 //! * [`replay`]: the proof of training, checked by training a stretch of the run again;
+//! * [`gate`]: where a replay pauses for a verdict or a merge;
 //! * [`context`]: each job's model, held-out set and base score, loaded once (ahead of time
 //!   while idle);
 //! * this module: the poll loop, scoring a submission, merging a round and checking a proof.
@@ -14,9 +15,11 @@
 //! A verdict waits only for what protects the requester's result: the held-out score and the
 //! rules. The proof of training (a replayed stretch of the run) is checked after it, while the
 //! next round trains: each pass first judges every pending submission and merges every ready
-//! round, and only a pass that found none of that replays one due proof. A round's merge and
-//! the next round's tasks never wait for a replay; the job's payout does (the API computes it
-//! when the last proof is decided). Docs: decisions/0042.
+//! round, and only a pass that found none of that replays one due proof. A verdict or merge
+//! that comes in while a replay runs does not wait for it: the replay stands aside between two
+//! of its steps ([`gate`]) while it is handled. A round's merge and the next round's tasks
+//! never wait for a replay; the job's payout does (the API computes it when the last proof is
+//! decided). Docs: decisions/0042.
 //!
 //! ## Any number of validators
 //! Each scoring, proof replay and merge is leased from the API before it starts and the lease
@@ -40,6 +43,7 @@
 //! beat the start to be accepted), and the aggregate's details say which and why.
 
 pub mod context;
+pub mod gate;
 pub mod norms;
 pub mod replay;
 pub mod rules;
@@ -56,6 +60,7 @@ use crate::NodeError;
 use crate::content::{Blobs, fetch_adapter, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
 use context::{Contexts, JobContext, JobRef, Loader};
+use gate::StepGate;
 use replay::StretchCheck;
 pub use rules::{Nearest, Rules, Scores, judge};
 use shardwork_client::{
@@ -358,18 +363,29 @@ impl ValidatorNode {
     /// Checks the oldest due proof of training this validator can check: replays the stretch of
     /// its run drawn for it and reports the outcome. Returns 1 when the API took a check, 0
     /// when none was due (or none could be checked now: each is logged and left for a later
-    /// pass). One proof per pass, so a verdict that arrives meanwhile waits one replay at most.
-    /// Proofs other validators are replaying are not listed, and each is leased before its
-    /// replay starts.
+    /// pass). While the replay runs, the verdicts and merges that come in are handled beside
+    /// it, the replay paused between two of its steps ([`ValidatorNode::giving_way`]), so no
+    /// round waits for a replay. Proofs other validators are replaying are not listed, and
+    /// each is leased before its replay starts.
     pub async fn proof_pass(&self, contexts: &mut Contexts) -> Result<usize, NodeError> {
         let due = self.api.pending_proofs(50).await?;
         // Contexts of merged jobs are kept for their proofs, and released after the last.
         contexts.release_finished(&due.iter().map(|p| p.job_id).collect());
         for pending in due {
+            let context = match contexts.get(&self.loader(), job_of(&pending)).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(job = %pending.job_id, submission = %pending.submission_id,
+                        error = %e, "job cannot be replayed now; its proofs wait");
+                    continue;
+                }
+            };
+            let gate = Arc::new(StepGate::default());
             let work = ValidatorWork::Proof {
                 submission_id: pending.submission_id,
             };
-            match self.holding(work, self.replay(contexts, &pending)).await? {
+            let replay = self.holding(work, self.replay(context, &pending, gate.clone()));
+            match self.giving_way(replay, &gate, contexts).await? {
                 Some(ReplayOutcome::Recorded) => return Ok(1),
                 Some(ReplayOutcome::NotRecorded) => return Ok(0),
                 Some(ReplayOutcome::NotChecked) | None => {}
@@ -378,17 +394,78 @@ impl ValidatorNode {
         Ok(0)
     }
 
-    /// Replays `pending`'s proof and records the check.
-    async fn replay(&self, contexts: &mut Contexts, pending: &PendingValidation) -> ReplayOutcome {
-        let context = match contexts.get(&self.loader(), job_of(pending)).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(job = %pending.job_id, submission = %pending.submission_id,
-                    error = %e, "job cannot be replayed now; its proofs wait");
-                return ReplayOutcome::NotChecked;
+    /// Drives `replay` to its end; every poll while it runs, when a verdict or a merge is
+    /// waiting, holds `gate` shut (the replay stops at its next step boundary) and runs a
+    /// [`ValidatorNode::pass`]. The replay is polled beside the pass, so its lease goes on
+    /// being renewed.
+    async fn giving_way<T>(
+        &self,
+        replay: impl Future<Output = T>,
+        gate: &StepGate,
+        contexts: &mut Contexts,
+    ) -> T {
+        tokio::pin!(replay);
+        loop {
+            tokio::select! {
+                out = &mut replay => return out,
+                _ = tokio::time::sleep(self.poll) => {}
             }
-        };
-        let check = match self.prove(&context, pending).await {
+            if !self.judgement_waiting().await {
+                continue;
+            }
+            let (held, paused) = (gate.hold(), Instant::now());
+            let pass = self.pass(contexts);
+            tokio::pin!(pass);
+            let mut finished = None;
+            let worked = loop {
+                tokio::select! {
+                    worked = &mut pass => break worked,
+                    out = &mut replay, if finished.is_none() => finished = Some(out),
+                }
+            };
+            drop(held);
+            match worked {
+                Ok(n) => tracing::info!(
+                    worked = n,
+                    paused_s = paused.elapsed().as_secs_f64(),
+                    "a proof replay stood aside for verdicts and merges"
+                ),
+                Err(e) => tracing::warn!(error = %e, "validator pass failed"),
+            }
+            if let Some(out) = finished {
+                return out;
+            }
+        }
+    }
+
+    /// Whether a verdict or a merge is waiting that no other validator holds. A failed
+    /// listing says no: the replay goes on, and the next poll asks again.
+    async fn judgement_waiting(&self) -> bool {
+        match self.api.pending_validations(1).await {
+            Ok(pending) if !pending.is_empty() => return true,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "pending verdicts not listed");
+                return false;
+            }
+        }
+        match self.api.ready_rounds().await {
+            Ok(ready) => !ready.is_empty(),
+            Err(e) => {
+                tracing::debug!(error = %e, "ready rounds not listed");
+                false
+            }
+        }
+    }
+
+    /// Replays `pending`'s proof and records the check.
+    async fn replay(
+        &self,
+        context: Arc<JobContext>,
+        pending: &PendingValidation,
+        gate: Arc<StepGate>,
+    ) -> ReplayOutcome {
+        let check = match self.prove(&context, pending, gate).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(submission = %pending.submission_id, error = %e,
@@ -417,6 +494,7 @@ impl ValidatorNode {
         &self,
         context: &Arc<JobContext>,
         pending: &PendingValidation,
+        gate: Arc<StepGate>,
     ) -> Result<ProofCheck, NodeError> {
         let dir = self.work_dir.scratch("proof-")?;
         let adapter_dir = dir.path().join("submitted");
@@ -437,7 +515,9 @@ impl ValidatorNode {
                 stretches: Vec::new(),
             });
         }
-        let proof = self.check_proof(context, pending, &adapter_dir).await?;
+        let proof = self
+            .check_proof(context, pending, &adapter_dir, gate)
+            .await?;
         Ok(ProofCheck {
             passed: proof.failure.is_none(),
             reason: proof.failure,

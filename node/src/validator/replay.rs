@@ -9,7 +9,8 @@
 //!
 //! Every scored submission is replayed, rejected or not, so that failing a rule never shelters
 //! a forgery from forfeiting the job. The replay runs after the verdict, off the round's
-//! critical path (docs/decisions/0042); the job's payout waits for it.
+//! critical path (docs/decisions/0042); the job's payout waits for it. It pauses between steps
+//! for the verdicts and merges that come in while it runs ([`super::gate`]).
 //!
 //! Why it catches lazy work without training every task again: a worker that did less than a
 //! stretch's worth of the steps cannot say where any stretch ends, so whichever is drawn
@@ -27,6 +28,7 @@ use shardwork_trainer::train::trace::{Divergence, Span, TrainTrace, boundaries, 
 
 use super::ValidatorNode;
 use super::context::JobContext;
+use super::gate::StepGate;
 use crate::NodeError;
 use crate::content::fetch_bundle;
 
@@ -184,6 +186,7 @@ impl ValidatorNode {
         context: &Arc<JobContext>,
         pending: &PendingValidation,
         submitted_dir: &Path,
+        gate: Arc<StepGate>,
     ) -> Result<Proof, NodeError> {
         let failed = |reason: String| Proof::failed(reason, Vec::new());
         let trace_path = submitted_dir.join(TRACE_FILE);
@@ -234,7 +237,7 @@ impl ValidatorNode {
             let mut checks = Vec::new();
             for index in stretches_to_replay(submission, fraction, bounds.len() - 1) {
                 let (from, until) = (bounds[index], bounds[index + 1]);
-                let started = std::time::Instant::now();
+                let (started, waited) = (std::time::Instant::now(), gate.waited());
                 tracing::info!(%submission, from, until, "proof of training: replaying a stretch");
                 let resume = (index > 0).then(|| Box::new(trace.checkpoints[index - 1].clone()));
                 let span = Span::Segment {
@@ -248,7 +251,7 @@ impl ValidatorNode {
                     &device,
                     round,
                     span,
-                    &mut |_| {},
+                    &mut |_| gate.pass(),
                 ) {
                     Ok(replay) => replay,
                     // The trace's own state did not fit the job's model: the worker's fault.
@@ -289,7 +292,9 @@ impl ValidatorNode {
                     until,
                     divergence,
                     loss_gap: loss_gap(claimed_losses, &replay.trace.losses),
-                    seconds: started.elapsed().as_secs_f64(),
+                    // Its compute: the time it stood aside for verdicts and merges is not.
+                    seconds: (started.elapsed().saturating_sub(gate.waited() - waited))
+                        .as_secs_f64(),
                 };
                 let mismatch = check.mismatch();
                 checks.push(check);

@@ -3,10 +3,13 @@
 //! attach LoRA, start from the round's adapter, train on a shard's records through the model's
 //! chat template, and score by held-out loss per learned token (lower is better).
 //!
-//! One model is loaded per job and kept with its LoRA layers attached; an adapter is scored or
-//! trained from by loading its values into those layers, and the base model is the same layers
-//! with `B = 0` (the initial values, kept aside). The model is behind a mutex: LoRA variables
-//! are shared state, so two scorings of one job never interleave.
+//! One model is loaded per job, as two twins on the same frozen weights, each with LoRA layers
+//! of its own attached: one for training runs, one for scoring. An adapter is scored or trained
+//! from by loading its values into a twin's layers, and the base model is the same layers with
+//! `B = 0` (the initial values, kept aside). Each twin is behind a mutex: LoRA variables are
+//! shared state, so two scorings (or two runs) of one job never interleave, while a scoring
+//! never waits for a run: a validator's proof replay, paused between steps, holds the
+//! training twin for as long as the verdicts it stood aside for take.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -70,7 +73,12 @@ pub struct CausalLmJob {
     tokenizer: LmTokenizer,
     /// `base_model_name_or_path` of the adapters (the GGUF file or folder name).
     model_name: String,
-    attached: Mutex<Attached>,
+    /// The model training runs use: a worker's task, a validator's proof replay.
+    training_model: Mutex<Attached>,
+    /// The model held-out scoring, answers and the norm rule use: the twin of the training
+    /// model on the same frozen weights, so a validator scores a submission while a proof
+    /// replay holds the training model, paused between two steps (node/src/validator/gate.rs).
+    scoring_model: Mutex<Attached>,
     /// The frozen base weights by Hugging Face name, built once for the norm rule.
     frozen: OnceLock<BTreeMap<String, Tensor>>,
 }
@@ -108,7 +116,7 @@ impl CausalLmJob {
             &to_save,
         )?;
         let CausalModel {
-            mut model,
+            model,
             tokenizer,
             files,
         } = CausalModel::load_for(
@@ -118,9 +126,20 @@ impl CausalLmJob {
             // The RoPE tables cover the job's sequences, not the context the model declares.
             training.max_seq_len as usize,
         )?;
+        let twin = model
+            .twin()
+            .ok_or_else(|| Error::Invalid("the loaded model came with LoRA attached".into()))?;
         // Every node seeds the LoRA initialisation from the job, so round 1 starts identically.
-        let trainables = sft::attach_lora(&mut model, &lora, training.seed)?;
-        let fresh = trainables.snapshot()?;
+        let attach = |mut model: Llama| -> Result<Attached> {
+            let trainables = sft::attach_lora(&mut model, &lora, training.seed)?;
+            Ok(Attached {
+                fresh: trainables.snapshot()?,
+                model,
+                trainables,
+                scoring_packs: KeptPacks::default(),
+            })
+        };
+        let (training_model, scoring_model) = (attach(model)?, attach(twin)?);
         let model_name = files.name();
         Ok(CausalLmJob {
             training,
@@ -128,12 +147,8 @@ impl CausalLmJob {
             lora,
             tokenizer,
             model_name,
-            attached: Mutex::new(Attached {
-                model,
-                trainables,
-                fresh,
-                scoring_packs: KeptPacks::default(),
-            }),
+            training_model: Mutex::new(training_model),
+            scoring_model: Mutex::new(scoring_model),
             frozen: OnceLock::new(),
         })
     }
@@ -143,8 +158,14 @@ impl CausalLmJob {
         &self.tokenizer
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, Attached>> {
-        self.attached
+    fn lock_training(&self) -> Result<MutexGuard<'_, Attached>> {
+        self.training_model
+            .lock()
+            .map_err(|_| Error::Invalid("a training run of this job panicked earlier".into()))
+    }
+
+    fn lock_scoring(&self) -> Result<MutexGuard<'_, Attached>> {
+        self.scoring_model
             .lock()
             .map_err(|_| Error::Invalid("a scoring of this job panicked earlier".into()))
     }
@@ -210,7 +231,7 @@ impl CausalLmJob {
                 "a training run needs at least one step".into(),
             ));
         }
-        let attached = self.lock()?;
+        let attached = self.lock_training()?;
         load_values(&attached, start)?;
         let cfg = self.run_config(round, total_steps);
         let (report, trace) = sft::train_span(
@@ -256,7 +277,7 @@ impl CausalLmJob {
         adapter: Option<&Adapter>,
         score: impl FnOnce(&Llama) -> Result<T>,
     ) -> Result<T> {
-        let mut attached = self.lock()?;
+        let mut attached = self.lock_scoring()?;
         load_values(&attached, adapter)?;
         let Attached {
             model,
@@ -267,14 +288,14 @@ impl CausalLmJob {
         score(model)
     }
 
-    /// Runs `run` on the model with `adapter`'s values in its LoRA layers (the fresh ones,
-    /// which make it the base model, without one), holding the job's model for the while.
+    /// Runs `run` on the training model with `adapter`'s values in its LoRA layers (the fresh
+    /// ones, which make it the base model, without one), holding that model for the while.
     pub(super) fn with_adapter<T>(
         &self,
         adapter: Option<&Adapter>,
         run: impl FnOnce(&Llama, &Trainables) -> Result<T>,
     ) -> Result<T> {
-        let attached = self.lock()?;
+        let attached = self.lock_training()?;
         load_values(&attached, adapter)?;
         run(&attached.model, &attached.trainables)
     }
@@ -310,7 +331,7 @@ impl CausalLmJob {
             .tokenizer
             .encode(&prompt)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        let attached = self.lock()?;
+        let attached = self.lock_scoring()?;
         load_values(&attached, adapter)?;
         // The model runs the job's sequences (its RoPE tables cover max_seq_len): the answer
         // stops there.
@@ -410,7 +431,7 @@ impl Work for CausalLmJob {
             Some(frozen) => frozen,
             None => {
                 let built = self
-                    .lock()?
+                    .lock_scoring()?
                     .model
                     .base_tensors()
                     .map_err(|e| Error::Invalid(e.to_string()))?
