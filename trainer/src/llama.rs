@@ -1044,6 +1044,47 @@ pub(crate) mod tests {
             .unwrap()
     }
 
+    /// The validator scores on a twin while a replay trains on the model: the twin must run the
+    /// same frozen weights (not copies), refuse to be made once LoRA is attached, and keep
+    /// LoRA of its own, untouched by what the other's LoRA holds.
+    #[test]
+    fn a_twin_runs_the_same_frozen_weights_with_lora_of_its_own() {
+        let cfg = tiny_config();
+        let mut model = tiny_model(&cfg);
+        let mut twin = model.twin().expect("no LoRA attached yet");
+        let input = Tensor::new(&[[3u32, 17, 5, 9, 30]], &Device::Cpu).unwrap();
+        let base = model.forward(&input).unwrap();
+        assert_eq!(max_abs_diff(&base, &twin.forward(&input).unwrap()), 0.0);
+        let storage = |m: &Llama| {
+            let (s, _) = m.embed_tokens.embeddings().storage_and_layout();
+            match &*s {
+                candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => v.as_ptr(),
+                _ => unreachable!("f32 on the CPU"),
+            }
+        };
+        assert_eq!(storage(&model), storage(&twin), "the embedding is shared");
+
+        let lora = crate::lora::LoraConfig::new(4, 8.0, 0.0, &["q_proj", "v_proj"], &[]).unwrap();
+        let trained = crate::train::sft::attach_lora(&mut model, &lora, 7).unwrap();
+        assert!(model.twin().is_none(), "LoRA would be shared");
+        crate::train::sft::attach_lora(&mut twin, &lora, 7).unwrap();
+        let fresh = twin.forward(&input).unwrap();
+        assert_eq!(max_abs_diff(&fresh, &model.forward(&input).unwrap()), 0.0);
+        let moved = trained
+            .snapshot()
+            .unwrap()
+            .into_iter()
+            .map(|(name, v)| (name, (v + 0.1).unwrap()))
+            .collect();
+        trained.load(&moved).unwrap();
+        assert!(max_abs_diff(&fresh, &model.forward(&input).unwrap()) > 1e-4);
+        assert_eq!(
+            max_abs_diff(&fresh, &twin.forward(&input).unwrap()),
+            0.0,
+            "the twin's LoRA did not move with the model's"
+        );
+    }
+
     #[test]
     fn cached_decoding_matches_the_full_causal_forward() {
         let cfg = tiny_config();

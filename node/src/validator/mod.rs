@@ -126,6 +126,10 @@ fn job_of(pending: &PendingValidation) -> JobRef<'_> {
     }
 }
 
+/// The most polls a replay runs between two pauses for verdicts and merges, once passes found
+/// nothing they could do (about 19 s at the services' 0.3 s poll).
+const MAX_POLLS_BETWEEN_PAUSES: u32 = 64;
+
 /// The validator service: judges submitted adapters and merges ready rounds, polling the API
 /// for both.
 pub struct ValidatorNode {
@@ -397,7 +401,9 @@ impl ValidatorNode {
     /// Drives `replay` to its end; every poll while it runs, when a verdict or a merge is
     /// waiting, holds `gate` shut (the replay stops at its next step boundary) and runs a
     /// [`ValidatorNode::pass`]. The replay is polled beside the pass, so its lease goes on
-    /// being renewed.
+    /// being renewed. A pass that could do none of what was listed (a job that cannot be
+    /// loaded now) doubles the polls before the replay stands aside again, up to
+    /// [`MAX_POLLS_BETWEEN_PAUSES`], so work this validator cannot do does not stall it.
     async fn giving_way<T>(
         &self,
         replay: impl Future<Output = T>,
@@ -405,14 +411,17 @@ impl ValidatorNode {
         contexts: &mut Contexts,
     ) -> T {
         tokio::pin!(replay);
+        let (mut polls_between, mut polls) = (1, 0);
         loop {
             tokio::select! {
                 out = &mut replay => return out,
                 _ = tokio::time::sleep(self.poll) => {}
             }
-            if !self.judgement_waiting().await {
+            polls += 1;
+            if polls < polls_between || !self.judgement_waiting().await {
                 continue;
             }
+            polls = 0;
             let (held, paused) = (gate.hold(), Instant::now());
             let pass = self.pass(contexts);
             tokio::pin!(pass);
@@ -424,14 +433,25 @@ impl ValidatorNode {
                 }
             };
             drop(held);
-            match worked {
-                Ok(n) => tracing::info!(
-                    worked = n,
-                    paused_s = paused.elapsed().as_secs_f64(),
-                    "a proof replay stood aside for verdicts and merges"
-                ),
-                Err(e) => tracing::warn!(error = %e, "validator pass failed"),
-            }
+            let worked = match worked {
+                Ok(n) => {
+                    tracing::info!(
+                        worked = n,
+                        paused_s = paused.elapsed().as_secs_f64(),
+                        "a proof replay stood aside for verdicts and merges"
+                    );
+                    n
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "validator pass failed");
+                    0
+                }
+            };
+            polls_between = if worked > 0 {
+                1
+            } else {
+                (polls_between * 2).min(MAX_POLLS_BETWEEN_PAUSES)
+            };
             if let Some(out) = finished {
                 return out;
             }
