@@ -96,6 +96,8 @@ fn demo_logged(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
             format!("127.0.0.1:{}", shardwork_tests::free_port()),
         )
         .env("SHARDWORK_LOG", "warn,shardwork_node::validator=info")
+        // Plain fields (`submission=…`) for the helpers that read the log.
+        .env("NO_COLOR", "1")
         .output()
         .expect("run shardwork demo");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -564,37 +566,18 @@ fn verdicts_beside_replays(log: &str) -> Vec<(String, String)> {
     };
     let mut in_flight: Option<String> = None;
     let mut beside = Vec::new();
-    for line in log.lines().map(without_colours) {
+    for line in log.lines() {
         if line.contains("proof of training: replaying a stretch") {
-            in_flight = Some(submission(&line));
+            in_flight = Some(submission(line));
         } else if line.contains("proof of training checked") || line.contains("proof not checked") {
             in_flight = None;
         } else if line.contains(" verdict submission=")
             && let Some(replaying) = &in_flight
         {
-            beside.push((replaying.clone(), submission(&line)));
+            beside.push((replaying.clone(), submission(line)));
         }
     }
     beside
-}
-
-/// `line` without its terminal colour codes (the log's fields are coloured).
-fn without_colours(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // ESC [ parameters m
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The README's first command's job, CI-sized, and its preference stage: `shardwork demo --dpo`

@@ -130,6 +130,9 @@ fn job_of(pending: &PendingValidation) -> JobRef<'_> {
 /// nothing they could do (about 19 s at the services' 0.3 s poll).
 const MAX_POLLS_BETWEEN_PAUSES: u32 = 64;
 
+/// Pending submissions listed per pass.
+const PENDING_PAGE: u32 = 50;
+
 /// The validator service: judges submitted adapters and merges ready rounds, polling the API
 /// for both.
 pub struct ValidatorNode {
@@ -198,8 +201,20 @@ impl ValidatorNode {
     /// submission or round that cannot be handled now is logged and left for the next pass
     /// while the others go on.
     pub async fn pass(&self, contexts: &mut Contexts) -> Result<usize, NodeError> {
+        let pending = self.api.pending_validations(PENDING_PAGE).await?;
+        self.pass_over(contexts, pending).await
+    }
+
+    /// [`ValidatorNode::pass`] over the pending submissions already listed; the ready rounds
+    /// are listed after their verdicts, so a round those verdicts close is merged in the same
+    /// pass.
+    async fn pass_over(
+        &self,
+        contexts: &mut Contexts,
+        pending: Vec<PendingValidation>,
+    ) -> Result<usize, NodeError> {
         let mut worked = 0;
-        for pending in self.api.pending_validations(50).await? {
+        for pending in pending {
             let work = ValidatorWork::Verdict {
                 submission_id: pending.submission_id,
             };
@@ -418,12 +433,15 @@ impl ValidatorNode {
                 _ = tokio::time::sleep(self.poll) => {}
             }
             polls += 1;
-            if polls < polls_between || !self.judgement_waiting().await {
+            if polls < polls_between {
                 continue;
             }
+            let Some(pending) = self.judgement_waiting().await else {
+                continue;
+            };
             polls = 0;
             let (held, paused) = (gate.hold(), Instant::now());
-            let pass = self.pass(contexts);
+            let pass = self.pass_over(contexts, pending);
             tokio::pin!(pass);
             let mut finished = None;
             let worked = loop {
@@ -458,22 +476,26 @@ impl ValidatorNode {
         }
     }
 
-    /// Whether a verdict or a merge is waiting that no other validator holds. A failed
-    /// listing says no: the replay goes on, and the next poll asks again.
-    async fn judgement_waiting(&self) -> bool {
-        match self.api.pending_validations(1).await {
-            Ok(pending) if !pending.is_empty() => return true,
-            Ok(_) => {}
+    /// The pending submissions no other validator holds, when there are any or a round is
+    /// ready to merge; `None` when neither is waiting. A failed listing says `None`: the replay
+    /// goes on, and the next poll asks again.
+    async fn judgement_waiting(&self) -> Option<Vec<PendingValidation>> {
+        let pending = match self.api.pending_validations(PENDING_PAGE).await {
+            Ok(pending) => pending,
             Err(e) => {
                 tracing::debug!(error = %e, "pending verdicts not listed");
-                return false;
+                return None;
             }
+        };
+        if !pending.is_empty() {
+            return Some(pending);
         }
         match self.api.ready_rounds().await {
-            Ok(ready) => !ready.is_empty(),
+            Ok(ready) if !ready.is_empty() => Some(pending),
+            Ok(_) => None,
             Err(e) => {
                 tracing::debug!(error = %e, "ready rounds not listed");
-                false
+                None
             }
         }
     }
