@@ -23,6 +23,18 @@
 //! 2-core AMD EPYC). Parking after 1,000 spins gave +15% tokens/s on MiniLM classification and
 //! +24% on SmolLM2 SFT there; 100 was slower than the default (each op then paid a wake-up).
 //! `CANDLE_BARRIER_POOL_SPIN_LIMIT` in the environment still wins.
+//!
+//! ## The thread count of every matrix product
+//!
+//! candle asks how many threads a matrix product may use on every product (as does
+//! [`crate::fused::matmul`]), and unless `RAYON_NUM_THREADS` is set it counts the physical cores
+//! by reading and parsing `/proc/cpuinfo` each time: 2.1% of all CPU samples of the README's
+//! demo (perf, 2-core AMD EPYC Zen 4), in workers and validator alike (`bench train` never
+//! showed it: it sets the variable for its children). The count is now taken once, at start,
+//! and written to `RAYON_NUM_THREADS`. rayon reads that variable too, for the size of its global
+//! pool, whose own default is the logical CPUs; where the two counts differ (SMT), the global
+//! pool is built at start with rayon's default, so neither library's thread count changes.
+//! `RAYON_NUM_THREADS` in the environment still wins.
 
 /// glibc's largest mmap threshold on 64-bit (`HEAP_MAX_SIZE / 2`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -35,7 +47,7 @@ const TOP_PAD: libc::c_int = 64 << 20;
 /// Spins of an idle candle pool worker before it parks (candle's default: 25,000).
 const CANDLE_SPIN_LIMIT: &str = "1000";
 
-/// Applies both settings. Call it first thing in `main`.
+/// Applies the three settings. Call it first thing in `main`.
 ///
 /// # Safety
 ///
@@ -45,6 +57,30 @@ pub unsafe fn prepare_for_tensor_work() {
     keep_freed_tensor_memory();
     // SAFETY: the caller guarantees that no other thread exists.
     unsafe { park_idle_candle_workers_sooner() };
+    // SAFETY: as above.
+    unsafe { count_cores_once() };
+}
+
+/// # Safety
+///
+/// As [`prepare_for_tensor_work`]: it writes the environment, then may start rayon's pool.
+unsafe fn count_cores_once() {
+    const VARIABLE: &str = "RAYON_NUM_THREADS";
+    if std::env::var_os(VARIABLE).is_some() {
+        return;
+    }
+    // What candle would count on each product (physical cores, or its CPU mask), counted once.
+    let products = candle_core::utils::get_num_threads();
+    let logical = std::thread::available_parallelism().map_or(1, usize::from);
+    // SAFETY: no other thread exists yet (this function's contract).
+    unsafe { std::env::set_var(VARIABLE, products.to_string()) };
+    if products != logical {
+        // rayon would now size its global pool by the variable: keep its own default. An
+        // error means a pool already exists, which then keeps its size as well.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(logical)
+            .build_global();
+    }
 }
 
 /// # Safety
