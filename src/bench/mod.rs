@@ -199,8 +199,9 @@ pub enum BenchCommand {
         /// Measure candle only (no PyTorch).
         #[arg(long)]
         candle_only: bool,
-        /// On a CPU with AMX, also run candle with `SHARDWORK_AMX=off` (every product on gemm,
-        /// as on a CPU without AMX), in the same rounds.
+        /// On a CPU with AMX or AVX-512, also run candle with `SHARDWORK_AMX=off` and
+        /// `SHARDWORK_PANELS=off` (every frozen product on gemm, as on an AVX2 CPU), in the same
+        /// rounds.
         #[arg(long)]
         portable_too: bool,
         /// Print the report as JSON.
@@ -461,7 +462,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 minilm,
                 python,
                 script: PathBuf::from("scripts/bench_train_reference.py"),
-                portable_too: portable_too && shardwork_trainer::amx::available(),
+                portable_too: portable_too && shardwork_trainer::fused::packs::kernel_available(),
             };
             let report = tokio::task::spawn_blocking(move || train::run(&bench)).await??;
             print_report(&report, json)?;

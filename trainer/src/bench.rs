@@ -16,10 +16,14 @@ use crate::train::Progress;
 
 /// Best sustained f32 matmul rate (FLOP/s) on `device` for an `m × k · k × n` product, the
 /// shape the model's largest layer runs at: of the kernel training multiplies frozen weights
-/// with (AMX's split-bf16 product on a CPU that has it, candle's matmul otherwise).
+/// with (AMX's split-bf16 product on a CPU that has it, the f32 panels on one with AVX-512,
+/// candle's matmul otherwise).
 pub fn matmul_peak(device: &Device, m: usize, k: usize, n: usize) -> Result<f64> {
     if device.is_cpu() && crate::amx::available() {
         return Ok(amx_matmul_peak(m, k, n));
+    }
+    if device.is_cpu() && crate::panels::available() {
+        return Ok(panels_matmul_peak(m, k, n));
     }
     let a = Tensor::randn(0f32, 1.0, (m, k), device)?;
     let b = Tensor::randn(0f32, 1.0, (k, n), device)?;
@@ -45,17 +49,34 @@ pub fn matmul_peak(device: &Device, m: usize, k: usize, n: usize) -> Result<f64>
 
 /// [`matmul_peak`] of the AMX kernel, the weight packed once as training packs it.
 fn amx_matmul_peak(m: usize, k: usize, n: usize) -> f64 {
-    let x: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) * 0.1).collect();
-    let w: Vec<f32> = (0..n * k).map(|i| ((i % 7) as f32 - 3.0) * 0.01).collect();
+    let w = probe_weight(n, k);
     let packed = crate::amx::PackedWeight::new(&w, None, n, k);
+    packed_matmul_peak(m, k, n, |x, y| packed.matmul_t_into(x, m, y))
+}
+
+/// [`matmul_peak`] of the f32 panel kernel (AVX-512 without AMX), packed once as training
+/// packs it.
+fn panels_matmul_peak(m: usize, k: usize, n: usize) -> f64 {
+    let packed = crate::panels::PanelWeight::new(&probe_weight(n, k), n, k);
+    packed_matmul_peak(m, k, n, |x, y| packed.matmul_t_into(x, m, y))
+}
+
+/// A deterministic `n × k` weight for the probes.
+fn probe_weight(n: usize, k: usize) -> Vec<f32> {
+    (0..n * k).map(|i| ((i % 7) as f32 - 3.0) * 0.01).collect()
+}
+
+/// The best rate of `product(x, y)`, `x (m × k) · packed weight` into `y (m × n)`.
+fn packed_matmul_peak(m: usize, k: usize, n: usize, product: impl Fn(&[f32], &mut [f32])) -> f64 {
+    let x: Vec<f32> = (0..m * k).map(|i| ((i % 13) as f32 - 6.0) * 0.1).collect();
     let mut y = vec![0f32; m * n];
-    packed.matmul_t_into(&x, m, &mut y);
+    product(&x, &mut y);
     let mut best = 0f64;
     for _ in 0..5 {
         let reps = 10;
         let start = Instant::now();
         for _ in 0..reps {
-            packed.matmul_t_into(&x, m, &mut y);
+            product(&x, &mut y);
         }
         let secs = start.elapsed().as_secs_f64();
         best = best.max(2.0 * (m * k * n * reps) as f64 / secs);

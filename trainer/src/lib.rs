@@ -46,6 +46,7 @@ pub mod lora;
 pub mod merge;
 pub mod nn;
 pub mod optim;
+pub mod panels;
 pub mod peft;
 pub mod process;
 pub mod quantized;

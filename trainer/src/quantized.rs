@@ -177,7 +177,7 @@ impl QuantizedWeight {
         }
         Ok(x.contiguous()?.apply_op1(FrozenQuantizedMatmulT {
             weight: self.clone(),
-            amx: crate::fused::packs::quantized_uses_amx(
+            packed: crate::fused::packs::quantized_uses_packs(
                 Arc::as_ptr(&self.q) as usize,
                 self.rows,
                 self.cols,
@@ -211,10 +211,10 @@ fn expand_rows<T: GgmlType>(data: &[u8], out: &mut [f32], cols: usize) {
 /// [`QuantizedWeight::matmul_t`] as a candle op on the input.
 struct FrozenQuantizedMatmulT {
     weight: QuantizedWeight,
-    /// Multiply on AMX, packing the expanded weight for each product, wherever its f32
-    /// expansion would multiply on AMX ([`crate::fused::packs`]); else through gemm, as that
-    /// would.
-    amx: bool,
+    /// Multiply by packs (AMX or panels), packing the expanded weight for each product,
+    /// wherever its f32 expansion would be multiplied by packs ([`crate::fused::packs`]); else
+    /// through gemm, as that would.
+    packed: bool,
 }
 
 const NAME: &str = "frozen-quantized-matmul-t";
@@ -231,7 +231,7 @@ impl CustomOp1 for FrozenQuantizedMatmulT {
             candle_core::bail!("{NAME}: x has {k} columns, w has {k2}");
         }
         let w = self.weight.expand().map_err(candle_core::Error::wrap)?;
-        if self.amx {
+        if self.packed {
             let xs = crate::fused::f32s(NAME, "x", x, xl)?;
             let mut y = vec![0f32; m * n];
             crate::fused::packs::once_forward_into(&w, n, k, xs, &mut y);
@@ -249,7 +249,7 @@ impl CustomOp1 for FrozenQuantizedMatmulT {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        if self.amx {
+        if self.packed {
             let op = QuantizedInputGrad(self.weight.clone());
             return Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&op)?));
         }

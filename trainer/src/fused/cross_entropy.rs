@@ -380,6 +380,13 @@ impl<'a> MatRef<'a> {
         .checked()
     }
 
+    /// The view's elements as one slice, row after row, where they lie so in `data`.
+    fn as_row_major(self) -> Option<&'a [f32]> {
+        let view = self.checked().ok()?;
+        (view.col_stride == 1 && view.row_stride == view.cols)
+            .then(|| &view.data[view.offset..view.offset + view.rows * view.cols])
+    }
+
     /// Every element the view names lies inside `data`: what makes handing it to gemm sound.
     fn checked(self) -> Result<Self> {
         if self.rows > 0 && self.cols > 0 {
@@ -599,13 +606,20 @@ fn forward(
                     }
                 }
                 // A scope that only scores keeps no backward packs; a gradient taken there
-                // goes through gemm.
-                match packs.and_then(|packs| packs[b].backward.as_ref()) {
-                    Some(backward) => {
+                // goes through gemm. Panels keep none either: they read the head in place.
+                let in_place = packs
+                    .filter(|_| !crate::amx::available())
+                    .and_then(|_| w.rows(start, width).as_row_major());
+                match (packs.and_then(|packs| packs[b].backward.as_ref()), in_place) {
+                    (Some(backward), _) => {
                         backward.matmul_t_into(block, rows, partial);
                         Ok(())
                     }
-                    None => matmul(
+                    (None, Some(head)) => {
+                        crate::panels::matmul_into(block, rows, head, width, d, partial);
+                        Ok(())
+                    }
+                    (None, None) => matmul(
                         partial,
                         MatRef::row_major(block, rows, width)?,
                         w.rows(start, width),
@@ -847,7 +861,7 @@ mod tests {
         assert!((fused - reference).abs() / reference < 1e-5);
         assert_eq!(
             super::super::packs::PackScope::packed_bytes() > 0,
-            crate::amx::available()
+            crate::fused::packs::kernel_available()
         );
     }
 
@@ -876,7 +890,11 @@ mod tests {
                 "row {row}: {s} vs {r}"
             );
         }
-        assert_eq!(kept.bytes() > 0, crate::amx::available(), "head not packed");
+        assert_eq!(
+            kept.bytes() > 0,
+            crate::fused::packs::kernel_available(),
+            "head not packed"
+        );
     }
 
     #[test]

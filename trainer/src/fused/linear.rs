@@ -551,7 +551,7 @@ mod tests {
         assert!(max_abs_diff(&gx(&out), &gx(&want)) < 1e-4);
         assert_eq!(
             super::super::packs::PackScope::packed_bytes() > 0,
-            crate::amx::available(),
+            crate::fused::packs::kernel_available(),
             "the frozen weights were packed exactly where the CPU has AMX"
         );
     }

@@ -1,4 +1,7 @@
-//! Frozen weights packed once per training run for the AMX kernel ([`crate::amx`]).
+//! Frozen weights packed once per training run for this CPU's kernel: AMX tiles
+//! ([`crate::amx`]) where the CPU has AMX, else f32 panels ([`crate::panels`]) where it has
+//! AVX-512. Everything below says "AMX"; the panels take the same road, one pack per weight
+//! and orientation, the same budget and rules (decision 0050).
 //!
 //! A training step multiplies by every frozen weight twice: `x·Wᵀ` in the forward pass and
 //! `g·W` for the input gradient in the backward pass. On a CPU with AMX both go through the
@@ -10,7 +13,7 @@
 //! A run opens a [`PackScope`] on its thread; while one is open, [`packs_for`] returns each
 //! frozen weight's packs, made on first use and kept until the thread's outermost scope closes,
 //! so nothing outlives the run. Outside a scope (scoring, which packs its own weights; callers
-//! that never train) and on CPUs without AMX, the products stay on gemm.
+//! that never train) and on CPUs with neither kernel (AVX2 only), the products stay on gemm.
 //!
 //! Packs are kept up to [`KEPT_BYTES`] a thread, so a large model's peak memory stays near its
 //! f32 weights' instead of three times them. A weight past the budget is packed for each
@@ -20,7 +23,7 @@
 //! ([`crate::amx`]); scalar, it did not (the 1B Llama shape trained at 26.4 tokens/s packing
 //! per product against gemm's 40.5, 2-core Xeon).
 //! A weight kept quantized ([`crate::quantized`]) is packed per product, never kept, but it is
-//! counted against the budget as if it were ([`quantized_uses_amx`]), so that it takes AMX
+//! counted against the budget as if it were ([`quantized_uses_packs`]), so that it takes AMX
 //! exactly where its f32 expansion would and the two still train bit for bit alike.
 //!
 //! Held-out scoring runs the same frozen weights through many forward passes, one per verdict,
@@ -40,16 +43,87 @@ use candle_core::{DType, Tensor, TensorId};
 use shardwork_core::protocol::job_spec::TRAINING_PACKS_MAX_BYTES;
 
 use super::with_f32s;
-use crate::amx::{self, PackedWeight};
+use crate::amx;
+use crate::panels::{self, PanelWeight};
 
 /// Bytes of packs a thread keeps for one run ([`TRAINING_PACKS_MAX_BYTES`], which the API's
 /// memory estimate counts). SmolLM2-135M's (every projection and the head) take 1.1 GB; a 1B
 /// model's would take 10 GB, two and a half times its f32 weights.
 pub const KEPT_BYTES: usize = TRAINING_PACKS_MAX_BYTES as usize;
 
-/// Bytes both packs of an `out × in` weight take, about: two bf16 halves per value, each way.
+/// Bytes the packs of an `out × in` weight take in a training run, about: two bf16 halves per
+/// value each way on AMX; one f32 per value forward alone in panels, whose input gradient reads
+/// the weight in place ([`panels::matmul_into`]).
 fn packed_size(out: usize, input: usize) -> usize {
-    2 * 2 * std::mem::size_of::<u16>() * out * input
+    let ways = if amx::available() { 2 } else { 1 };
+    ways * 2 * std::mem::size_of::<u16>() * out * input
+}
+
+/// Whether this CPU has a kernel that multiplies packed frozen weights: AMX first, else the
+/// AVX-512 panels. A process never changes its answer.
+pub fn kernel_available() -> bool {
+    amx::available() || panels::available()
+}
+
+/// One frozen weight packed one way for this CPU's kernel.
+pub(crate) enum PackedWeight {
+    /// AMX tiles, split bf16 at f32 accuracy.
+    Amx(amx::PackedWeight),
+    /// f32 panels for the AVX-512 kernel.
+    Panels(PanelWeight),
+}
+
+impl PackedWeight {
+    /// `w (out × in)` packed for `x·Wᵀ`.
+    fn new(w: &[f32], out: usize, input: usize) -> PackedWeight {
+        Self::new_in(Vec::new(), w, out, input)
+    }
+
+    /// [`PackedWeight::new`], on AMX into the memory of an earlier pack.
+    fn new_in(tiles: Vec<u16>, w: &[f32], out: usize, input: usize) -> PackedWeight {
+        if amx::available() {
+            PackedWeight::Amx(amx::PackedWeight::new_in(tiles, w, None, out, input))
+        } else {
+            PackedWeight::Panels(PanelWeight::new(w, out, input))
+        }
+    }
+
+    /// `x (rows × in) · packedᵀ` into `y (rows × out)`, overwriting it.
+    pub(crate) fn matmul_t_into(&self, x: &[f32], rows: usize, y: &mut [f32]) {
+        match self {
+            PackedWeight::Amx(p) => p.matmul_t_into(x, rows, y),
+            PackedWeight::Panels(p) => p.matmul_t_into(x, rows, y),
+        }
+    }
+
+    /// The memory of an AMX pack, for the next one packed for one product (none for panels).
+    fn into_tiles(self) -> Vec<u16> {
+        match self {
+            PackedWeight::Amx(p) => p.into_tiles(),
+            PackedWeight::Panels(_) => Vec::new(),
+        }
+    }
+
+    fn size_in_bytes(&self) -> usize {
+        match self {
+            PackedWeight::Amx(p) => p.size_in_bytes(),
+            PackedWeight::Panels(p) => p.size_in_bytes(),
+        }
+    }
+
+    fn out_features(&self) -> usize {
+        match self {
+            PackedWeight::Amx(p) => p.out_features(),
+            PackedWeight::Panels(p) => p.out_features(),
+        }
+    }
+
+    fn in_features(&self) -> usize {
+        match self {
+            PackedWeight::Amx(p) => p.in_features(),
+            PackedWeight::Panels(p) => p.in_features(),
+        }
+    }
 }
 
 /// The packs of one frozen weight `W (out, in)`: both ways in a training run, the forward one
@@ -57,16 +131,19 @@ fn packed_size(out: usize, input: usize) -> usize {
 pub(super) struct FrozenPacks {
     /// For `x·Wᵀ`.
     pub(super) forward: PackedWeight,
-    /// For `g·W`; `None` where the scope takes no gradient ([`PackScope::enter_keeping`]).
+    /// For `g·W`; `None` where the scope takes no gradient ([`PackScope::enter_keeping`]) and
+    /// for panels, which read the weight in place.
     pub(super) backward: Option<PackedWeight>,
 }
 
 impl FrozenPacks {
-    /// Packs `w` (`out × in`, row-major) forward, and backward too when `gradients`.
+    /// Packs `w` (`out × in`, row-major) forward, and on AMX backward too when `gradients`
+    /// (the panels' input gradient reads `w` in place).
     fn new(w: &[f32], out: usize, input: usize, gradients: bool) -> FrozenPacks {
         FrozenPacks {
-            forward: PackedWeight::new(w, None, out, input),
-            backward: gradients.then(|| PackedWeight::transposed(w, out, input)),
+            forward: PackedWeight::new(w, out, input),
+            backward: (gradients && amx::available())
+                .then(|| PackedWeight::Amx(amx::PackedWeight::transposed(w, out, input))),
         }
     }
 
@@ -114,8 +191,12 @@ impl Scope {
 
     /// Bytes the packs of an `out × in` weight take in this scope.
     fn packed_size(&self, out: usize, input: usize) -> usize {
-        let both = packed_size(out, input);
-        if self.forward_only { both / 2 } else { both }
+        let packs = packed_size(out, input);
+        if self.forward_only && amx::available() {
+            packs / 2
+        } else {
+            packs
+        }
     }
 }
 
@@ -223,10 +304,10 @@ impl Drop for KeepingScope<'_> {
     }
 }
 
-/// Whether frozen products on this thread may go through AMX now: a scope is open and the CPU
-/// has it.
+/// Whether frozen products on this thread may go through packs now: a scope is open and the
+/// CPU has a kernel for them.
 fn active() -> bool {
-    amx::available() && SCOPE.with_borrow(|s| s.depth > 0)
+    kernel_available() && SCOPE.with_borrow(|s| s.depth > 0)
 }
 
 /// Whether `weight` may be packed now: a frozen f32 CPU tensor, AMX, an open scope.
@@ -283,16 +364,21 @@ impl Frozen {
 /// `x·Wᵀ` into `y` on AMX, `w` (`out × in`) packed for this product alone in the scope's
 /// reused memory (a fresh buffer where no scope is open).
 pub(crate) fn once_forward_into(w: &[f32], out: usize, input: usize, x: &[f32], y: &mut [f32]) {
-    let packed = PackedWeight::new_in(take_spare(), w, None, out, input);
+    let packed = PackedWeight::new_in(take_spare(), w, out, input);
     packed.matmul_t_into(x, x.len() / input.max(1), y);
     give_back_spare(packed.into_tiles());
 }
 
 /// `g·W` into `dx` on AMX, `w` (`out × in`) packed for this product alone, as
-/// [`once_forward_into`].
+/// [`once_forward_into`]; in panels, `w` read in place.
 pub(crate) fn once_input_grad_into(w: &[f32], out: usize, input: usize, g: &[f32], dx: &mut [f32]) {
-    let packed = PackedWeight::transposed_in(take_spare(), w, out, input);
-    packed.matmul_t_into(g, g.len() / out.max(1), dx);
+    let rows = g.len() / out.max(1);
+    if !amx::available() {
+        panels::matmul_into(g, rows, w, out, input, dx);
+        return;
+    }
+    let packed = amx::PackedWeight::transposed_in(take_spare(), w, out, input);
+    packed.matmul_t_into(g, rows, dx);
     give_back_spare(packed.into_tiles());
 }
 
@@ -315,7 +401,7 @@ fn give_back_spare(tiles: Vec<u16>) {
 pub(super) const MIN_ROWS_PER_PACK: usize = 256;
 
 /// Whether a product of `rows` rows by a weight past the budget goes to AMX, packed for it:
-/// the one rule [`packs_for`] and [`quantized_uses_amx`] share, so that a quantized weight
+/// the one rule [`packs_for`] and [`quantized_uses_packs`] share, so that a quantized weight
 /// takes AMX exactly where its f32 expansion would.
 fn packed_per_product(rows: usize) -> bool {
     rows >= MIN_ROWS_PER_PACK
@@ -360,7 +446,7 @@ pub(super) fn packs_for(
 /// Whether the quantized weight `identity` (`out × in`) multiplies `rows` rows on AMX, packed
 /// for the product: wherever its f32 expansion would be multiplied on AMX by [`packs_for`],
 /// kept or not, the budget counted the same way.
-pub(crate) fn quantized_uses_amx(identity: usize, out: usize, input: usize, rows: usize) -> bool {
+pub(crate) fn quantized_uses_packs(identity: usize, out: usize, input: usize, rows: usize) -> bool {
     if !active() {
         return false;
     }
@@ -427,7 +513,7 @@ mod tests {
 
     #[test]
     fn a_scope_packs_each_weight_once_and_frees_them_when_it_ends() {
-        if !amx::available() {
+        if !kernel_available() {
             return;
         }
         let w = weight();
@@ -453,7 +539,7 @@ mod tests {
 
     #[test]
     fn a_weight_in_blocks_packs_each_block_with_its_own_rows() {
-        if !amx::available() {
+        if !kernel_available() {
             return;
         }
         let _scope = PackScope::enter();
@@ -461,29 +547,30 @@ mod tests {
         let blocks = block_packs_for("test", &w, 16).unwrap().unwrap();
         let rows: Vec<usize> = blocks.iter().map(|b| b.forward.out_features()).collect();
         assert_eq!(rows, [16, 16, 8]);
-        assert!(
-            blocks
-                .iter()
-                .all(|b| b.backward.as_ref().unwrap().out_features() == 24)
-        );
+        // Panels read the weight in place for the input gradient; AMX packs it.
+        assert!(blocks.iter().all(|b| match &b.backward {
+            Some(backward) => backward.out_features() == 24,
+            None => !amx::available(),
+        }));
     }
 
     /// Past the budget a weight, or a quantized one, is packed per product for large products
     /// and stays on gemm for small ones; a weight in blocks stays on gemm.
     #[test]
     fn weights_past_the_budget_are_packed_per_product_or_stay_on_gemm() {
-        if !amx::available() {
+        if !kernel_available() {
             return;
         }
         let _scope = PackScope::enter();
-        // 2^28 values: 2 GiB of packs, the whole budget, with a small weight kept before it.
+        // 2^29 values: 2 GiB of panels (4 of AMX tiles), past the whole budget, with a small
+        // weight kept before it.
         let small = weight();
         assert!(matches!(
             packs_for("test", &small, 1).unwrap(),
             Some(Frozen::Kept(_))
         ));
-        assert!(quantized_uses_amx(1, 40, 24, 1));
-        let (out, input) = (1 << 14, 1 << 14);
+        assert!(quantized_uses_packs(1, 40, 24, 1));
+        let (out, input) = (1 << 15, 1 << 14);
         assert!(packed_size(out, input) >= KEPT_BYTES);
         // A broadcast view: the size of such a weight without its memory (it is never read).
         let large = Tensor::zeros(1, DType::F32, &Device::Cpu)
@@ -497,10 +584,10 @@ mod tests {
             Some(Frozen::PerProduct)
         ));
         assert!(block_packs_for("test", &large, 1024).unwrap().is_none());
-        assert!(!quantized_uses_amx(2, out, input, few));
-        assert!(quantized_uses_amx(2, out, input, many));
+        assert!(!quantized_uses_packs(2, out, input, few));
+        assert!(quantized_uses_packs(2, out, input, many));
         assert!(
-            quantized_uses_amx(1, 40, 24, 1),
+            quantized_uses_packs(1, 40, 24, 1),
             "a quantized weight given AMX keeps it"
         );
         assert!(
@@ -513,7 +600,7 @@ mod tests {
     /// whether a weight fits the budget changes the speed, never a result.
     #[test]
     fn a_product_packed_for_itself_equals_one_with_kept_packs() {
-        if !amx::available() {
+        if !kernel_available() {
             return;
         }
         let _scope = PackScope::enter();
@@ -547,7 +634,7 @@ mod tests {
     /// thread, and the thread's own scope empty; nested in an open scope it keeps nothing.
     #[test]
     fn a_keeping_scope_hands_its_forward_packs_to_the_next() {
-        if !amx::available() {
+        if !kernel_available() {
             return;
         }
         let w = weight();

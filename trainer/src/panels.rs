@@ -1,0 +1,423 @@
+//! Frozen weights packed once into f32 panels, for CPUs with AVX-512 but no AMX (AMD Zen 4 and
+//! Zen 5, Intel without AMX): the kernel [`crate::fused::packs`] uses there in place of AMX.
+//!
+//! gemm packs both operands on every product, the frozen weight included. A training step's
+//! products have 256 rows (a pass of [`crate::train::sft::TOKENS_PER_PASS`] tokens), so packing a
+//! 576 × 1536 weight again each time costs about as much memory traffic as the product itself
+//! uses: gemm's packing was 10.4% of all CPU samples of the README's demo on a 2-core Zen 4,
+//! against 42% in its microkernel. Here each frozen weight is laid out once per run in panels of
+//! [`PANEL`] output features, `k`-major, so the kernel reads a panel front to back and the input
+//! rows in place. The input gradient `g·W` needs no pack at all: a run of [`PANEL`] values of a
+//! weight row is already what the kernel reads at each step ([`matmul_into`]), so a run holds
+//! one copy of its frozen weights more, not two (SmolLM2-135M: 0.55 GB). The arithmetic is f32 multiply-adds in a fixed order (each output element sums
+//! its `k` products in order, in [`K_BLOCK`] chunks), so a product gives the same bits on every
+//! run and thread count; it differs from gemm's in the last bits, as AMX's does.
+//!
+//! Measured on the step's shapes (2-core AMD EPYC Zen 4, 256 rows, quiet; docs/performance.md):
+//! 176–211 GFLOP/s against gemm's 137–209 (the FMA units' peak is about 224).
+//!
+//! `SHARDWORK_PANELS=off` in the environment turns it off for the process ([`SWITCH`]).
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+/// Output features a panel holds: four 16-lane vectors.
+pub const PANEL: usize = 64;
+/// Rows one kernel call makes: with four vectors a row, 24 accumulators of the 32 registers.
+const ROWS: usize = 6;
+/// Inner-dimension values a panel chunk holds while the rows sweep past it: 64 × 128 floats,
+/// 32 KiB, an L1 data cache of Zen 4.
+pub const K_BLOCK: usize = 128;
+/// Tasks a rayon thread gets at least, so that a product of few panels still splits by rows.
+const TASKS_PER_THREAD: usize = 4;
+
+/// The environment variable that turns the panels off, and the value that does it.
+pub const SWITCH: (&str, &str) = ("SHARDWORK_PANELS", "off");
+
+/// Whether this CPU runs the panel kernel (AVX-512F, checked once) and it was not switched off.
+pub fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let off = std::env::var(SWITCH.0).is_ok_and(|v| v == SWITCH.1);
+        !off && detect()
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detect() -> bool {
+    false
+}
+
+/// A frozen weight laid out for `x·Bᵀ` in panels: `B` is `n × k` (the product has `n` output
+/// features and sums over `k`).
+pub struct PanelWeight {
+    n: usize,
+    k: usize,
+    /// `ceil(n / PANEL)` panels of `k × PANEL` floats, zero past `n`.
+    panels: Vec<f32>,
+}
+
+impl PanelWeight {
+    /// Packs `weight` (row-major `n × k`, as a linear layer stores it) for `x·Wᵀ`.
+    pub fn new(weight: &[f32], n: usize, k: usize) -> PanelWeight {
+        assert_eq!(weight.len(), n * k, "weight is not n × k");
+        let mut panels = vec![0f32; n.div_ceil(PANEL) * k * PANEL];
+        panels
+            .par_chunks_mut(k * PANEL)
+            .enumerate()
+            .for_each(|(p, panel)| {
+                for j in 0..PANEL.min(n - p * PANEL) {
+                    let row = &weight[(p * PANEL + j) * k..(p * PANEL + j + 1) * k];
+                    for (kk, &v) in row.iter().enumerate() {
+                        panel[kk * PANEL + j] = v;
+                    }
+                }
+            });
+        PanelWeight { n, k, panels }
+    }
+
+    /// Output features `n`.
+    pub fn out_features(&self) -> usize {
+        self.n
+    }
+
+    /// Summed features `k`.
+    pub fn in_features(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes the panels take.
+    pub fn size_in_bytes(&self) -> usize {
+        self.panels.len() * std::mem::size_of::<f32>()
+    }
+
+    /// `x·Bᵀ` into `out` (`m × n`, overwritten) for row-major `x` (`m × k`), on the rayon pool.
+    /// Call only when [`available`] is true.
+    pub fn matmul_t_into(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        let (n, k) = (self.n, self.k);
+        multiply(x, m, k, n, out, |p| {
+            (&self.panels[p * k * PANEL..(p + 1) * k * PANEL], PANEL)
+        });
+    }
+}
+
+/// `x·W` into `out` (`m × n`, overwritten) for row-major `x` (`m × k`) and `w` (`k × n`), read
+/// in place: a frozen layer's input gradient `g·W` from the layer's own `(out, in)` weight.
+/// Call only when [`available`] is true.
+pub fn matmul_into(x: &[f32], m: usize, w: &[f32], k: usize, n: usize, out: &mut [f32]) {
+    assert_eq!(w.len(), k * n, "w is not k × n");
+    multiply(x, m, k, n, out, |p| (&w[p * PANEL..], n));
+}
+
+/// `out (m × n) = x (m × k) · B` where `panel(p)` gives panel `p` of `B` (columns
+/// `p·PANEL..`) as a slice whose row `r` starts at `r · stride`.
+fn multiply<'w>(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    out: &mut [f32],
+    panel: impl Fn(usize) -> (&'w [f32], usize) + Sync,
+) {
+    assert_eq!(x.len(), m * k, "x is not m × k");
+    assert_eq!(out.len(), m * n, "out is not m × n");
+    assert!(available(), "the panel kernel needs AVX-512F");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let panels = n.div_ceil(PANEL);
+    // Split the rows too where there are few panels, in whole kernel calls.
+    let want = (TASKS_PER_THREAD * rayon::current_num_threads()).div_ceil(panels);
+    let chunk = m.div_ceil(want.max(1)).div_ceil(ROWS) * ROWS;
+    let chunks = m.div_ceil(chunk);
+    let out_at = SendPtr(out.as_mut_ptr());
+    (0..panels * chunks).into_par_iter().for_each(|task| {
+        let (p, c) = (task / chunks, task % chunks);
+        let rows = c * chunk..((c + 1) * chunk).min(m);
+        let (b, stride) = panel(p);
+        let width = PANEL.min(n - p * PANEL);
+        assert!(b.len() >= (k - 1) * stride + width, "panel {p} is short");
+        // SAFETY: AVX-512F was checked above; each task writes only rows `rows` of columns
+        // `p·PANEL..p·PANEL + width`, which no other task writes; the kernel reads `width`
+        // values of each of `k` panel rows (asserted inside `b`) and rows `rows` of `x`.
+        unsafe { x86::panel_rows(x, k, b, stride, rows, out_at.at(p * PANEL), n, width) };
+    });
+}
+
+/// A pointer into the output that rayon's tasks share; each writes a disjoint block.
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: the tasks holding it write disjoint elements (see `matmul_t_into`).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn at(self, offset: usize) -> *mut f32 {
+        self.0.wrapping_add(offset)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+    use std::ops::Range;
+
+    use super::{K_BLOCK, PANEL, ROWS};
+
+    /// Rows `rows` of `x (·, k)` times one panel, into `out` (row stride `ldc`, `width ≤ PANEL`
+    /// columns from `out`).
+    ///
+    /// # Safety
+    ///
+    /// AVX-512F must be available; `x` holds the rows, `panel` holds `width` values from each
+    /// `r · stride` for `r < k`, and `out` is valid for rows `rows` of `width` columns at
+    /// stride `ldc`, written by no one else.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn panel_rows(
+        x: &[f32],
+        k: usize,
+        panel: &[f32],
+        stride: usize,
+        rows: Range<usize>,
+        out: *mut f32,
+        ldc: usize,
+        width: usize,
+    ) {
+        let mut k0 = 0;
+        while k0 < k {
+            let kc = K_BLOCK.min(k - k0);
+            let mut r = rows.start;
+            while r < rows.end {
+                let take = ROWS.min(rows.end - r);
+                // SAFETY: rows `r..r + take` and columns `k0..k0 + kc` are inside `x`; the
+                // panel chunk `k0..k0 + kc` inside `panel`; the output block inside `out`.
+                unsafe {
+                    let a = x.as_ptr().add(r * k + k0);
+                    let b = Panel {
+                        at: panel.as_ptr().add(k0 * stride),
+                        stride,
+                        width,
+                    };
+                    let c = out.add(r * ldc);
+                    let first = k0 == 0;
+                    match take {
+                        6 => tile::<6>(a, k, b, kc, c, ldc, first),
+                        5 => tile::<5>(a, k, b, kc, c, ldc, first),
+                        4 => tile::<4>(a, k, b, kc, c, ldc, first),
+                        3 => tile::<3>(a, k, b, kc, c, ldc, first),
+                        2 => tile::<2>(a, k, b, kc, c, ldc, first),
+                        _ => tile::<1>(a, k, b, kc, c, ldc, first),
+                    }
+                }
+                r += take;
+            }
+            k0 += kc;
+        }
+    }
+
+    /// A chunk of a panel: `width` values from each `at + p · stride`.
+    #[derive(Clone, Copy)]
+    struct Panel {
+        at: *const f32,
+        stride: usize,
+        width: usize,
+    }
+
+    /// `R` rows times a `kc`-deep panel chunk, added to the output block (or written, on the
+    /// first chunk). The sums run in `k` order, one multiply-add at a time. A partial panel is
+    /// read with masked loads (the last one read in place may end at its buffer's end).
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile<const R: usize>(
+        a: *const f32,
+        lda: usize,
+        b: Panel,
+        kc: usize,
+        c: *mut f32,
+        ldc: usize,
+        first: bool,
+    ) {
+        let width = b.width;
+        let masks = [
+            lanes(width, 0),
+            lanes(width, 1),
+            lanes(width, 2),
+            lanes(width, 3),
+        ];
+        // SAFETY (whole body): the caller's contract bounds every row, panel and output
+        // pointer; masked loads and stores touch only the `width` valid columns.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); 4]; R];
+            if !first {
+                for (r, row) in acc.iter_mut().enumerate() {
+                    for (v, lane) in row.iter_mut().enumerate() {
+                        *lane = _mm512_maskz_loadu_ps(masks[v], c.add(r * ldc + v * 16));
+                    }
+                }
+            }
+            let full = width == PANEL;
+            for p in 0..kc {
+                let bp = b.at.add(p * b.stride);
+                let (b0, b1, b2, b3) = if full {
+                    (
+                        _mm512_loadu_ps(bp),
+                        _mm512_loadu_ps(bp.add(16)),
+                        _mm512_loadu_ps(bp.add(32)),
+                        _mm512_loadu_ps(bp.add(48)),
+                    )
+                } else {
+                    (
+                        _mm512_maskz_loadu_ps(masks[0], bp),
+                        _mm512_maskz_loadu_ps(masks[1], bp.add(16)),
+                        _mm512_maskz_loadu_ps(masks[2], bp.add(32)),
+                        _mm512_maskz_loadu_ps(masks[3], bp.add(48)),
+                    )
+                };
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*a.add(r * lda + p));
+                    row[0] = _mm512_fmadd_ps(x, b0, row[0]);
+                    row[1] = _mm512_fmadd_ps(x, b1, row[1]);
+                    row[2] = _mm512_fmadd_ps(x, b2, row[2]);
+                    row[3] = _mm512_fmadd_ps(x, b3, row[3]);
+                }
+            }
+            for (r, row) in acc.iter().enumerate() {
+                for (v, lane) in row.iter().enumerate() {
+                    _mm512_mask_storeu_ps(c.add(r * ldc + v * 16), masks[v], *lane);
+                }
+            }
+        }
+    }
+
+    /// The lanes of vector `v` (16 columns from `16·v`) that fall inside `width`.
+    fn lanes(width: usize, v: usize) -> __mmask16 {
+        let left = width.saturating_sub(v * 16).min(16);
+        if left == 16 {
+            0xffff
+        } else {
+            ((1u32 << left) - 1) as __mmask16
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod x86 {
+    use std::ops::Range;
+
+    /// Never called: [`super::available`] is false off x86-64.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn panel_rows(
+        _: &[f32],
+        _: usize,
+        _: &[f32],
+        _: usize,
+        _: Range<usize>,
+        _: *mut f32,
+        _: usize,
+        _: usize,
+    ) {
+        unreachable!("the panel kernel runs on x86-64 only")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..len)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    /// `x·Wᵀ` in f64, for `x (m × k)` and `w (n × k)`.
+    fn reference(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut out = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k)
+                    .map(|p| f64::from(x[i * k + p]) * f64::from(w[j * k + p]))
+                    .sum();
+            }
+        }
+        out
+    }
+
+    fn worst(got: &[f32], want: &[f64]) -> f64 {
+        got.iter()
+            .zip(want)
+            .map(|(&g, &w)| (f64::from(g) - w).abs())
+            .fold(0.0, f64::max)
+    }
+
+    /// Shapes with a partial panel, a partial last kernel call, several `k` chunks (one
+    /// partial), and a single row.
+    const SHAPES: [(usize, usize, usize); 4] =
+        [(13, 300, 70), (1, 129, 64), (40, 24, 200), (7, 256, 5)];
+
+    #[test]
+    fn packed_products_match_f64_both_ways_and_repeat_to_the_bit() {
+        if !available() {
+            eprintln!("skipped: no AVX-512F");
+            return;
+        }
+        for (m, k, n) in SHAPES {
+            let x = values(m * k, 1);
+            let w = values(n * k, 2);
+            let want = reference(&x, &w, m, k, n);
+            let forward = PanelWeight::new(&w, n, k);
+            let mut y = vec![f32::NAN; m * n];
+            forward.matmul_t_into(&x, m, &mut y);
+            assert!(worst(&y, &want) < 1e-5 * k as f64, "{m}×{k}×{n} forward");
+            let mut again = vec![0f32; m * n];
+            forward.matmul_t_into(&x, m, &mut again);
+            assert_eq!(y, again, "{m}×{k}×{n}: a second product differs");
+
+            // The same product from the transpose's layout: w is k × n there.
+            let wt: Vec<f32> = (0..k)
+                .flat_map(|p| (0..n).map(move |j| (p, j)))
+                .map(|(p, j)| w[j * k + p])
+                .collect();
+            let mut z = vec![f32::NAN; m * n];
+            matmul_into(&x, m, &wt, k, n, &mut z);
+            assert_eq!(y, z, "{m}×{k}×{n}: the packed and in-place layouts differ");
+        }
+    }
+
+    #[test]
+    fn the_split_over_threads_does_not_change_a_bit() {
+        if !available() {
+            eprintln!("skipped: no AVX-512F");
+            return;
+        }
+        let (m, k, n) = (50, 200, 130);
+        let x = values(m * k, 3);
+        let w = PanelWeight::new(&values(n * k, 4), n, k);
+        let mut many = vec![0f32; m * n];
+        w.matmul_t_into(&x, m, &mut many);
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let mut single = vec![0f32; m * n];
+        one.install(|| w.matmul_t_into(&x, m, &mut single));
+        assert_eq!(many, single);
+    }
+}
