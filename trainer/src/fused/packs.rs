@@ -673,7 +673,13 @@ mod tests {
                 "the nested scope used the kept packs"
             );
             assert!(
+                !SCOPE.with_borrow(|s| s.forward_only),
+                "the nested scope is a scoring scope"
+            );
+            // Panels read the weight in place for the input gradient: they pack it on AMX only.
+            assert_eq!(
                 packs.backward.is_some(),
+                amx::available(),
                 "the training scope lost its backward pack"
             );
         }
