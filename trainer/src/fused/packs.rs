@@ -1,7 +1,8 @@
 //! Frozen weights packed once per training run for this CPU's kernel: AMX tiles
 //! ([`crate::amx`]) where the CPU has AMX, else f32 panels ([`crate::panels`]) where it has
-//! AVX-512. Everything below says "AMX"; the panels take the same road, one pack per weight
-//! and orientation, the same budget and rules (decision 0050).
+//! AVX-512. Everything below says "AMX"; the panels take the same road under the same budget
+//! and rules, with one difference: they pack only the forward orientation, since their input
+//! gradient reads the weight in place (decision 0050).
 //!
 //! A training step multiplies by every frozen weight twice: `x·Wᵀ` in the forward pass and
 //! `g·W` for the input gradient in the backward pass. On a CPU with AMX both go through the
