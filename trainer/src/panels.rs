@@ -22,6 +22,8 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
+use crate::fused::Shared;
+
 /// Output features a panel holds: four 16-lane vectors.
 pub const PANEL: usize = 64;
 /// Rows one kernel call makes: with four vectors a row, 24 accumulators of the 32 registers.
@@ -140,7 +142,7 @@ fn multiply<'w>(
     let want = (TASKS_PER_THREAD * rayon::current_num_threads()).div_ceil(panels);
     let chunk = m.div_ceil(want.max(1)).div_ceil(ROWS) * ROWS;
     let chunks = m.div_ceil(chunk);
-    let out_at = SendPtr(out.as_mut_ptr());
+    let out_at = Shared::new(out);
     (0..panels * chunks).into_par_iter().for_each(|task| {
         let (p, c) = (task / chunks, task % chunks);
         let rows = c * chunk..((c + 1) * chunk).min(m);
@@ -152,20 +154,6 @@ fn multiply<'w>(
         // values of each of `k` panel rows (asserted inside `b`) and rows `rows` of `x`.
         unsafe { x86::panel_rows(x, k, b, stride, rows, out_at.at(p * PANEL), n, width) };
     });
-}
-
-/// A pointer into the output that rayon's tasks share; each writes a disjoint block.
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: the tasks holding it write disjoint elements (see `matmul_t_into`).
-unsafe impl Send for SendPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SendPtr {}
-
-impl SendPtr {
-    fn at(self, offset: usize) -> *mut f32 {
-        self.0.wrapping_add(offset)
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -335,16 +323,12 @@ mod x86 {
 mod tests {
     use super::*;
 
-    fn values(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..len)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-            })
-            .collect()
+    /// `len` values drawn from a standard normal (the same tool the packs' tests use).
+    fn values(len: usize) -> Vec<f32> {
+        candle_core::Tensor::randn(0f32, 1.0, len, &candle_core::Device::Cpu)
+            .unwrap()
+            .to_vec1()
+            .unwrap()
     }
 
     /// `x·Wᵀ` in f64, for `x (m × k)` and `w (n × k)`.
@@ -379,8 +363,8 @@ mod tests {
             return;
         }
         for (m, k, n) in SHAPES {
-            let x = values(m * k, 1);
-            let w = values(n * k, 2);
+            let x = values(m * k);
+            let w = values(n * k);
             let want = reference(&x, &w, m, k, n);
             let forward = PanelWeight::new(&w, n, k);
             let mut y = vec![f32::NAN; m * n];
@@ -408,8 +392,8 @@ mod tests {
             return;
         }
         let (m, k, n) = (50, 200, 130);
-        let x = values(m * k, 3);
-        let w = PanelWeight::new(&values(n * k, 4), n, k);
+        let x = values(m * k);
+        let w = PanelWeight::new(&values(n * k), n, k);
         let mut many = vec![0f32; m * n];
         w.matmul_t_into(&x, m, &mut many);
         let one = rayon::ThreadPoolBuilder::new()

@@ -66,25 +66,35 @@ impl Mat {
 /// An output buffer that the tasks of one parallel loop write at the same time, each to
 /// elements no other task reads or writes.
 #[derive(Clone, Copy)]
-pub(super) struct Shared {
+pub(crate) struct Shared {
     ptr: *mut f32,
     len: usize,
 }
 
 // SAFETY: `Shared` is a pointer and a length; sharing them is harmless in itself. Every access
-// through it is an `unsafe` call to `product` whose caller shows that no other task touches the
-// elements written, and whose maker neither touches nor drops the buffer until its parallel
-// loop has returned.
+// through it is an `unsafe` call (to `product`, or to the panel kernel through `Shared::at`)
+// whose caller shows that no other task touches the elements written, and whose maker neither
+// touches nor drops the buffer until its parallel loop has returned.
 unsafe impl Send for Shared {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for Shared {}
 
 impl Shared {
-    pub(super) fn new(buf: &mut [f32]) -> Self {
+    pub(crate) fn new(buf: &mut [f32]) -> Self {
         Self {
             ptr: buf.as_mut_ptr(),
             len: buf.len(),
         }
+    }
+
+    /// The element `offset` of the buffer, for a task that alone writes there.
+    pub(crate) fn at(self, offset: usize) -> *mut f32 {
+        debug_assert!(
+            offset < self.len,
+            "offset {offset} past {} floats",
+            self.len
+        );
+        self.ptr.wrapping_add(offset)
     }
 }
 

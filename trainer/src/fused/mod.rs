@@ -16,6 +16,7 @@ mod exp;
 pub mod gelu;
 pub mod linear;
 mod matmul;
+pub(crate) use matmul::Shared;
 pub mod norm;
 pub mod packs;
 pub mod rotary;
