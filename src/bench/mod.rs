@@ -199,9 +199,9 @@ pub enum BenchCommand {
         /// Measure candle only (no PyTorch).
         #[arg(long)]
         candle_only: bool,
-        /// On a CPU with AMX or AVX-512, also run candle with `SHARDWORK_AMX=off` and
-        /// `SHARDWORK_PANELS=off` (every frozen product on gemm, as on an AVX2 CPU), in the same
-        /// rounds.
+        /// On a CPU with AMX or AMD Zen 4 (or `SHARDWORK_PANELS=on`), also run candle with
+        /// `SHARDWORK_AMX=off` and `SHARDWORK_PANELS=off` (every frozen product on gemm, as on
+        /// an AVX2 CPU), in the same rounds.
         #[arg(long)]
         portable_too: bool,
         /// Print the report as JSON.

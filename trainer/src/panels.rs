@@ -1,5 +1,6 @@
-//! Frozen weights packed once into f32 panels, for CPUs with AVX-512 but no AMX (AMD Zen 4 and
-//! Zen 5, Intel without AMX): the kernel [`crate::fused::packs`] uses there in place of AMX.
+//! Frozen weights packed once into f32 panels, for AMD Zen 4 (AVX-512 on 256-bit units, no AMX):
+//! the kernel [`crate::fused::packs`] uses there in place of AMX. It runs on any CPU with
+//! AVX-512F, but only there did it beat gemm ([`available`]).
 //!
 //! gemm packs both operands on every product, the frozen weight included. A training step's
 //! products have 256 rows (a pass of [`crate::train::sft::TOKENS_PER_PASS`] tokens), so packing a
@@ -16,7 +17,12 @@
 //! Measured on the step's shapes (2-core AMD EPYC Zen 4, 256 rows, quiet; docs/performance.md):
 //! 176–211 GFLOP/s against gemm's 137–209 (the FMA units' peak is about 224).
 //!
-//! `SHARDWORK_PANELS=off` in the environment turns it off for the process ([`SWITCH`]).
+//! On an Intel Xeon with AVX-512 (two 512-bit FMA units; AMX switched off to stand for the Xeons
+//! without it) the same kernel lost to gemm in every configuration of `bench train`: SmolLM2
+//! 0.98×, MiniLM 0.89×, held-out scoring 0.95×, the 1B shape 0.61× (its weights past the budget,
+//! packed per product), at up to 1.5× the memory. So the panels are used only on the CPUs they
+//! were measured faster on; `SHARDWORK_PANELS=on` uses them on any CPU with AVX-512F (to measure
+//! another kind), `SHARDWORK_PANELS=off` on none ([`SWITCH`]).
 
 use std::sync::OnceLock;
 
@@ -36,23 +42,54 @@ const TASKS_PER_THREAD: usize = 4;
 
 /// The environment variable that turns the panels off, and the value that does it.
 pub const SWITCH: (&str, &str) = ("SHARDWORK_PANELS", "off");
+/// The value of [`SWITCH`]'s variable that uses the panels wherever the CPU can run them.
+pub const FORCE: &str = "on";
 
-/// Whether this CPU runs the panel kernel (AVX-512F, checked once) and it was not switched off.
+/// Whether the trainer multiplies frozen weights in panels on this CPU, decided once: where
+/// the CPU can ([`supported`]) and either it is a kind the panels were measured faster on
+/// ([`measured_faster`]) or `SHARDWORK_PANELS=on`; never with `SHARDWORK_PANELS=off`.
 pub fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        let off = std::env::var(SWITCH.0).is_ok_and(|v| v == SWITCH.1);
-        !off && detect()
+    *AVAILABLE.get_or_init(|| match std::env::var(SWITCH.0).as_deref() {
+        Ok(v) if v == SWITCH.1 => false,
+        Ok(v) if v == FORCE => supported(),
+        _ => supported() && measured_faster(),
     })
 }
 
+/// Whether this CPU can run the panel kernel: AVX-512F.
+pub fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The CPUs whose `bench train` ran faster on panels than on gemm: AMD family 19h with
+/// AVX-512, which is Zen 4 (Zen 3, the same family, has no AVX-512), where AVX-512 runs on
+/// 256-bit units and gemm's repacking costs as much as its product (decision 0050). Not Intel
+/// (measured slower, module doc) nor Zen 5 (family 1Ah, two 512-bit FMA units as on Intel;
+/// unmeasured, and gemm there already leads PyTorch).
 #[cfg(target_arch = "x86_64")]
-fn detect() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
+fn measured_faster() -> bool {
+    use std::arch::x86_64::__cpuid;
+    let vendor = __cpuid(0);
+    let amd = [vendor.ebx, vendor.edx, vendor.ecx]
+        .iter()
+        .flat_map(|r| r.to_le_bytes())
+        .eq(*b"AuthenticAMD");
+    let signature = __cpuid(1).eax;
+    let (base, extended) = ((signature >> 8) & 0xf, (signature >> 20) & 0xff);
+    let family = if base == 0xf { base + extended } else { base };
+    amd && family == 0x19
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn detect() -> bool {
+fn measured_faster() -> bool {
     false
 }
 
@@ -129,7 +166,7 @@ fn multiply<'w>(
 ) {
     assert_eq!(x.len(), m * k, "x is not m × k");
     assert_eq!(out.len(), m * n, "out is not m × n");
-    assert!(available(), "the panel kernel needs AVX-512F");
+    assert!(supported(), "the panel kernel needs AVX-512F");
     if m == 0 || n == 0 {
         return;
     }
@@ -358,7 +395,7 @@ mod tests {
 
     #[test]
     fn packed_products_match_f64_both_ways_and_repeat_to_the_bit() {
-        if !available() {
+        if !supported() {
             eprintln!("skipped: no AVX-512F");
             return;
         }
@@ -385,9 +422,26 @@ mod tests {
         }
     }
 
+    /// The CPU rule read from CPUID agrees with what the kernel reports in `/proc/cpuinfo`:
+    /// an AMD CPU of family 25 (19h) is a kind the panels were measured faster on, no other is.
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    fn the_cpu_rule_reads_vendor_and_family_as_the_kernel_does() {
+        let info = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        let field = |name: &str| {
+            info.lines()
+                .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+                .unwrap_or_else(|| panic!("/proc/cpuinfo has no {name}"))
+        };
+        let zen4_family = field("vendor_id") == "AuthenticAMD" && field("cpu family") == "25";
+        assert_eq!(measured_faster(), zen4_family);
+    }
+
     #[test]
     fn the_split_over_threads_does_not_change_a_bit() {
-        if !available() {
+        if !supported() {
             eprintln!("skipped: no AVX-512F");
             return;
         }

@@ -16,7 +16,8 @@
 //! so nothing outlives the run. Outside a scope (scoring, which packs its own weights; callers
 //! that never train) and on CPUs with neither kernel (AVX2 only), the products stay on gemm.
 //!
-//! Packs are kept up to [`KEPT_BYTES`] a thread, so a large model's peak memory stays near its
+//! Packs are kept up to [`KEPT_BYTES`] a thread ([`PANELS_KEPT_BYTES`] in panels), so a large
+//! model's peak memory stays near its
 //! f32 weights' instead of three times them. A weight past the budget is packed for each
 //! product of at least [`MIN_ROWS_PER_PACK`] rows, in the one orientation that product needs,
 //! and freed after it (smaller products stay on gemm): the same tiles as a kept pack, so the
@@ -47,10 +48,25 @@ use super::with_f32s;
 use crate::amx;
 use crate::panels::{self, PanelWeight};
 
-/// Bytes of packs a thread keeps for one run ([`TRAINING_PACKS_MAX_BYTES`], which the API's
+/// Bytes of AMX packs a thread keeps for one run ([`TRAINING_PACKS_MAX_BYTES`], which the API's
 /// memory estimate counts). SmolLM2-135M's (every projection and the head) take 1.1 GB; a 1B
 /// model's would take 10 GB, two and a half times its f32 weights.
 pub const KEPT_BYTES: usize = TRAINING_PACKS_MAX_BYTES as usize;
+
+/// Bytes of panels a thread keeps for one run: all of SmolLM2-135M's (513 MiB), and of the 1B
+/// Llama shape a few layers, not its 1 GB head. At [`KEPT_BYTES`] the 1B shape's head and
+/// layers filled 2 GiB and its peak rose from gemm's 0.44× PyTorch's to 0.57×, for 3% more speed
+/// (2-core Zen 4): past issue 49's 0.5×. At this size its peak measured 0.49× (decision 0050).
+pub const PANELS_KEPT_BYTES: usize = 640 << 20;
+
+/// Bytes of packs a thread keeps for one run on this CPU's kernel.
+fn kept_bytes() -> usize {
+    if amx::available() {
+        KEPT_BYTES
+    } else {
+        PANELS_KEPT_BYTES
+    }
+}
 
 /// Bytes the packs of an `out × in` weight take in a training run, about: two bf16 halves per
 /// value each way on AMX; one f32 per value forward alone in panels, whose input gradient reads
@@ -321,7 +337,7 @@ fn packable(weight: &Tensor) -> bool {
 pub(super) enum Frozen {
     /// Packed on first use, both ways, and kept for the run.
     Kept(Arc<FrozenPacks>),
-    /// Past [`KEPT_BYTES`]: packed for each product, in the orientation it needs, then freed.
+    /// Past the kept bytes ([`KEPT_BYTES`], [`PANELS_KEPT_BYTES`]): packed for each product, in the orientation it needs, then freed.
     PerProduct,
 }
 
@@ -409,7 +425,7 @@ fn packed_per_product(rows: usize) -> bool {
 }
 
 /// How the frozen f32 CPU weight `weight (out, in)` multiplies `rows` rows inside a run: kept
-/// packs while they fit in [`KEPT_BYTES`], then packed per product for products of at least
+/// packs while they fit in the kept bytes ([`kept_bytes`]), then packed per product for products of at least
 /// [`MIN_ROWS_PER_PACK`] rows. `None` (gemm) outside a scope, on CPUs without AMX, and for
 /// smaller products of weights past the budget.
 pub(super) fn packs_for(
@@ -423,7 +439,7 @@ pub(super) fn packs_for(
     let (out, input) = weight.dims2()?;
     let (found, room, gradients) = SCOPE.with_borrow(|s| {
         let found = s.by_weight.get(&weight.id()).cloned();
-        let room = s.bytes() + s.packed_size(out, input) <= KEPT_BYTES;
+        let room = s.bytes() + s.packed_size(out, input) <= kept_bytes();
         (found, room, !s.forward_only)
     });
     if let Some(found) = found {
@@ -456,7 +472,7 @@ pub(crate) fn quantized_uses_packs(identity: usize, out: usize, input: usize, ro
             return true;
         }
         let size = packed_size(out, input);
-        let room = s.bytes + size <= KEPT_BYTES;
+        let room = s.bytes + size <= kept_bytes();
         if room {
             s.quantized.insert(identity);
             s.bytes += size;
@@ -479,7 +495,7 @@ pub(super) fn block_packs_for(
     let (rows, input) = weight.dims2()?;
     let (found, room, gradients) = SCOPE.with_borrow(|s| {
         let found = s.by_blocks.get(&key).cloned();
-        let room = s.bytes() + s.packed_size(rows, input) <= KEPT_BYTES;
+        let room = s.bytes() + s.packed_size(rows, input) <= kept_bytes();
         (found, room, !s.forward_only)
     });
     if found.is_some() || !room {
@@ -572,7 +588,7 @@ mod tests {
         ));
         assert!(quantized_uses_packs(1, 40, 24, 1));
         let (out, input) = (1 << 15, 1 << 14);
-        assert!(packed_size(out, input) >= KEPT_BYTES);
+        assert!(packed_size(out, input) >= kept_bytes());
         // A broadcast view: the size of such a weight without its memory (it is never read).
         let large = Tensor::zeros(1, DType::F32, &Device::Cpu)
             .unwrap()
