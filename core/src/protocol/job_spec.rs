@@ -411,7 +411,8 @@ impl ValidationSpec {
 
     /// The lowest proof rate at which skipping work does not pay: a cheat that skips a share
     /// `s` of a task's steps saves at most `s` of the task's pay `v`, and is caught with
-    /// probability at least `rate × s` (a replayed stretch is one of four drawn uniformly, and
+    /// probability at least `rate × s` (a replayed stretch is one of
+    /// [`super::submission::TRACE_SEGMENTS`] drawn uniformly, and
     /// a run missing a share `s` of its steps cannot end a share `s` of its stretches where
     /// they should), losing the job's pay (at least `v`) and `bond_multiple × v` of its bond:
     /// `s v < rate s (1 + bond_multiple) v` holds for every `s` once `rate ≥ 1 / (1 +
