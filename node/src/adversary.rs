@@ -32,8 +32,9 @@
 //! * [`Behaviour::SkipLast`]: earns trust with honest work in round 1, then from round 2 on
 //!   trains every stretch of its run but the last (`skip_last_stretch`) and forges that one:
 //!   an eighth of the work saved (one of [`TRACE_SEGMENTS`] stretches), an adapter that still
-//!   beats the round's start, and a proof every honest stretch of which replays exactly. Caught only when the
-//!   replay draws the forged stretch, which is why a caught forgery forfeits the whole job.
+//!   beats the round's start, and a proof every honest stretch of which replays exactly.
+//!   Caught only when the replay draws the forged stretch, which is why a caught forgery
+//!   forfeits the whole job.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -17,8 +17,7 @@
 //! that never train) and on CPUs with neither kernel (AVX2 only), the products stay on gemm.
 //!
 //! Packs are kept up to [`KEPT_BYTES`] a thread ([`PANELS_KEPT_BYTES`] in panels), so a large
-//! model's peak memory stays near its
-//! f32 weights' instead of three times them. A weight past the budget is packed for each
+//! model's peak memory stays near its f32 weights' instead of three times them. A weight past the budget is packed for each
 //! product of at least [`MIN_ROWS_PER_PACK`] rows, in the one orientation that product needs,
 //! and freed after it (smaller products stay on gemm): the same tiles as a kept pack, so the
 //! budget changes the speed, never a result. That pays since the packing pass is vectorised
@@ -56,7 +55,7 @@ pub const KEPT_BYTES: usize = TRAINING_PACKS_MAX_BYTES as usize;
 /// Bytes of panels a thread keeps for one run: all of SmolLM2-135M's (513 MiB), and of the 1B
 /// Llama shape a few layers, not its 1 GB head. At [`KEPT_BYTES`] the 1B shape's head and
 /// layers filled 2 GiB and its peak rose from gemm's 0.44× PyTorch's to 0.57×, for 3% more speed
-/// (2-core Zen 4): past issue 49's 0.5×. At this size its peak measured 0.49× (decision 0050).
+/// (2-core Zen 4): past issue 49's 0.5×. At this size its peak measured 0.48× (decision 0050).
 pub const PANELS_KEPT_BYTES: usize = 640 << 20;
 
 /// Bytes of packs a thread keeps for one run on this CPU's kernel.
@@ -337,7 +336,8 @@ fn packable(weight: &Tensor) -> bool {
 pub(super) enum Frozen {
     /// Packed on first use, both ways, and kept for the run.
     Kept(Arc<FrozenPacks>),
-    /// Past the kept bytes ([`KEPT_BYTES`], [`PANELS_KEPT_BYTES`]): packed for each product, in the orientation it needs, then freed.
+    /// Past the kept bytes ([`KEPT_BYTES`], [`PANELS_KEPT_BYTES`]): packed for each product,
+    /// in the orientation it needs, then freed.
     PerProduct,
 }
 
@@ -425,8 +425,8 @@ fn packed_per_product(rows: usize) -> bool {
 }
 
 /// How the frozen f32 CPU weight `weight (out, in)` multiplies `rows` rows inside a run: kept
-/// packs while they fit in the kept bytes ([`kept_bytes`]), then packed per product for products of at least
-/// [`MIN_ROWS_PER_PACK`] rows. `None` (gemm) outside a scope, on CPUs without AMX, and for
+/// packs while they fit in the kept bytes ([`kept_bytes`]), then packed per product for
+/// products of at least [`MIN_ROWS_PER_PACK`] rows. `None` (gemm) outside a scope, on CPUs without AMX, and for
 /// smaller products of weights past the budget.
 pub(super) fn packs_for(
     op: &str,
