@@ -4,15 +4,16 @@
 //!
 //! gemm packs both operands on every product, the frozen weight included. A training step's
 //! products have 256 rows (a pass of [`crate::train::sft::TOKENS_PER_PASS`] tokens), so packing a
-//! 576 × 1536 weight again each time costs about as much memory traffic as the product itself
-//! uses: gemm's packing was 10.4% of all CPU samples of the README's demo on a 2-core Zen 4,
-//! against 42% in its microkernel. Here each frozen weight is laid out once per run in panels of
-//! [`PANEL`] output features, `k`-major, so the kernel reads a panel front to back and the input
-//! rows in place. The input gradient `g·W` needs no pack at all: a run of [`PANEL`] values of a
-//! weight row is already what the kernel reads at each step ([`matmul_into`]), so a run holds
-//! one copy of its frozen weights more, not two (SmolLM2-135M: 0.55 GB). The arithmetic is f32 multiply-adds in a fixed order (each output element sums
-//! its `k` products in order, in [`K_BLOCK`] chunks), so a product gives the same bits on every
-//! run and thread count; it differs from gemm's in the last bits, as AMX's does.
+//! 576 × 1536 weight again each time costs about as much memory traffic as the product itself uses:
+//! gemm's packing was 10.4% of all CPU samples of the README's demo on a 2-core Zen 4, against 42%
+//! in its microkernel. Here each frozen weight is laid out once per run in panels of [`PANEL`]
+//! output features, `k`-major, so the kernel reads a panel front to back and the input rows in
+//! place. The input gradient `g·W` needs no pack at all: a run of [`PANEL`] values of a weight row
+//! is already what the kernel reads at each step ([`matmul_into`]), so a run holds one copy of its
+//! frozen weights more, not two (SmolLM2-135M: 0.55 GB). The arithmetic is f32 multiply-adds in a
+//! fixed order (each output element sums its `k` products in order, in [`K_BLOCK`] chunks), so a
+//! product gives the same bits on every run and thread count; it differs from gemm's in the last
+//! bits, as AMX's does.
 //!
 //! Measured on the step's shapes (2-core AMD EPYC Zen 4, 256 rows, quiet; docs/performance.md):
 //! 176–211 GFLOP/s against gemm's 137–209 (the FMA units' peak is about 224).

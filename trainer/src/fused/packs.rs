@@ -17,15 +17,15 @@
 //! that never train) and on CPUs with neither kernel (AVX2 only), the products stay on gemm.
 //!
 //! Packs are kept up to [`KEPT_BYTES`] a thread ([`PANELS_KEPT_BYTES`] in panels), so a large
-//! model's peak memory stays near its f32 weights' instead of three times them. A weight past the budget is packed for each
-//! product of at least [`MIN_ROWS_PER_PACK`] rows, in the one orientation that product needs,
-//! and freed after it (smaller products stay on gemm): the same tiles as a kept pack, so the
-//! budget changes the speed, never a result. That pays since the packing pass is vectorised
-//! ([`crate::amx`]); scalar, it did not (the 1B Llama shape trained at 26.4 tokens/s packing
-//! per product against gemm's 40.5, 2-core Xeon).
-//! A weight kept quantized ([`crate::quantized`]) is packed per product, never kept, but it is
-//! counted against the budget as if it were ([`quantized_uses_packs`]), so that it takes AMX
-//! exactly where its f32 expansion would and the two still train bit for bit alike.
+//! model's peak memory stays near its f32 weights' instead of three times them. A weight past the
+//! budget is packed for each product of at least [`MIN_ROWS_PER_PACK`] rows, in the one orientation
+//! that product needs, and freed after it (smaller products stay on gemm): the same tiles as a kept
+//! pack, so the budget changes the speed, never a result. That pays since the packing pass is
+//! vectorised ([`crate::amx`]); scalar, it did not (the 1B Llama shape trained at 26.4 tokens/s
+//! packing per product against gemm's 40.5, 2-core Xeon). A weight kept quantized
+//! ([`crate::quantized`]) is packed per product, never kept, but it is counted against the budget
+//! as if it were ([`quantized_uses_packs`]), so that it takes AMX exactly where its f32 expansion
+//! would and the two still train bit for bit alike.
 //!
 //! Held-out scoring runs the same frozen weights through many forward passes, one per verdict,
 //! on whichever thread the validator's blocking pool hands it. A [`KeptPacks`] holds a job's
@@ -424,9 +424,9 @@ fn packed_per_product(rows: usize) -> bool {
     rows >= MIN_ROWS_PER_PACK
 }
 
-/// How the frozen f32 CPU weight `weight (out, in)` multiplies `rows` rows inside a run: kept
-/// packs while they fit in the kept bytes ([`kept_bytes`]), then packed per product for
-/// products of at least [`MIN_ROWS_PER_PACK`] rows. `None` (gemm) outside a scope, on CPUs without AMX, and for
+/// How the frozen f32 CPU weight `weight (out, in)` multiplies `rows` rows inside a run: kept packs
+/// while they fit in the kept bytes ([`kept_bytes`]), then packed per product for products of at
+/// least [`MIN_ROWS_PER_PACK`] rows. `None` (gemm) outside a scope, on CPUs without AMX, and for
 /// smaller products of weights past the budget.
 pub(super) fn packs_for(
     op: &str,
