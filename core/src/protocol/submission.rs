@@ -28,6 +28,24 @@ pub const TRACE_FILE: &str = "training_trace.safetensors";
 /// tolerances (AMX against gemm: update cosine 0.99999, norm ratio 1.000).
 pub const TRACE_SEGMENTS: usize = 8;
 
+/// The stretch counts a validator accepts in a trace: this release's [`TRACE_SEGMENTS`] first,
+/// then the four that workers built before 2026-12-06 cut their runs into. The protocol version
+/// did not change with the count, so during a rolling upgrade an honest worker still on the
+/// old build must not forfeit its job (and its bond) for the shape of its proof. Accepting four
+/// costs the validator a quarter of a run for each of that worker's drawn proofs instead of an
+/// eighth, at the same odds of catching a skipped share of the steps (decisions/0033).
+pub const ACCEPTED_TRACE_SEGMENTS: [usize; 2] = [TRACE_SEGMENTS, 4];
+
+// A proof check reports at most `TRACE_SEGMENTS` stretches (the API bounds it so): no accepted
+// count may be larger.
+const _: () = {
+    let mut i = 0;
+    while i < ACCEPTED_TRACE_SEGMENTS.len() {
+        assert!(ACCEPTED_TRACE_SEGMENTS[i] <= TRACE_SEGMENTS);
+        i += 1;
+    }
+};
+
 /// Training metrics a worker reports; stored as metrics.json beside the adapter.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

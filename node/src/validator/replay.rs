@@ -5,7 +5,9 @@
 //! round's start for the first), then compares where the replay ends with where the trace (or,
 //! for the last stretch, the adapter) says the run went, and the replay's losses with the
 //! trace's. A `validation.spot_check` share of submissions has every stretch replayed: the
-//! whole run checked, at the cost of training the task again.
+//! whole run checked, at the cost of training the task again. A trace cut into the four
+//! stretches of workers built before the count went to eight is replayed as four
+//! ([`ACCEPTED_TRACE_SEGMENTS`]): an honest worker mid-upgrade keeps its pay and its bond.
 //!
 //! Every scored submission is replayed, rejected or not, so that failing a rule never shelters
 //! a forgery from forfeiting the job. The replay runs after the verdict, off the round's
@@ -22,7 +24,7 @@ use std::sync::Arc;
 
 use shardwork_client::{PendingValidation, StretchReplay};
 use shardwork_core::protocol::ShardManifest;
-use shardwork_core::protocol::submission::{TRACE_FILE, TRACE_SEGMENTS};
+use shardwork_core::protocol::submission::{ACCEPTED_TRACE_SEGMENTS, TRACE_FILE, TRACE_SEGMENTS};
 use shardwork_trainer::peft::Adapter;
 use shardwork_trainer::train::trace::{Divergence, Span, TrainTrace, boundaries, loss_gap};
 
@@ -156,11 +158,14 @@ fn uniform(id: uuid::Uuid, salt: u64) -> u64 {
     mix(hi ^ mix(lo ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15))) >> 11
 }
 
-/// Whether `trace` is shaped as an honest whole run of `total` steps leaves it: every step's
-/// loss, and a state at each boundary between stretches (`bounds`, 0 and `total` included).
-fn shape_error(trace: &TrainTrace, total: usize, bounds: &[usize]) -> Option<String> {
+/// How `trace` cuts a run of `total` steps, when it is shaped as an honest whole run leaves it:
+/// every step's loss, and a state at each boundary between stretches, for one of the
+/// [`ACCEPTED_TRACE_SEGMENTS`] (this release's count first). Returns the count and the
+/// boundaries (0 and `total` included); otherwise what is wrong, named against this release's
+/// shape.
+fn trace_shape(trace: &TrainTrace, total: usize) -> Result<(usize, Vec<usize>), String> {
     if trace.total_steps != total || trace.first_step != 0 || trace.losses.len() != total {
-        return Some(format!(
+        return Err(format!(
             "the trace covers {} steps from step {} ({} losses), the task's run takes {total}",
             trace.total_steps,
             trace.first_step,
@@ -168,12 +173,15 @@ fn shape_error(trace: &TrainTrace, total: usize, bounds: &[usize]) -> Option<Str
         ));
     }
     let kept: Vec<usize> = trace.checkpoints.iter().map(|c| c.state.step).collect();
-    let inner = &bounds[1..bounds.len() - 1];
-    (kept != inner).then(|| {
-        format!(
-            "the trace keeps the states of steps {kept:?}, a run of {total} steps keeps {inner:?}"
-        )
-    })
+    let inner = |bounds: &[usize]| bounds[1..bounds.len() - 1].to_vec();
+    ACCEPTED_TRACE_SEGMENTS
+        .iter()
+        .map(|&segments| (segments, boundaries(total, segments)))
+        .find(|(_, bounds)| inner(bounds) == kept)
+        .ok_or_else(|| {
+            let asked = inner(&boundaries(total, TRACE_SEGMENTS));
+            format!("the trace keeps the states of steps {kept:?}, a run of {total} steps keeps {asked:?}")
+        })
 }
 
 impl ValidatorNode {
@@ -228,10 +236,10 @@ impl ValidatorNode {
         tokio::task::spawn_blocking(move || -> Result<Proof, NodeError> {
             let work = &context.work;
             let total = work.total_steps(&shard_path)?;
-            let bounds = boundaries(total, TRACE_SEGMENTS);
-            if let Some(reason) = shape_error(&trace, total, &bounds) {
-                return Ok(failed(format!("proof of training: {reason}")));
-            }
+            let (segments, bounds) = match trace_shape(&trace, total) {
+                Ok(shape) => shape,
+                Err(reason) => return Ok(failed(format!("proof of training: {reason}"))),
+            };
             let start = start_dir.map(|d| Adapter::load(&d, &device)).transpose()?;
             let submitted = Adapter::load(&submitted_dir, &device)?;
             let mut checks = Vec::new();
@@ -242,7 +250,7 @@ impl ValidatorNode {
                 let resume = (index > 0).then(|| Box::new(trace.checkpoints[index - 1].clone()));
                 let span = Span::Segment {
                     index,
-                    segments: TRACE_SEGMENTS,
+                    segments,
                     from: resume,
                 };
                 let replay = match work.train(
@@ -405,21 +413,50 @@ mod tests {
         assert!(check(1.0, 1.0, f64::INFINITY).mismatch().is_some());
     }
 
+    /// A trace of a run of `total` steps keeping the states of `kept`.
+    fn trace_keeping(total: usize, kept: &[usize]) -> TrainTrace {
+        use shardwork_trainer::optim::OptimState;
+        use shardwork_trainer::train::trace::Checkpoint;
+        TrainTrace {
+            total_steps: total,
+            first_step: 0,
+            losses: vec![1.0; total],
+            checkpoints: kept
+                .iter()
+                .map(|&step| Checkpoint {
+                    state: OptimState {
+                        step,
+                        ..OptimState::default()
+                    },
+                    dropout: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
     #[test]
     fn a_trace_not_shaped_like_the_tasks_run_is_named() {
-        let trace = TrainTrace {
-            total_steps: 10,
-            first_step: 0,
-            losses: vec![1.0; 10],
-            checkpoints: Vec::new(),
-        };
-        let bounds = boundaries(10, 4);
-        let why = shape_error(&trace, 10, &bounds).unwrap();
-        assert!(why.contains("[2, 5, 7]"), "{why}");
+        let why = trace_shape(&trace_keeping(10, &[]), 10).unwrap_err();
+        let asked = &boundaries(10, TRACE_SEGMENTS)[1..TRACE_SEGMENTS];
+        assert!(why.contains(&format!("{asked:?}")), "{why}");
         assert!(
-            shape_error(&trace, 100, &boundaries(100, 4))
-                .unwrap()
+            trace_shape(&trace_keeping(10, &[]), 100)
+                .unwrap_err()
                 .contains("takes 100")
         );
+        // Neither eight stretches nor four: two.
+        assert!(trace_shape(&trace_keeping(20, &[10]), 20).is_err());
+    }
+
+    #[test]
+    fn this_releases_stretches_and_the_four_of_older_workers_are_both_accepted() {
+        let eight = boundaries(20, TRACE_SEGMENTS);
+        let (segments, bounds) =
+            trace_shape(&trace_keeping(20, &eight[1..TRACE_SEGMENTS]), 20).unwrap();
+        assert_eq!((segments, &bounds), (TRACE_SEGMENTS, &eight));
+        // A worker built before the count went to eight kept the states of steps 5, 10, 15:
+        // its stretches are replayed as four.
+        let (segments, bounds) = trace_shape(&trace_keeping(20, &[5, 10, 15]), 20).unwrap();
+        assert_eq!((segments, bounds), (4, vec![0, 5, 10, 15, 20]));
     }
 }
