@@ -18,9 +18,11 @@ use shardwork_core::protocol::RecordsFor;
 use shardwork_core::protocol::job_spec::{LoraSpec, LrSchedule, TrainingArgs};
 use shardwork_core::protocol::model_files::{BERT_MODEL_TYPES, LLAMA_MODEL_TYPES};
 use shardwork_node::work::RoundOf;
+use shardwork_node::work::causal_lm::{CausalLmJob, held_out_eval};
 use shardwork_node::work::classify::ClassifyJob;
 use shardwork_trainer::causal_model::{BaseWeights, CausalModel, CausalModelFiles};
 use shardwork_trainer::data::jsonl::read_records;
+use shardwork_trainer::fused::packs::KeptPacks;
 use shardwork_trainer::lora::{LoraConfig, Trainables};
 use shardwork_trainer::merge::{MergeMode, MergeOptions, MergeReport};
 use shardwork_trainer::optim::OptimConfig;
@@ -353,9 +355,11 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
                 .map(|p| encode_sft(&tokenizer, p, args.max_seq_len))
                 .transpose()?;
             let pad = tokenizer.eos_token_id;
+            // Scored as a validator scores a verdict (before: the base model, no LoRA yet).
+            let mut scoring_packs = KeptPacks::default();
             let before = held_out
                 .as_ref()
-                .map(|h| sft::evaluate(&model, h, EVAL_BATCH, pad))
+                .map(|h| held_out_eval(&model, h, pad, &mut scoring_packs))
                 .transpose()?;
             let batch = args.batch_size.max(1) as usize;
             let accum = args.grad_accum.max(1) as usize;
@@ -395,7 +399,7 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
             adapter.save(&args.out)?;
             let after = held_out
                 .as_ref()
-                .map(|h| sft::evaluate(&model, h, EVAL_BATCH, pad))
+                .map(|h| held_out_eval(&model, h, pad, &mut scoring_packs))
                 .transpose()?;
             TrainOutput {
                 adapter_dir: args.out.clone(),
@@ -457,36 +461,11 @@ fn eval_blocking(args: &EvalArgs) -> anyhow::Result<serde_json::Value> {
         .transpose()?;
     Ok(match model_kind(&args.model)? {
         ModelKind::Bert(dir) => {
-            let lora = match &adapter {
-                Some(a) => LoraSpec {
-                    r: a.config.r as u32,
-                    alpha: a.config.lora_alpha,
-                    dropout: 0.0,
-                    target_modules: a.config.target_modules.clone(),
-                    modules_to_save: a.config.modules_to_save.clone().unwrap_or_default(),
-                },
-                // No adapter: a LoRA with B = 0 scores exactly as the base with a fresh head.
-                None => LoraSpec {
-                    r: 1,
-                    alpha: 1.0,
-                    dropout: 0.0,
-                    target_modules: vec!["query".into()],
-                    modules_to_save: vec!["classifier".into()],
-                },
-            };
+            // No adapter: a LoRA with B = 0 scores exactly as the base with a fresh head.
+            let lora = scoring_lora(adapter.as_ref(), "query", &["classifier"]);
             let job = ClassifyJob::from_args(
                 &lora,
-                TrainingArgs {
-                    epochs: 1,
-                    learning_rate: 1e-3,
-                    batch_size: EVAL_BATCH as u32,
-                    max_seq_len: args.max_seq_len,
-                    seed: 42,
-                    warmup_ratio: 0.0,
-                    gradient_accumulation: 1,
-                    schedule: LrSchedule::Task,
-                    dpo: None,
-                },
+                scoring_args(args.max_seq_len),
                 args.labels,
                 &dir,
                 &device,
@@ -509,25 +488,53 @@ fn eval_blocking(args: &EvalArgs) -> anyhow::Result<serde_json::Value> {
             )?)?
         }
         ModelKind::Causal(path) => {
-            let CausalModel {
-                mut model,
-                tokenizer,
-                ..
-            } = CausalModel::load(&path, &device)?;
-            if let Some(adapter) = &adapter {
-                let trainables: Trainables =
-                    sft::attach_lora(&mut model, &adapter.config.lora_config()?, 0)?;
-                trainables.load(&adapter.tensors)?;
-            }
-            let data = encode_sft(&tokenizer, &args.data, args.max_seq_len)?;
-            serde_json::to_value(sft::evaluate(
-                &model,
-                &data,
-                EVAL_BATCH,
-                tokenizer.eos_token_id,
-            )?)?
+            // Scored by the validator's own code (`CausalLmJob::evaluate`: its batches, and the
+            // frozen weights' packs it keeps for scoring), so the loss printed is the one a
+            // verdict on this adapter records, to the digit.
+            let lora = scoring_lora(adapter.as_ref(), "q_proj", &[]);
+            let job =
+                CausalLmJob::from_args(&lora, scoring_args(args.max_seq_len), &path, &device)?;
+            let data = job.examples(&args.data)?;
+            serde_json::to_value(job.evaluate(adapter.as_ref(), &data)?)?
         }
     })
+}
+
+/// The LoRA layers `shardwork eval` attaches: `adapter`'s, or without one a rank-1 layer on
+/// `target` (B = 0, so the base model scores) beside `to_save`.
+fn scoring_lora(adapter: Option<&Adapter>, target: &str, to_save: &[&str]) -> LoraSpec {
+    match adapter {
+        Some(a) => LoraSpec {
+            r: a.config.r as u32,
+            alpha: a.config.lora_alpha,
+            dropout: 0.0,
+            target_modules: a.config.target_modules.clone(),
+            modules_to_save: a.config.modules_to_save.clone().unwrap_or_default(),
+        },
+        None => LoraSpec {
+            r: 1,
+            alpha: 1.0,
+            dropout: 0.0,
+            target_modules: vec![target.to_owned()],
+            modules_to_save: to_save.iter().map(|m| (*m).to_owned()).collect(),
+        },
+    }
+}
+
+/// The training arguments of a job that only scores: what matters is `max_seq_len` and the
+/// scoring batch.
+fn scoring_args(max_seq_len: u32) -> TrainingArgs {
+    TrainingArgs {
+        epochs: 1,
+        learning_rate: 1e-3,
+        batch_size: EVAL_BATCH as u32,
+        max_seq_len,
+        seed: 42,
+        warmup_ratio: 0.0,
+        gradient_accumulation: 1,
+        schedule: LrSchedule::Task,
+        dpo: None,
+    }
 }
 
 /// `shardwork eval --dpo-beta`: what a DPO job's validator would report for `adapter` (the

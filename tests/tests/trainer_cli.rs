@@ -4,7 +4,8 @@
 //! Checked: two adapters trained on two halves of the data each beat the base model on the
 //! held-out file; `eval` reproduces the score `train` reported; `merge` (exact) writes a PEFT
 //! adapter that also beats the base and reports its truncation error, and naive averaging is
-//! reported beside it; a malformed data line is refused naming the file and the line.
+//! reported beside it; a malformed data line is refused naming the file and the line. On the
+//! chat model (SmolLM2), `train` and `eval` print the held-out loss a verdict records.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -210,6 +211,139 @@ fn train_eval_and_merge_adapters_from_the_terminal() {
     assert!(
         !d.join("never").exists(),
         "nothing written for a refused run"
+    );
+}
+
+/// A requester checking a verdict from the terminal: `shardwork train --held-out` and
+/// `shardwork eval` on a chat model print the held-out loss the validator's verdict records for
+/// the same adapter, to the last digit, on whichever kernel this CPU gives the validator (AMX,
+/// panels or gemm). Before, both scored outside the validator's kept packs, on gemm, and
+/// differed from the verdict in the last digits where the validator ran AMX or panels.
+#[test]
+fn a_chat_adapters_held_out_loss_from_the_terminal_is_the_verdicts() {
+    use shardwork_node::work::Work;
+    use shardwork_node::work::causal_lm::CausalLmJob;
+
+    let Some(gguf) = shardwork_trainer::fixtures::smollm2_gguf() else {
+        let why = "SmolLM2 not found (run scripts/install/python-fixtures)";
+        assert!(
+            !shardwork_core::testkit::services::services_required(),
+            "{why}, and SHARDWORK_REQUIRE_SERVICES=1"
+        );
+        shardwork_core::testkit::services::record_skip("trainer_cli chat held-out loss", why);
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let chats = |path: &Path, pairs: &[(&str, &str)]| {
+        let lines: String = pairs
+            .iter()
+            .map(|(q, a)| {
+                serde_json::json!({ "messages": [
+                    { "role": "user", "content": q },
+                    { "role": "assistant", "content": a },
+                ]})
+                .to_string()
+                    + "\n"
+            })
+            .collect();
+        std::fs::write(path, lines).unwrap();
+    };
+    let (train, held_out) = (d.join("train.jsonl"), d.join("held-out.jsonl"));
+    chats(
+        &train,
+        &[
+            (
+                "What is the capital of France?",
+                "Paris is the capital of France.",
+            ),
+            ("What colour is the sky?", "The sky is blue on a clear day."),
+            ("How many legs has a spider?", "A spider has eight legs."),
+            ("What do bees make?", "Bees make honey and wax."),
+        ],
+    );
+    chats(
+        &held_out,
+        &[
+            (
+                "What is the capital of Italy?",
+                "Rome is the capital of Italy.",
+            ),
+            ("What colour is grass?", "Grass is green."),
+            ("How many legs has an ant?", "An ant has six legs."),
+        ],
+    );
+    let model = p(&gguf);
+    let trained = ok_json(shardwork(&[
+        "train",
+        "--model",
+        &model,
+        "--data",
+        &p(&train),
+        "--held-out",
+        &p(&held_out),
+        "--out",
+        &p(&d.join("adapter")),
+        "--steps",
+        "1",
+        "--batch-size",
+        "4",
+        "--max-seq-len",
+        "48",
+        "--lr",
+        "0.01",
+        "--json",
+    ]));
+    let evaluated = ok_json(shardwork(&[
+        "eval",
+        "--model",
+        &model,
+        "--data",
+        &p(&held_out),
+        "--adapter",
+        &p(&d.join("adapter")),
+        "--max-seq-len",
+        "48",
+        "--json",
+    ]));
+
+    // The validator's own scoring of that adapter, for a job with the same LoRA and length.
+    let adapter =
+        shardwork_trainer::peft::Adapter::load(&d.join("adapter"), &candle_core::Device::Cpu)
+            .unwrap();
+    let spec = serde_json::from_value(serde_json::json!({
+        "version": 1, "kind": "federated",
+        "base_model": { "cid": "bafkreigh2akiscaildcqabsyg3dfr6chu3fgpregiymsck7e7aqa4s52zy",
+                        "format": "gguf", "architecture": "llama", "task": "causal_lm" },
+        "lora": { "r": adapter.config.r, "alpha": adapter.config.lora_alpha, "dropout": 0.05,
+                  "target_modules": adapter.config.target_modules },
+        "training": { "epochs": 1, "learning_rate": 1e-2, "batch_size": 4,
+                      "max_seq_len": 48, "seed": 42 },
+        "shards": 1, "rounds": 1, "held_out_fraction": 0.1,
+        "deadline": "2030-01-01T00:00:00Z",
+        "stake": { "amount": "1" }
+    }))
+    .unwrap();
+    let device = candle_core::Device::Cpu;
+    let job = CausalLmJob::load(spec, &gguf, &device).unwrap();
+    let set = job.held_out(&held_out).unwrap();
+    let verdict = job.score(Some(&adapter), &set, &device).unwrap();
+    let base = job.score(None, &set, &device).unwrap();
+
+    assert_eq!(evaluated["loss"].as_f64(), Some(verdict), "{evaluated}");
+    assert_eq!(
+        trained["held_out_after"]["loss"].as_f64(),
+        Some(verdict),
+        "{trained}"
+    );
+    assert_eq!(
+        trained["held_out_before"]["loss"].as_f64(),
+        Some(base),
+        "{trained}"
+    );
+    assert!(
+        verdict < base,
+        "one step at 1e-2 learned nothing: {verdict} against {base}"
     );
 }
 

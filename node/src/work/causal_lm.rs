@@ -83,6 +83,20 @@ pub struct CausalLmJob {
     frozen: OnceLock<BTreeMap<String, Tensor>>,
 }
 
+/// Held-out loss and perplexity of `model` (LoRA values loaded) on `examples` as a validator
+/// scores them: [`EVAL_BATCH`] examples at a time, `pad` filling the shorter ones, the frozen
+/// weights' scoring packs kept in `packs` from one call to the next. `shardwork train` and
+/// `shardwork eval` score through it too, so what they print is what a verdict records.
+pub fn held_out_eval(
+    model: &Llama,
+    examples: &[SftExample],
+    pad: u32,
+    packs: &mut KeptPacks,
+) -> Result<LmEval> {
+    let _packs = PackScope::enter_keeping(packs);
+    sft::evaluate(model, examples, EVAL_BATCH, pad)
+}
+
 impl CausalLmJob {
     /// Loads the base model in `model_dir` (a verified bundle: one `.gguf` file, or a Hugging
     /// Face folder) for the job `spec`.
@@ -300,11 +314,17 @@ impl CausalLmJob {
         run(&attached.model, &attached.trainables)
     }
 
-    /// Held-out loss and perplexity of the model at `adapter` (the base model without one).
+    /// Held-out loss and perplexity of the model at `adapter` (the base model without one): a
+    /// verdict's score.
     pub fn evaluate(&self, adapter: Option<&Adapter>, examples: &[SftExample]) -> Result<LmEval> {
-        self.scoring_with_adapter(adapter, |model| {
-            sft::evaluate(model, examples, EVAL_BATCH, self.tokenizer.eos_token_id)
-        })
+        let mut attached = self.lock_scoring()?;
+        load_values(&attached, adapter)?;
+        let Attached {
+            model,
+            scoring_packs,
+            ..
+        } = &mut *attached;
+        held_out_eval(model, examples, self.tokenizer.eos_token_id, scoring_packs)
     }
 
     /// The model's greedy answer, at `adapter` (the base without one), to `question` asked as
