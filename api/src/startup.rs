@@ -57,6 +57,7 @@ impl Application {
         // stopped the server while the in-process nodes and background loops ran on.
         let server = HttpServer::new(move || app(shared.clone()))
             .disable_signals()
+            .keep_alive(KEEP_ALIVE)
             .shutdown_timeout(SHUTDOWN_GRACE_SECS)
             .listen(listener)?
             .run();
@@ -160,3 +161,10 @@ pub async fn serve(
 
 /// How long a stopping server lets requests in flight finish.
 pub const SHUTDOWN_GRACE_SECS: u64 = 5;
+
+/// How long an idle client connection stays open. actix's default, 5 s, is the workers' lease
+/// heartbeat: a worker's connection sat idle for just that long between two extensions, so the
+/// server closed it as the next one was sent, and the client saw a failed request and retried
+/// ("API unavailable" twice in a demo run). Clients pool connections for less than this
+/// (`shardwork_client`: 30 s), so they drop a connection before the server would.
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);

@@ -145,6 +145,11 @@ impl ApiError {
 /// How long an idempotent call keeps retrying while the API is unreachable.
 pub const TRANSPORT_RETRY_WINDOW: Duration = Duration::from_secs(90);
 
+/// How long an idle connection is kept for the next call: under the API's own keep-alive (75 s)
+/// and the 60 s idle timeout common to load balancers, so the client gives a connection up
+/// before the other end can close it under a request being sent.
+pub const POOL_IDLE: Duration = Duration::from_secs(30);
+
 /// What every call of the client returns.
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
@@ -176,6 +181,7 @@ impl ApiClient {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(300))
+            .pool_idle_timeout(POOL_IDLE)
             .build()
             .map_err(|source| ApiError::Transport {
                 method: "BUILD",

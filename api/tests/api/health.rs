@@ -164,6 +164,67 @@ async fn application_serves_http_on_the_port_it_bound() {
     running.abort();
 }
 
+/// A worker extends its lease every 5 s over one pooled connection: that connection, idle for
+/// longer than the heartbeat, is still open for the next request. With actix's default 5 s
+/// keep-alive the server closed it as the worker sent, and the request failed and was retried.
+#[actix_web::test]
+async fn a_connection_idle_past_a_workers_heartbeat_still_serves() {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let Some(app) = TestApp::start(Backend::Sqlite).await else {
+        return;
+    };
+    let ports = shardwork_api::Ports {
+        db: app.db.clone(),
+        store: app.state.store.clone(),
+        queue: app.state.queue.clone(),
+        chain: None,
+    };
+    let config = shardwork_api::ApiConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        ..config()
+    };
+    let server = shardwork_api::Application::build(config, ports).expect("bind");
+    let port = server.port;
+    let running = actix_web::rt::spawn(server.run_until_stopped());
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let mut stream = BufReader::new(stream);
+    // One keep-alive request and its whole response (status line, headers, body), read to
+    // the end of its body and no further.
+    async fn health(stream: &mut BufReader<tokio::net::TcpStream>) -> std::io::Result<String> {
+        stream
+            .get_mut()
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await?;
+        let (mut head, mut length) = (String::new(), 0usize);
+        loop {
+            let mut line = String::new();
+            if stream.read_line(&mut line).await? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).await?;
+        Ok(head + &String::from_utf8_lossy(&body))
+    }
+    let first = health(&mut stream).await.expect("first request");
+    assert!(first.starts_with("HTTP/1.1 200 OK"), "{first}");
+    tokio::time::sleep(std::time::Duration::from_millis(6_000)).await;
+    let again = health(&mut stream)
+        .await
+        .expect("the server closed a connection idle for 6 s");
+    assert!(again.starts_with("HTTP/1.1 200 OK"), "{again}");
+    running.abort();
+}
+
 #[actix_web::test]
 async fn server_refuses_to_start_with_a_short_jwt_secret() {
     let Some(app) = TestApp::start(Backend::Sqlite).await else {
