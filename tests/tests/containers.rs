@@ -41,6 +41,10 @@ const BINARY_LABEL: &str = "org.shardwork.binary-sha256";
 /// The unprivileged user the images run as.
 const IMAGE_UID: u32 = 65532;
 
+/// What buildah prints when it could not start a run's process at all: the sealed copy of its
+/// own binary that it re-executes into the chroot failed (a transient `EBUSY`).
+const BUILDAH_REEXEC_FAILED: &str = "sealing memfd copy";
+
 fn buildah() -> Command {
     let mut command = Command::new("buildah");
     command.env("BUILDAH_ISOLATION", "chroot");
@@ -205,21 +209,34 @@ impl Container {
     }
 
     /// Runs `args` in the container to the end: (exit status, output).
+    ///
+    /// A run that buildah itself could not start because the copy of its own binary it
+    /// re-executes into the chroot could not be sealed (`sealing memfd copy: Device or resource
+    /// busy`, seen once in CI while other builds loaded the machine) is run again, up to twice:
+    /// the program never started, so nothing of the test's is repeated.
     fn exec(&self, args: &[&str], env: &[(&str, String)], data: &Path) -> (bool, String) {
-        let mut command = buildah();
-        command.args(["run", "--network", "host", "--volume"]);
-        command.arg(format!("{}:/var/lib/shardwork", data.display()));
-        for (k, v) in env {
-            command.arg("--env").arg(format!("{k}={v}"));
+        let mut attempts = 0;
+        loop {
+            let mut command = buildah();
+            command.args(["run", "--network", "host", "--volume"]);
+            command.arg(format!("{}:/var/lib/shardwork", data.display()));
+            for (k, v) in env {
+                command.arg("--env").arg(format!("{k}={v}"));
+            }
+            command.arg(&self.id).arg("--").args(args);
+            let out = command.stdin(Stdio::null()).output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            attempts += 1;
+            if !out.status.success() && text.contains(BUILDAH_REEXEC_FAILED) && attempts < 3 {
+                eprintln!("buildah could not start {args:?} ({text}); running it again");
+                continue;
+            }
+            return (out.status.success(), text);
         }
-        command.arg(&self.id).arg("--").args(args);
-        let out = command.stdin(Stdio::null()).output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
     }
 
     /// Files under the container's root changed since `since` (outside what buildah itself
