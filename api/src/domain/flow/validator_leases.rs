@@ -131,6 +131,22 @@ pub async fn claim<C: ConnectionTrait>(
             )
             .exec_without_returning(db)
             .await?;
+            if inserted == 1 {
+                // The work was due when this claim began, but another validator's outcome may
+                // have been recorded (dropping its lease) between that check and this insert:
+                // a lease on done work would then stand until it lapsed, hiding nothing but
+                // held all the same. Asked again now that the lease is in, a done work gives
+                // its lease back; an outcome recorded after this point finds the lease and is
+                // refused (`settle`), so the work stays with exactly one validator.
+                if let Err(done) = job_of_due_work(db, &work).await {
+                    validator_lease::Entity::delete_many()
+                        .filter(validator_lease::Column::WorkKey.eq(key.as_str()))
+                        .filter(validator_lease::Column::Holder.eq(holder))
+                        .exec(db)
+                        .await?;
+                    return Err(done);
+                }
+            }
             (inserted == 1).then_some((now, expires_at))
         }
     };
