@@ -130,13 +130,15 @@ on_both_databases!(
     rate_limit_answers_429_with_retry_after_but_spares_probes,
 );
 
-/// The real server (not the test service): bound on a random port, answering raw HTTP/1.1.
-#[actix_web::test]
-async fn application_serves_http_on_the_port_it_bound() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Some(app) = TestApp::start(Backend::Sqlite).await else {
-        return;
-    };
+/// The real server (not the test service) over a fresh SQLite app, bound on a random port:
+/// the app (its database must outlive the server), the port and the running server. `None`
+/// when the app cannot start here.
+async fn serving() -> Option<(
+    TestApp,
+    u16,
+    actix_web::rt::task::JoinHandle<Result<(), shardwork_api::StartupError>>,
+)> {
+    let app = TestApp::start(Backend::Sqlite).await?;
     let ports = shardwork_api::Ports {
         db: app.db.clone(),
         store: app.state.store.clone(),
@@ -149,7 +151,16 @@ async fn application_serves_http_on_the_port_it_bound() {
     };
     let server = shardwork_api::Application::build(config, ports).expect("bind");
     let port = server.port;
-    let running = actix_web::rt::spawn(server.run_until_stopped());
+    Some((app, port, actix_web::rt::spawn(server.run_until_stopped())))
+}
+
+/// The real server (not the test service): bound on a random port, answering raw HTTP/1.1.
+#[actix_web::test]
+async fn application_serves_http_on_the_port_it_bound() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some((_app, port, running)) = serving().await else {
+        return;
+    };
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect");
@@ -170,22 +181,9 @@ async fn application_serves_http_on_the_port_it_bound() {
 #[actix_web::test]
 async fn a_connection_idle_past_a_workers_heartbeat_still_serves() {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-    let Some(app) = TestApp::start(Backend::Sqlite).await else {
+    let Some((_app, port, running)) = serving().await else {
         return;
     };
-    let ports = shardwork_api::Ports {
-        db: app.db.clone(),
-        store: app.state.store.clone(),
-        queue: app.state.queue.clone(),
-        chain: None,
-    };
-    let config = shardwork_api::ApiConfig {
-        bind: "127.0.0.1:0".parse().unwrap(),
-        ..config()
-    };
-    let server = shardwork_api::Application::build(config, ports).expect("bind");
-    let port = server.port;
-    let running = actix_web::rt::spawn(server.run_until_stopped());
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .expect("connect");

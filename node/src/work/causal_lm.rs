@@ -291,6 +291,19 @@ impl CausalLmJob {
         adapter: Option<&Adapter>,
         score: impl FnOnce(&Llama) -> Result<T>,
     ) -> Result<T> {
+        self.with_scoring_model(adapter, |model, packs| {
+            let _packs = PackScope::enter_keeping(packs);
+            score(model)
+        })
+    }
+
+    /// Runs `run` on the scoring model with `adapter`'s values in its LoRA layers (the base
+    /// model without one) and the frozen weights' packs the job keeps for scoring.
+    fn with_scoring_model<T>(
+        &self,
+        adapter: Option<&Adapter>,
+        run: impl FnOnce(&Llama, &mut KeptPacks) -> Result<T>,
+    ) -> Result<T> {
         let mut attached = self.lock_scoring()?;
         load_values(&attached, adapter)?;
         let Attached {
@@ -298,8 +311,7 @@ impl CausalLmJob {
             scoring_packs,
             ..
         } = &mut *attached;
-        let _packs = PackScope::enter_keeping(scoring_packs);
-        score(model)
+        run(model, scoring_packs)
     }
 
     /// Runs `run` on the training model with `adapter`'s values in its LoRA layers (the fresh
@@ -317,14 +329,9 @@ impl CausalLmJob {
     /// Held-out loss and perplexity of the model at `adapter` (the base model without one): a
     /// verdict's score.
     pub fn evaluate(&self, adapter: Option<&Adapter>, examples: &[SftExample]) -> Result<LmEval> {
-        let mut attached = self.lock_scoring()?;
-        load_values(&attached, adapter)?;
-        let Attached {
-            model,
-            scoring_packs,
-            ..
-        } = &mut *attached;
-        held_out_eval(model, examples, self.tokenizer.eos_token_id, scoring_packs)
+        self.with_scoring_model(adapter, |model, packs| {
+            held_out_eval(model, examples, self.tokenizer.eos_token_id, packs)
+        })
     }
 
     /// The model's greedy answer, at `adapter` (the base without one), to `question` asked as
