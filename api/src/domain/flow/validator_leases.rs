@@ -15,69 +15,92 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
-use sea_orm::sea_query::{Expr, OnConflict};
-use sea_orm::{ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QuerySelect, Select, Set};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseConnection, EntityTrait, QueryFilter, QuerySelect,
+    Select, Set, TransactionTrait,
+};
 use shardwork_core::protocol::{ProofStatus, RoundStatus, VerdictStatus};
+use uuid::Uuid;
 
 pub use shardwork_core::protocol::node::{ValidatorLease, ValidatorWork};
 
 use super::rounds::find_round;
 use super::tasks::{find_task, time_limit};
 use crate::domain::error::DomainError;
-use crate::domain::jobs::find_job;
+use crate::domain::jobs::lock_job;
 use crate::domain::lifecycle::JobStatus;
 use crate::entities::{job, submission, validator_lease};
 
-/// The job `work` belongs to, when the work is still to be done: a 404 when it names nothing,
-/// a 409 when it is already done or its job is no longer open.
-async fn job_of_due_work<C: ConnectionTrait>(
+/// The job `work` belongs to: a 404 when it names nothing.
+async fn job_id_of<C: ConnectionTrait>(db: &C, work: &ValidatorWork) -> Result<Uuid, DomainError> {
+    match *work {
+        ValidatorWork::Verdict { submission_id } | ValidatorWork::Proof { submission_id } => {
+            let s = find_submission(db, submission_id).await?;
+            Ok(find_task(db, s.task_id).await?.job_id)
+        }
+        ValidatorWork::Merge { job_id, .. } => Ok(job_id),
+    }
+}
+
+async fn find_submission<C: ConnectionTrait>(
+    db: &C,
+    id: Uuid,
+) -> Result<submission::Model, DomainError> {
+    submission::Entity::find_by_id(id)
+        .one(db)
+        .await?
+        .ok_or_else(|| DomainError::NotFound(format!("no submission {id}")))
+}
+
+/// A 409 when `work` of `job` is already done or `job` is no longer open.
+async fn check_due<C: ConnectionTrait>(
     db: &C,
     work: &ValidatorWork,
-) -> Result<job::Model, DomainError> {
-    let job_id = match *work {
-        ValidatorWork::Verdict { submission_id } | ValidatorWork::Proof { submission_id } => {
-            let s = submission::Entity::find_by_id(submission_id)
-                .one(db)
-                .await?
-                .ok_or_else(|| DomainError::NotFound(format!("no submission {submission_id}")))?;
-            let done = match work {
-                ValidatorWork::Verdict { .. } => (s.verdict != VerdictStatus::Pending)
-                    .then(|| format!("it has its verdict ({})", s.verdict)),
-                _ => (s.proof_status != ProofStatus::Pending)
-                    .then(|| format!("its proof is {}", s.proof_status)),
-            };
-            if let Some(why) = done {
-                return Err(DomainError::Conflict(format!("{work} is not due: {why}")));
-            }
-            find_task(db, s.task_id).await?.job_id
+    job: &job::Model,
+) -> Result<(), DomainError> {
+    let done = match *work {
+        ValidatorWork::Verdict { submission_id } => {
+            let s = find_submission(db, submission_id).await?;
+            (s.verdict != VerdictStatus::Pending)
+                .then(|| format!("it has its verdict ({})", s.verdict))
+        }
+        ValidatorWork::Proof { submission_id } => {
+            let s = find_submission(db, submission_id).await?;
+            (s.proof_status != ProofStatus::Pending)
+                .then(|| format!("its proof is {}", s.proof_status))
         }
         ValidatorWork::Merge { job_id, round } => {
             let r = find_round(db, job_id, round).await?;
-            if r.status != RoundStatus::Aggregating {
-                return Err(DomainError::Conflict(format!(
-                    "{work} is not due: the round is {}",
-                    r.status
-                )));
-            }
-            job_id
+            (r.status != RoundStatus::Aggregating).then(|| format!("the round is {}", r.status))
         }
     };
-    let job = find_job(db, job_id).await?;
+    if let Some(why) = done {
+        return Err(DomainError::Conflict(format!("{work} is not due: {why}")));
+    }
     if job.status != JobStatus::Open {
         return Err(DomainError::Conflict(format!(
             "{work} is not due: job {} is {}",
             job.id, job.status
         )));
     }
-    Ok(job)
+    Ok(())
 }
 
 /// Leases `work` to `holder` for `length`, or renews `holder`'s lease on it. A 409 when another
 /// validator holds it, when the work is already done or its job closed, and when a renewal
 /// would keep the lease past the job's task time limit from its taking (a validator that hangs
 /// while its heartbeat runs cannot hold work forever).
-pub async fn claim<C: ConnectionTrait>(
-    db: &C,
+///
+/// One transaction that locks the work's job first, as every outcome's does (verdicts, proof
+/// checks, merges: each [`settle`]s the lease after `lock_job`). So a claim and an outcome of
+/// the same job never interleave: the claim sees the outcome committed and is refused, or the
+/// outcome sees the lease and drops it (its holder's) or is refused (another's). Without the
+/// lock, an outcome that found no lease to drop could commit just after a claim had checked the
+/// work due and inserted its lease, leaving a live lease on done work (CI caught one left after
+/// the job was done).
+pub async fn claim(
+    db: &DatabaseConnection,
     work: ValidatorWork,
     holder: &str,
     length: Duration,
@@ -85,16 +108,17 @@ pub async fn claim<C: ConnectionTrait>(
 ) -> Result<ValidatorLease, DomainError> {
     // Stored to the microsecond (PostgreSQL's precision): the lease answered is the one kept.
     let now = now.trunc_subsecs(6);
-    let job = job_of_due_work(db, &work).await?;
+    let job_id = job_id_of(db, &work).await?;
+    let txn = db.begin().await?;
+    let job = lock_job(&txn, job_id, now).await?;
+    check_due(&txn, &work, &job).await?;
     let key = work.key();
     validator_lease::Entity::delete_many()
         .filter(validator_lease::Column::ExpiresAt.lte(now))
-        .exec(db)
+        .exec(&txn)
         .await?;
-    // Each statement on its own, no transaction: the key is the primary key, so of two
-    // validators inserting at once one inserts and the other finds the row.
-    let renewed = match validator_lease::Entity::find_by_id(key.clone())
-        .one(db)
+    let leased_at = match validator_lease::Entity::find_by_id(key.clone())
+        .one(&txn)
         .await?
     {
         Some(held) if held.holder != holder => return Err(held_by_another(&work, &held)),
@@ -106,65 +130,33 @@ pub async fn claim<C: ConnectionTrait>(
                     limit.to_rfc3339()
                 )));
             }
-            let expires_at = (now + length).min(limit);
-            let updated = validator_lease::Entity::update_many()
-                .col_expr(validator_lease::Column::ExpiresAt, Expr::value(expires_at))
-                .filter(validator_lease::Column::WorkKey.eq(key.as_str()))
-                .filter(validator_lease::Column::Holder.eq(holder))
-                .exec(db)
-                .await?;
-            (updated.rows_affected == 1).then_some((held.leased_at, expires_at))
+            held.leased_at
         }
-        None => {
-            let expires_at = (now + length).min(now + time_limit(&job));
-            let inserted = validator_lease::Entity::insert(validator_lease::ActiveModel {
-                work_key: Set(key.clone()),
-                job_id: Set(job.id),
-                holder: Set(holder.to_owned()),
-                leased_at: Set(now),
-                expires_at: Set(expires_at),
-            })
-            .on_conflict(
-                OnConflict::column(validator_lease::Column::WorkKey)
-                    .do_nothing()
-                    .to_owned(),
-            )
-            .exec_without_returning(db)
-            .await?;
-            if inserted == 1 {
-                // The work was due when this claim began, but another validator's outcome may
-                // have been recorded (dropping its lease) between that check and this insert:
-                // a lease on done work would then stand until it lapsed, hiding nothing but
-                // held all the same. Asked again now that the lease is in, a done work gives
-                // its lease back; an outcome recorded after this point finds the lease and is
-                // refused (`settle`), so the work stays with exactly one validator.
-                if let Err(done) = job_of_due_work(db, &work).await {
-                    validator_lease::Entity::delete_many()
-                        .filter(validator_lease::Column::WorkKey.eq(key.as_str()))
-                        .filter(validator_lease::Column::Holder.eq(holder))
-                        .exec(db)
-                        .await?;
-                    return Err(done);
-                }
-            }
-            (inserted == 1).then_some((now, expires_at))
-        }
+        None => now,
     };
-    match renewed {
-        Some((leased_at, expires_at)) => Ok(ValidatorLease {
-            work,
-            holder: holder.to_owned(),
-            leased_at,
-            expires_at,
-        }),
-        // Lost a race: someone inserted first, or took the row after ours lapsed.
-        None => match validator_lease::Entity::find_by_id(key).one(db).await? {
-            Some(held) => Err(held_by_another(&work, &held)),
-            None => Err(DomainError::Conflict(format!(
-                "{work} changed hands while it was leased; ask again"
-            ))),
-        },
-    }
+    let expires_at = (now + length).min(leased_at + time_limit(&job));
+    // Claims of one job are serialized by its lock, so the row read above is the row written.
+    validator_lease::Entity::insert(validator_lease::ActiveModel {
+        work_key: Set(key),
+        job_id: Set(job.id),
+        holder: Set(holder.to_owned()),
+        leased_at: Set(leased_at),
+        expires_at: Set(expires_at),
+    })
+    .on_conflict(
+        OnConflict::column(validator_lease::Column::WorkKey)
+            .update_column(validator_lease::Column::ExpiresAt)
+            .to_owned(),
+    )
+    .exec_without_returning(&txn)
+    .await?;
+    txn.commit().await?;
+    Ok(ValidatorLease {
+        work,
+        holder: holder.to_owned(),
+        leased_at,
+        expires_at,
+    })
 }
 
 fn held_by_another(work: &ValidatorWork, held: &validator_lease::Model) -> DomainError {
