@@ -579,8 +579,10 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
                 "gemm"
             } else if shardwork_trainer::amx::available() {
                 "AMX (split bf16)"
-            } else if shardwork_trainer::panels::available() {
+            } else if shardwork_trainer::panels::input_grad_in_place() {
                 "f32 panels (AVX-512)"
+            } else if shardwork_trainer::panels::available() {
+                "f32 panels (AVX-512), input gradients on gemm"
             } else {
                 "gemm"
             }

@@ -1,6 +1,6 @@
-//! Frozen weights packed once into f32 panels, for AMD Zen 4 (AVX-512 on 256-bit units, no AMX):
-//! the kernel [`crate::fused::packs`] uses there in place of AMX. It runs on any CPU with
-//! AVX-512F, but only there did it beat gemm ([`available`]).
+//! Frozen weights packed once into f32 panels, for CPUs with AVX-512 and no AMX: the kernel
+//! [`crate::fused::packs`] uses there in place of AMX, both ways on AMD Zen 4 and for `x·Wᵀ`
+//! only on Intel ([`available`], [`input_grad_in_place`]; decision 0050).
 //!
 //! gemm packs both operands on every product, the frozen weight included. A training step's
 //! products have 256 rows (a pass of [`crate::train::sft::TOKENS_PER_PASS`] tokens), so packing a
@@ -18,12 +18,13 @@
 //! Measured on the step's shapes (2-core AMD EPYC Zen 4, 256 rows, quiet; docs/performance.md):
 //! 176–211 GFLOP/s against gemm's 137–209 (the FMA units' peak is about 224).
 //!
-//! On an Intel Xeon with AVX-512 (two 512-bit FMA units; AMX switched off to stand for the Xeons
-//! without it) the same kernel lost to gemm in every configuration of `bench train`: SmolLM2
-//! 0.98×, MiniLM 0.89×, held-out scoring 0.95×, the 1B shape 0.61× (its weights past the budget,
-//! packed per product), at up to 1.5× the memory. So the panels are used only on the CPUs they
-//! were measured faster on; `SHARDWORK_PANELS=on` uses them on any CPU with AVX-512F (to measure
-//! another kind), `SHARDWORK_PANELS=off` on none ([`SWITCH`]).
+//! On Intel's AVX-512 (two 512-bit FMA units) the packed `x·Wᵀ` beat gemm (whose kernel is
+//! as fast there, but whose packing of a transposed weight is not), while `g·W` read in place
+//! lost to gemm: SmolLM2's 1536-wide rows sit 6 KiB apart, in 2 of an L1's 64 sets. So Intel
+//! runs `x·Wᵀ` in panels and `g·W` on gemm (2-core Xeon, Ice Lake, 2026-12-06: SmolLM2 training
+//! 1.10x gemm, held-out scoring 1.22x; docs/performance.md). `SHARDWORK_PANELS` names a plan
+//! for a process, to measure another kind: `off`, `on` (both ways, on any AVX-512F CPU) or
+//! `forward` ([`SWITCH`], [`FORCE`], [`FORWARD`]).
 
 use std::sync::OnceLock;
 
@@ -47,19 +48,51 @@ const TASKS_PER_THREAD: usize = 8;
 
 /// The environment variable that turns the panels off, and the value that does it.
 pub const SWITCH: (&str, &str) = ("SHARDWORK_PANELS", "off");
-/// The value of [`SWITCH`]'s variable that uses the panels wherever the CPU can run them.
+/// The value of [`SWITCH`]'s variable that uses the panels wherever the CPU can run them, both
+/// ways (`x·Wᵀ` packed, `g·W` in place).
 pub const FORCE: &str = "on";
+/// The value of [`SWITCH`]'s variable that uses the panels for `x·Wᵀ` only, leaving `g·W` to
+/// gemm (the plan Intel CPUs get by default).
+pub const FORWARD: &str = "forward";
 
-/// Whether the trainer multiplies frozen weights in panels on this CPU, decided once: where
-/// the CPU can ([`supported`]) and either it is a kind the panels were measured faster on
-/// ([`measured_faster`]) or `SHARDWORK_PANELS=on`; never with `SHARDWORK_PANELS=off`.
-pub fn available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| match std::env::var(SWITCH.0).as_deref() {
-        Ok(v) if v == SWITCH.1 => false,
-        Ok(v) if v == FORCE => supported(),
-        _ => supported() && measured_faster(),
+/// Which products run in panels on this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// None: gemm multiplies every frozen weight.
+    Off,
+    /// `x·Wᵀ` from the packs; `g·W` on gemm.
+    Forward,
+    /// `x·Wᵀ` from the packs and `g·W` with the weight read in place.
+    Both,
+}
+
+/// The plan, decided once: where the CPU can ([`supported`]), what the CPU kind was measured
+/// fastest with ([`measured_plan`]) unless `SHARDWORK_PANELS` names one (`off`, `on`,
+/// `forward`).
+fn plan() -> Plan {
+    static PLAN: OnceLock<Plan> = OnceLock::new();
+    *PLAN.get_or_init(|| {
+        if !supported() {
+            return Plan::Off;
+        }
+        match std::env::var(SWITCH.0).as_deref() {
+            Ok(v) if v == SWITCH.1 => Plan::Off,
+            Ok(v) if v == FORCE => Plan::Both,
+            Ok(v) if v == FORWARD => Plan::Forward,
+            _ => measured_plan(),
+        }
     })
+}
+
+/// Whether the trainer multiplies frozen weights `x·Wᵀ` in panels on this CPU.
+pub fn available() -> bool {
+    plan() != Plan::Off
+}
+
+/// Whether the input gradient `g·W` runs in panels too, the weight read in place
+/// ([`matmul_into`]); otherwise it stays on gemm.
+pub fn input_grad_in_place() -> bool {
+    plan() == Plan::Both
 }
 
 /// Whether this CPU can run the panel kernel: AVX-512F.
@@ -74,28 +107,37 @@ pub fn supported() -> bool {
     }
 }
 
-/// The CPUs whose `bench train` ran faster on panels than on gemm: AMD family 19h with
-/// AVX-512, which is Zen 4 (Zen 3, the same family, has no AVX-512), where AVX-512 runs on
-/// 256-bit units and gemm's repacking costs as much as its product (decision 0050). Not Intel
-/// (measured slower, module doc) nor Zen 5 (family 1Ah, two 512-bit FMA units as on Intel;
-/// unmeasured, and gemm there already leads PyTorch).
+/// The plan `bench train` measured fastest on this kind of CPU (decision 0050). AMD family 19h
+/// with AVX-512, which is Zen 4 (Zen 3, the same family, has no AVX-512): both ways, AVX-512 on
+/// 256-bit units, where gemm's repacking costs as much as its product. Intel (family 6) with
+/// AVX-512: `x·Wᵀ` only. With two 512-bit FMA units the packed forward beat gemm by up to 2×
+/// on the step's 256-row shapes, but reading a weight in place for `g·W` strides its rows
+/// 6 KiB apart (SmolLM2's 1536 columns), which an L1 of 64 sets holds in 2 of them, and
+/// gemm's own packing won there (docs/performance.md). AMX, where present, takes precedence
+/// over either ([`crate::fused::packs`]). Zen 5 (family 1Ah): unmeasured, gemm.
 #[cfg(target_arch = "x86_64")]
-fn measured_faster() -> bool {
+fn measured_plan() -> Plan {
     use std::arch::x86_64::__cpuid;
-    let vendor = __cpuid(0);
-    let amd = [vendor.ebx, vendor.edx, vendor.ecx]
-        .iter()
-        .flat_map(|r| r.to_le_bytes())
-        .eq(*b"AuthenticAMD");
+    let vendor: Vec<u8> = {
+        let v = __cpuid(0);
+        [v.ebx, v.edx, v.ecx]
+            .iter()
+            .flat_map(|r| r.to_le_bytes())
+            .collect()
+    };
     let signature = __cpuid(1).eax;
     let (base, extended) = ((signature >> 8) & 0xf, (signature >> 20) & 0xff);
     let family = if base == 0xf { base + extended } else { base };
-    amd && family == 0x19
+    match (vendor.as_slice(), family) {
+        (b"AuthenticAMD", 0x19) => Plan::Both,
+        (b"GenuineIntel", 6) => Plan::Forward,
+        _ => Plan::Off,
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn measured_faster() -> bool {
-    false
+fn measured_plan() -> Plan {
+    Plan::Off
 }
 
 /// A frozen weight laid out for `x·Bᵀ` in panels: `B` is `n × k` (the product has `n` output
@@ -440,8 +482,12 @@ mod tests {
                 .map(|(_, v)| v.trim().to_owned())
                 .unwrap_or_else(|| panic!("/proc/cpuinfo has no {name}"))
         };
-        let zen4_family = field("vendor_id") == "AuthenticAMD" && field("cpu family") == "25";
-        assert_eq!(measured_faster(), zen4_family);
+        let want = match (field("vendor_id").as_str(), field("cpu family").as_str()) {
+            ("AuthenticAMD", "25") => Plan::Both,
+            ("GenuineIntel", "6") => Plan::Forward,
+            _ => Plan::Off,
+        };
+        assert_eq!(measured_plan(), want);
     }
 
     #[test]

@@ -606,9 +606,10 @@ fn forward(
                     }
                 }
                 // A scope that only scores keeps no backward packs; a gradient taken there
-                // goes through gemm. Panels keep none either: they read the head in place.
+                // goes through gemm. Panels keep none either: they read the head in place
+                // where they take `g·W` at all.
                 let in_place = packs
-                    .filter(|_| !crate::amx::available())
+                    .filter(|_| !crate::amx::available() && crate::panels::input_grad_in_place())
                     .and_then(|_| w.rows(start, width).as_row_major());
                 match (packs.and_then(|packs| packs[b].backward.as_ref()), in_place) {
                     (Some(backward), _) => {

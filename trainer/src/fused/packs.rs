@@ -358,7 +358,14 @@ impl Frozen {
         }
     }
 
+    /// Whether [`Frozen::input_grad_into`] is the way to `g·W` here: on AMX and where the
+    /// panels take `g·W` too; otherwise gemm multiplies it ([`panels::input_grad_in_place`]).
+    pub(super) fn takes_input_grad(&self) -> bool {
+        amx::available() || panels::input_grad_in_place()
+    }
+
     /// `g·W` into `dx` for the frozen `w` (`out × in`, row-major) and `g` (`rows × out`).
+    /// Only where [`Frozen::takes_input_grad`].
     pub(super) fn input_grad_into(
         &self,
         w: &[f32],
@@ -419,9 +426,11 @@ pub(super) const MIN_ROWS_PER_PACK: usize = 256;
 
 /// Whether a product of `rows` rows by a weight past the budget goes to AMX, packed for it:
 /// the one rule [`packs_for`] and [`quantized_uses_packs`] share, so that a quantized weight
-/// takes AMX exactly where its f32 expansion would.
+/// takes AMX exactly where its f32 expansion would. Panels pack per product only where they
+/// take `g·W` too (Zen 4): on Intel, packing a panel for one product lost to gemm (the 1B
+/// shape 0.91x, decision 0050).
 fn packed_per_product(rows: usize) -> bool {
-    rows >= MIN_ROWS_PER_PACK
+    rows >= MIN_ROWS_PER_PACK && (amx::available() || panels::input_grad_in_place())
 }
 
 /// How the frozen f32 CPU weight `weight (out, in)` multiplies `rows` rows inside a run: kept packs
