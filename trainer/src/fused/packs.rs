@@ -398,7 +398,19 @@ pub(crate) fn once_forward_into(w: &[f32], out: usize, input: usize, x: &[f32], 
 pub(crate) fn once_input_grad_into(w: &[f32], out: usize, input: usize, g: &[f32], dx: &mut [f32]) {
     let rows = g.len() / out.max(1);
     if !amx::available() {
-        panels::matmul_into(g, rows, w, out, input, dx);
+        if panels::input_grad_in_place() {
+            panels::matmul_into(g, rows, w, out, input, dx);
+        } else {
+            // Where `g·W` stays on gemm (Intel), the same call a kept f32 weight takes, so a
+            // quantized weight trains bit for bit as its expansion does.
+            use super::matmul::{Mat, parallel_product_into};
+            let (x, y, weight) = (
+                Mat::rows(0, rows, input, input),
+                Mat::rows(0, rows, out, out),
+                Mat::rows(0, out, input, input),
+            );
+            parallel_product_into(dx, x, false, g, y, w, weight, 1.0);
+        }
         return;
     }
     let packed = amx::PackedWeight::transposed_in(take_spare(), w, out, input);
