@@ -246,10 +246,8 @@ impl Base {
         let d = self.dims;
         with_f32s(op, "the weight", &self.weight, |w| {
             match &self.packs {
-                Some(packs) if packs.takes_input_grad() => {
-                    packs.input_grad_into(w, d.output, d.input, g, dx)
-                }
-                _ => parallel_product_into(dx, d.x(), false, g, d.y(), w, d.weight(), 1.0),
+                Some(packs) => packs.input_grad_into(w, d.output, d.input, g, dx),
+                None => parallel_product_into(dx, d.x(), false, g, d.y(), w, d.weight(), 1.0),
             }
             Ok(())
         })

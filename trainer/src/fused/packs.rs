@@ -358,14 +358,7 @@ impl Frozen {
         }
     }
 
-    /// Whether [`Frozen::input_grad_into`] is the way to `g·W` here: on AMX and where the
-    /// panels take `g·W` too; otherwise gemm multiplies it ([`panels::input_grad_in_place`]).
-    pub(super) fn takes_input_grad(&self) -> bool {
-        amx::available() || panels::input_grad_in_place()
-    }
-
     /// `g·W` into `dx` for the frozen `w` (`out × in`, row-major) and `g` (`rows × out`).
-    /// Only where [`Frozen::takes_input_grad`].
     pub(super) fn input_grad_into(
         &self,
         w: &[f32],
@@ -397,20 +390,20 @@ pub(crate) fn once_forward_into(w: &[f32], out: usize, input: usize, x: &[f32], 
 /// [`once_forward_into`]; in panels, `w` read in place.
 pub(crate) fn once_input_grad_into(w: &[f32], out: usize, input: usize, g: &[f32], dx: &mut [f32]) {
     let rows = g.len() / out.max(1);
+    if !kernel_takes_input_grad() {
+        // Intel's panels leave `g·W` to gemm: the one place that decides, for kept, per-product
+        // and quantized weights alike, so a quantized weight trains bit for bit as its expansion.
+        use super::matmul::{Mat, parallel_product_into};
+        let (x, y, weight) = (
+            Mat::rows(0, rows, input, input),
+            Mat::rows(0, rows, out, out),
+            Mat::rows(0, out, input, input),
+        );
+        parallel_product_into(dx, x, false, g, y, w, weight, 1.0);
+        return;
+    }
     if !amx::available() {
-        if panels::input_grad_in_place() {
-            panels::matmul_into(g, rows, w, out, input, dx);
-        } else {
-            // Where `g·W` stays on gemm (Intel), the same call a kept f32 weight takes, so a
-            // quantized weight trains bit for bit as its expansion does.
-            use super::matmul::{Mat, parallel_product_into};
-            let (x, y, weight) = (
-                Mat::rows(0, rows, input, input),
-                Mat::rows(0, rows, out, out),
-                Mat::rows(0, out, input, input),
-            );
-            parallel_product_into(dx, x, false, g, y, w, weight, 1.0);
-        }
+        panels::matmul_into(g, rows, w, out, input, dx);
         return;
     }
     let packed = amx::PackedWeight::transposed_in(take_spare(), w, out, input);
@@ -442,7 +435,13 @@ pub(super) const MIN_ROWS_PER_PACK: usize = 256;
 /// take `g·W` too (Zen 4): on Intel, packing a panel for one product lost to gemm (the 1B
 /// shape 0.91x, decision 0050).
 fn packed_per_product(rows: usize) -> bool {
-    rows >= MIN_ROWS_PER_PACK && (amx::available() || panels::input_grad_in_place())
+    rows >= MIN_ROWS_PER_PACK && kernel_takes_input_grad()
+}
+
+/// Whether this CPU's kernel multiplies `g·W` too (AMX; panels on Zen 4), rather than leaving
+/// it to gemm ([`once_input_grad_into`]).
+fn kernel_takes_input_grad() -> bool {
+    amx::available() || panels::input_grad_in_place()
 }
 
 /// How the frozen f32 CPU weight `weight (out, in)` multiplies `rows` rows inside a run: kept packs
@@ -617,7 +616,7 @@ mod tests {
             .broadcast_as((out, input))
             .unwrap();
         let (few, many) = (MIN_ROWS_PER_PACK - 1, MIN_ROWS_PER_PACK);
-        let per_product = amx::available() || panels::input_grad_in_place();
+        let per_product = kernel_takes_input_grad();
         assert!(packs_for("test", &large, few).unwrap().is_none());
         assert_eq!(
             matches!(
