@@ -773,6 +773,7 @@ impl ValidatorNode {
         let (_, start_metric) = self
             .round_start(context, ready.round, ready.base_adapter_cid.as_deref())
             .await?;
+        let began = Instant::now();
         let dir = self.work_dir.scratch("merge-")?;
         let mut dirs = Vec::new();
         for (i, a) in ready.adapters.iter().enumerate() {
@@ -799,7 +800,8 @@ impl ValidatorNode {
         let device = self.device.clone();
         let clip_factor = self.rules.clip_factor;
         let out = out_dir.clone();
-        let (metric, details, update) =
+        let fetch_s = began.elapsed().as_secs_f64();
+        let (metric, details, update, score_s) =
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                 let adapters = dirs
                     .iter()
@@ -818,10 +820,12 @@ impl ValidatorNode {
                 // The next round's verdicts compare with the merge as the file they fetch holds it
                 // (saved as f32), so its update is taken from the saved file.
                 let update = Update::of(&Adapter::load(&out, &device)?)?;
-                Ok((chosen.metric, chosen.details, update))
+                Ok((chosen.metric, chosen.details, update, chosen.score_s))
             })
             .await
             .map_err(|e| NodeError::Io(format!("merging: {e}")))??;
+        let merge_s = began.elapsed().as_secs_f64() - fetch_s - score_s;
+        let stored = Instant::now();
         let adapter_cid = put_bundle(
             self.blobs.as_ref(),
             "adapter",
@@ -830,6 +834,12 @@ impl ValidatorNode {
             Some(&sealed_to),
         )
         .await?;
+        // Where a merge's time goes, as the verdicts' phases (issue 47): the adapters fetched;
+        // loading, merging, saving and re-reading them; the held-out scoring of each candidate
+        // tried; the merged bundle stored.
+        let store_s = stored.elapsed().as_secs_f64();
+        tracing::debug!(job = %ready.job_id, round = ready.round, fetch_s, merge_s, score_s,
+            store_s, "merge phases");
         let adapter_cid = adapter_cid
             .parse()
             .map_err(|e| NodeError::Content(format!("merged adapter CID {adapter_cid}: {e}")))?;
@@ -1056,6 +1066,8 @@ struct ChosenMerge {
     adapter: Adapter,
     metric: f64,
     details: AggregateDetails,
+    /// Seconds spent scoring candidates on the held-out set (every one tried).
+    score_s: f64,
 }
 
 /// The job's merge of the round's accepted `adapters`, or its fallbacks when that does not
@@ -1073,6 +1085,7 @@ fn merge_round_adapters(
     let metric_kind = context.work.metric();
     let requested = context.validation.aggregation;
     let mut tried = Vec::new();
+    let mut score_s = 0.0;
     let mut modes = vec![merge_mode(requested, adapters.len())];
     if modes[0] != MergeMode::Median && adapters.len() >= 3 {
         modes.push(MergeMode::Median);
@@ -1091,10 +1104,12 @@ fn merge_round_adapters(
             context.work.seed(),
         )
         .and_then(|(merged, report)| {
+            let began = Instant::now();
             let scored = context
                 .work
-                .score_report(Some(&merged), &context.held_out, device)?;
-            Ok((merged, report, scored))
+                .score_report(Some(&merged), &context.held_out, device);
+            score_s += began.elapsed().as_secs_f64();
+            Ok((merged, report, scored?))
         });
         match attempt {
             Ok((merged, report, scored)) if metric_kind.gain(scored.metric, start_metric) > 0.0 => {
@@ -1111,6 +1126,7 @@ fn merge_round_adapters(
                         max_truncation_error: Some(report.max_relative_error),
                         ..AggregateDetails::default()
                     },
+                    score_s,
                 });
             }
             Ok((_, _, scored)) => tried.push(format!(
@@ -1134,12 +1150,15 @@ fn merge_round_adapters(
         },
         tensors: adapters[best].tensors.clone(),
     };
+    let began = Instant::now();
     let scored = context
         .work
         .score_report(Some(&adapter), &context.held_out, device)?;
+    score_s += began.elapsed().as_secs_f64();
     Ok(ChosenMerge {
         adapter,
         metric: scored.metric,
+        score_s,
         details: AggregateDetails {
             merge: Some(MergeMethod::BestAdapter),
             requested: Some(requested),
