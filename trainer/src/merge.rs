@@ -32,6 +32,7 @@
 use std::collections::BTreeMap;
 
 use candle_core::{DType, Device, Tensor};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -301,48 +302,60 @@ pub fn merge_from(
     let start_pairs = start.map(factor_mats).transpose()?;
     let stepped = eta != 1.0;
 
+    // Modules merge independently (each its own SVD, seeded alike), so they run in parallel
+    // and give the same bits as one after another; the validator's merge is on a round's
+    // critical path (issue 47).
+    let merged_modules = pairs[0]
+        .keys()
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|module| -> Result<(String, Mat, Mat, ModuleReport)> {
+            let mut factors: Vec<(Mat, &Mat)> = pairs
+                .iter()
+                .zip(&clip_factors)
+                .map(|(p, &c)| {
+                    let (b, a) = &p[module];
+                    (b.scale(c), a)
+                })
+                .collect();
+            let start_pair = start_pairs.as_ref().map(|p| &p[module]);
+            // A fresh start is `B = 0`: nothing to ΔW, so exact mode needs no term for it. Naive
+            // mode steps the factors, so it takes the fresh start's A as the adapters' weighted
+            // mean, which leaves A the plain mean.
+            let fresh =
+                (start_pair.is_none() && stepped && opts.mode == MergeMode::Naive).then(|| {
+                    let (_, a0) = &factors[0];
+                    let mut a = Mat::zeros(a0.rows, a0.cols);
+                    for ((_, ak), w) in factors.iter().zip(&weights) {
+                        a.add_assign_scaled(ak, *w);
+                    }
+                    (Mat::zeros(factors[0].0.rows, a0.rows), a)
+                });
+            let (b_new, a_new, report) = match opts.mode {
+                MergeMode::Exact | MergeMode::Naive => {
+                    // start + η·(Σ w_k·x_k − start) = Σ η·w_k·x_k + (1 − η)·start, for the
+                    // products (exact) and the factors (naive) alike.
+                    let mut w: Vec<f64> = weights.iter().map(|w| w * eta).collect();
+                    if let Some((b0, a0)) = start_pair.or(fresh.as_ref()).filter(|_| stepped) {
+                        factors.push((b0.clone(), a0));
+                        w.push(1.0 - eta);
+                    }
+                    if opts.mode == MergeMode::Exact {
+                        exact(module, &factors, &w, scale, rank, new_scale)
+                    } else {
+                        naive(module, &factors, &w, scale, new_scale, rank)?
+                    }
+                }
+                MergeMode::Median | MergeMode::TrimmedMean { .. } => {
+                    coordinatewise(module, &factors, scale, rank, new_scale, opts, start_pair)
+                }
+            };
+            Ok((module.clone(), b_new, a_new, report))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut out = BTreeMap::new();
     let mut modules = Vec::new();
-    for module in pairs[0].keys() {
-        let mut factors: Vec<(Mat, &Mat)> = pairs
-            .iter()
-            .zip(&clip_factors)
-            .map(|(p, &c)| {
-                let (b, a) = &p[module];
-                (b.scale(c), a)
-            })
-            .collect();
-        let start_pair = start_pairs.as_ref().map(|p| &p[module]);
-        // A fresh start is `B = 0`: nothing to ΔW, so exact mode needs no term for it. Naive
-        // mode steps the factors, so it takes the fresh start's A as the adapters' weighted
-        // mean, which leaves A the plain mean.
-        let fresh = (start_pair.is_none() && stepped && opts.mode == MergeMode::Naive).then(|| {
-            let (_, a0) = &factors[0];
-            let mut a = Mat::zeros(a0.rows, a0.cols);
-            for ((_, ak), w) in factors.iter().zip(&weights) {
-                a.add_assign_scaled(ak, *w);
-            }
-            (Mat::zeros(factors[0].0.rows, a0.rows), a)
-        });
-        let (b_new, a_new, report) = match opts.mode {
-            MergeMode::Exact | MergeMode::Naive => {
-                // start + η·(Σ w_k·x_k − start) = Σ η·w_k·x_k + (1 − η)·start, for the
-                // products (exact) and the factors (naive) alike.
-                let mut w: Vec<f64> = weights.iter().map(|w| w * eta).collect();
-                if let Some((b0, a0)) = start_pair.or(fresh.as_ref()).filter(|_| stepped) {
-                    factors.push((b0.clone(), a0));
-                    w.push(1.0 - eta);
-                }
-                if opts.mode == MergeMode::Exact {
-                    exact(module, &factors, &w, scale, rank, new_scale)
-                } else {
-                    naive(module, &factors, &w, scale, new_scale, rank)?
-                }
-            }
-            MergeMode::Median | MergeMode::TrimmedMean { .. } => {
-                coordinatewise(module, &factors, scale, rank, new_scale, opts, start_pair)
-            }
-        };
+    for (module, b_new, a_new, report) in merged_modules {
         out.insert(
             format!("{module}.lora_B.weight"),
             to_tensor(&b_new, &device)?,
