@@ -20,7 +20,7 @@ use shardwork_node::adversary::Behaviour;
 use shardwork_node::content::{ApiBlobs, Blobs, StoreBlobs};
 use shardwork_node::models::WorkDir;
 use shardwork_node::validator::{Rules, ValidatorNode};
-use shardwork_node::worker::{Honest, WorkerNode};
+use shardwork_node::worker::{Honest, TrainingSlot, WorkerNode};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -125,6 +125,8 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             None
         }
     };
+    // They share the cores too: they train in turn (`TrainingSlot`), not all at once.
+    let slot = TrainingSlot::new();
     for (i, key) in setup.keys.workers.iter().enumerate() {
         let behaviour = if i < setup.adversaries {
             setup.adversary
@@ -144,6 +146,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             heartbeat: HEARTBEAT,
             conduct: behaviour.conduct(),
             memory_limit_mb: share_mb,
+            training_slot: Some(slot.clone()),
         };
         let rx = receiver.clone();
         handles.push(tokio::spawn(async move {
@@ -229,6 +232,7 @@ pub async fn run_worker(
         heartbeat: HEARTBEAT,
         conduct: Arc::new(Honest),
         memory_limit_mb,
+        training_slot: None,
     };
     println!(
         "worker {} serving {api_url}",

@@ -66,6 +66,44 @@ pub struct WorkerNode {
     /// Training memory to register at most, MiB; `None` registers all that is measured at
     /// start ([`crate::capacity::measure`]).
     pub memory_limit_mb: Option<u64>,
+    /// Where workers share one process's cores: the slot they take turns at to train, one
+    /// task at a time ([`TrainingSlot`]). `None` for a worker that has its cores to itself.
+    pub training_slot: Option<TrainingSlot>,
+}
+
+/// The turn that in-process workers sharing one machine's cores take to train: one task at a
+/// time, in the order they asked, each leased task waiting for it (its lease extended meanwhile).
+///
+/// Those workers train on one thread pool. Trained together, three tasks share the cores to the
+/// end and hand in at the same moment, so every verdict of the round queues after the last
+/// of them; trained in turn, the same work hands in one task a third of the way in, the next
+/// two thirds in, and the validator judges the first ones while the last trains: the round
+/// waits after its last submission for that one's verdict and the merge only. Whatever runs
+/// alone also runs without the others' activations in memory and caches. A worker that only
+/// copies (the copycat adversary) never asks for the slot.
+#[derive(Clone)]
+pub struct TrainingSlot(Arc<tokio::sync::Semaphore>);
+
+impl Default for TrainingSlot {
+    fn default() -> TrainingSlot {
+        TrainingSlot::new()
+    }
+}
+
+impl TrainingSlot {
+    /// One slot, for every worker given a clone of it.
+    pub fn new() -> TrainingSlot {
+        TrainingSlot(Arc::new(tokio::sync::Semaphore::new(1)))
+    }
+
+    /// Waits for the slot; it is held until the permit is dropped.
+    async fn take(&self) -> Result<tokio::sync::OwnedSemaphorePermit, NodeError> {
+        self.0
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| NodeError::Io(format!("training slot: {e}")))
+    }
 }
 
 /// What one delivery came to.
@@ -305,10 +343,21 @@ impl WorkerNode {
         let steps = Steps::default();
         let trainer_steps = steps.clone();
         let device = self.device.clone();
-        let started = Instant::now();
+        // The run's wall time counts from when it may train: a turn waited for is not its work.
+        let started = Arc::new(std::sync::Mutex::new(Instant::now()));
         let training: Training = {
             let (files, conduct) = (files.clone(), self.conduct.clone());
+            let (slot, started) = (self.training_slot.clone(), started.clone());
             Box::pin(async move {
+                let turn = match &slot {
+                    Some(slot) => Some(slot.take().await?),
+                    None => None,
+                };
+                if let Ok(mut started) = started.lock() {
+                    *started = Instant::now();
+                }
+                let task_id = files.task.task_id;
+                tracing::info!(task = %task_id, "training started");
                 let trained = tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                     let reference = match reference {
                         Some(dir) => Some(Adapter::load(&dir, &device)?),
@@ -334,9 +383,14 @@ impl WorkerNode {
                     trained.trace.save(&files.out.join(TRACE_FILE))?;
                     Ok(Claimed::from(&trained))
                 });
-                trained
+                let trained = trained
                     .await
-                    .map_err(|e| NodeError::Io(format!("training thread: {e}")))?
+                    .map_err(|e| NodeError::Io(format!("training thread: {e}")));
+                // Said before the turn passes on, so a log reads each run's start and end in
+                // the order the slot gave them.
+                tracing::info!(task = %task_id, "training ended");
+                drop(turn);
+                trained?
             })
         };
         let handing_in = {
@@ -363,7 +417,9 @@ impl WorkerNode {
             steps: report.steps as u64,
             final_train_loss: f64::from(report.final_loss),
             tokens_per_second: report.tokens_per_sec,
-            wall_seconds: started.elapsed().as_secs_f64(),
+            wall_seconds: started
+                .lock()
+                .map_or(0.0, |started| started.elapsed().as_secs_f64()),
         };
         let metrics_json =
             serde_json::to_vec_pretty(&metrics).map_err(|e| NodeError::Content(e.to_string()))?;

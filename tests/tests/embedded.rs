@@ -95,7 +95,10 @@ fn demo_logged(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
             "SHARDWORK_API__BIND",
             format!("127.0.0.1:{}", shardwork_tests::free_port()),
         )
-        .env("SHARDWORK_LOG", "warn,shardwork_node::validator=info")
+        .env(
+            "SHARDWORK_LOG",
+            "warn,shardwork_node::validator=info,shardwork_node::worker=info",
+        )
         // Plain fields (`submission=…`) for the helpers that read the log.
         .env("NO_COLOR", "1")
         .output()
@@ -117,6 +120,7 @@ fn demo_logged(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
         stderr.contains("round merged"),
         "the validator's log was not captured:\n{stderr}"
     );
+    assert_trained_in_turn(&stderr);
     let (metric, base) = (
         report["final_metric"].as_f64().unwrap(),
         report["base_metric"].as_f64().unwrap(),
@@ -128,6 +132,31 @@ fn demo_logged(dir: &std::path::Path, args: &[&str]) -> (Value, String) {
     };
     assert!(better, "final {metric} does not beat base {base}: {report}");
     (report, stderr)
+}
+
+/// The in-process workers share the machine's cores, so they train their tasks in turn
+/// (decisions/0051): in the log, every run's start is followed by its end before the next
+/// run starts, whichever worker holds it.
+fn assert_trained_in_turn(log: &str) {
+    let marks: Vec<&str> = log
+        .lines()
+        .filter_map(|l| {
+            if l.contains("training started") {
+                Some("started")
+            } else if l.contains("training ended") {
+                Some("ended")
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert!(!marks.is_empty(), "no worker said it trained:\n{log}");
+    for (i, pair) in marks.chunks(2).enumerate() {
+        assert!(
+            pair == ["started", "ended"] || (pair == ["started"] && i == marks.len() / 2),
+            "run {i} of the workers' turns overlapped another ({marks:?}):\n{log}"
+        );
+    }
 }
 
 /// Checks the payouts of the finished demo in `dir`, whose first development worker was

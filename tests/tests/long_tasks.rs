@@ -163,6 +163,7 @@ async fn a_task_longer_than_the_consumer_timeout_is_trained_once_and_not_redeliv
         heartbeat: Duration::from_secs(1),
         conduct: Arc::new(Honest),
         memory_limit_mb: None,
+        training_slot: None,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(async move { worker.run(stopped).await });

@@ -198,6 +198,7 @@ async fn run(cli: Cli) -> Result<(), NodeError> {
                 heartbeat: HEARTBEAT,
                 conduct: Arc::new(Honest),
                 memory_limit_mb: queue_args.memory_mb,
+                training_slot: None,
             }
             .run(shutdown_on_signal())
             .await
