@@ -120,6 +120,8 @@ async fn three_validators_share_a_job_and_lose_nothing_when_one_is_killed_mid_re
     requester.dev_fund(job_id).await.unwrap();
 
     // Validator 0 is killed while it replays a proof: its lease is live and the proof pending.
+    // Not before it has recorded one: the job may well be done with its replays by the time the
+    // restarted validator is back, and every validator must have replayed some.
     let db = Database::connect(&database_url).await.unwrap();
     let victim = VALIDATORS[0];
     let mut killed_proof = None;
@@ -142,6 +144,18 @@ async fn three_validators_share_a_job_and_lose_nothing_when_one_is_killed_mid_re
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         };
+        let recorded = strings(
+            &db,
+            &format!(
+                "SELECT id::text FROM submissions WHERE proof_checked_by = '{}'",
+                validator_address(victim)
+            ),
+        )
+        .await;
+        if recorded.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
         validators.remove(&victim).unwrap().kill();
         // Recording a proof drops its lease in the same transaction: a lease still there after
         // the kill is a replay the kill cut short.
