@@ -359,7 +359,7 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
             let mut scoring_packs = KeptPacks::default();
             let before = held_out
                 .as_ref()
-                .map(|h| held_out_eval(&model, h, pad, &mut scoring_packs))
+                .map(|h| held_out_eval(&model, h, &mut scoring_packs))
                 .transpose()?;
             let batch = args.batch_size.max(1) as usize;
             let accum = args.grad_accum.max(1) as usize;
@@ -399,7 +399,7 @@ fn train_blocking(args: &TrainArgs) -> anyhow::Result<TrainOutput> {
             adapter.save(&args.out)?;
             let after = held_out
                 .as_ref()
-                .map(|h| held_out_eval(&model, h, pad, &mut scoring_packs))
+                .map(|h| held_out_eval(&model, h, &mut scoring_packs))
                 .transpose()?;
             TrainOutput {
                 adapter_dir: args.out.clone(),

@@ -732,7 +732,7 @@ fn score_llm(mut model: Llama, args: &ChildArgs) -> anyhow::Result<Trained> {
     let mut kept = KeptPacks::default();
     let pass = |kept: &mut KeptPacks| -> anyhow::Result<f64> {
         let _packs = PackScope::enter_keeping(kept);
-        Ok(sft::evaluate(&model, &examples, args.batch_size, 0)?.loss)
+        Ok(sft::evaluate(&model, &examples, args.batch_size)?.loss)
     };
     let mut losses = Vec::new();
     for _ in 0..args.warmup {

@@ -417,6 +417,15 @@ impl Rotary {
         })
     }
 
+    /// The cos and sin rows of `positions`, in order: the tables of a packed row, whose
+    /// sequences each start again after the same past.
+    fn rows(&self, positions: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
+        Ok((
+            self.cos.index_select(positions, 0)?,
+            self.sin.index_select(positions, 0)?,
+        ))
+    }
+
     /// Rotates `xs` (batch, seq, heads, head_dim) for positions `offset..offset + seq`.
     fn apply(&self, xs: &Tensor, offset: usize) -> candle_core::Result<Tensor> {
         let seq = xs.dim(1)?;
@@ -455,27 +464,6 @@ impl KvCache {
     /// Whether no position is cached yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// This cache of one sequence (batch 1) as the shared past of `batch` sequences: what a
-    /// common prefix computed once hands every sequence that continues it.
-    pub fn for_batch(&self, batch: usize) -> candle_core::Result<Self> {
-        let widen = |t: &Tensor| -> candle_core::Result<Tensor> {
-            let (one, seq, heads, dim) = t.dims4()?;
-            if one != 1 {
-                candle_core::bail!("a cache of {one} sequences cannot be shared by a batch");
-            }
-            t.broadcast_as((batch, seq, heads, dim))?.contiguous()
-        };
-        let layers = self
-            .layers
-            .iter()
-            .map(|slot| match slot {
-                Some((k, v)) => Ok(Some((widen(k)?, widen(v)?))),
-                None => Ok(None),
-            })
-            .collect::<candle_core::Result<_>>()?;
-        Ok(Self { layers })
     }
 }
 
@@ -552,6 +540,57 @@ impl Attention {
         self.o_proj
             .forward(&out.reshape((b, t, self.num_heads * self.head_dim))?, train)
     }
+
+    /// [`Attention::forward`] of a packed row (`xs`: (1, total, hidden)), without gradients:
+    /// the projections run on the whole row at once, and each of `packing`'s sequences
+    /// attends, causally, to the `past` keys and values (a cache of one sequence, shared by
+    /// all of them) and to its own positions only.
+    fn forward_packed(
+        &self,
+        xs: &Tensor,
+        packing: &Packing,
+        past: Option<&(Tensor, Tensor)>,
+    ) -> Result<Tensor, LlamaError> {
+        let (b, t, _) = xs.dims3()?;
+        let heads = |p: &Proj, n: usize| -> Result<Tensor, LlamaError> {
+            Ok(p.forward(xs, false)?.reshape((b, t, n, self.head_dim))?)
+        };
+        let rotate = |x: Tensor| crate::fused::rotary::rotary(&x, &packing.cos, &packing.sin);
+        let q = rotate(heads(&self.q_proj, self.num_heads)?)?;
+        let k = rotate(heads(&self.k_proj, self.num_kv_heads)?)?;
+        let v = heads(&self.v_proj, self.num_kv_heads)?;
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let mut outs = Vec::with_capacity(packing.lengths.len());
+        let mut start = 0;
+        for &len in &packing.lengths {
+            let own = |x: &Tensor| x.narrow(1, start, len);
+            let (k, v) = match past {
+                Some((pk, pv)) => (
+                    Tensor::cat(&[pk, &own(&k)?], 1)?,
+                    Tensor::cat(&[pv, &own(&v)?], 1)?,
+                ),
+                None => (own(&k)?, own(&v)?),
+            };
+            outs.push(crate::fused::attention::causal_attention_after(
+                &own(&q)?,
+                &k,
+                &v,
+                scale,
+            )?);
+            start += len;
+        }
+        let out = Tensor::cat(&outs, 1)?;
+        self.o_proj
+            .forward(&out.reshape((b, t, self.num_heads * self.head_dim))?, false)
+    }
+}
+
+/// Several sequences packed end to end in one batch row, each continuing the same past: their
+/// lengths, and the rotary tables of every position of the row.
+struct Packing {
+    lengths: Vec<usize>,
+    cos: Tensor,
+    sin: Tensor,
 }
 
 /// SwiGLU feed-forward of one decoder block: `down(silu(gate(x)) · up(x))`.
@@ -621,13 +660,19 @@ impl Block {
         cache: Option<&mut Option<(Tensor, Tensor)>>,
         train: bool,
     ) -> Result<Tensor, LlamaError> {
-        let attn = self.self_attn.forward(
-            &self.input_layernorm.forward(xs)?,
-            rotary,
-            offset,
-            cache,
-            train,
-        )?;
+        self.forward_with(xs, train, |attention, normed| {
+            attention.forward(normed, rotary, offset, cache, train)
+        })
+    }
+
+    /// The block around an attention `attend` computes from the normed input.
+    fn forward_with(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        attend: impl FnOnce(&Attention, &Tensor) -> Result<Tensor, LlamaError>,
+    ) -> Result<Tensor, LlamaError> {
+        let attn = attend(&self.self_attn, &self.input_layernorm.forward(xs)?)?;
         let xs = (xs + attn)?;
         let mlp = self
             .mlp
@@ -861,8 +906,7 @@ impl Llama {
     }
 
     /// Final hidden states (batch, seq, hidden) of `input_ids` (batch, seq), which continue the
-    /// positions already in `cache` (each sequence its own, or one past shared through
-    /// [`KvCache::for_batch`]); the cache is extended with them. Without gradients: for
+    /// positions already in `cache`; the cache is extended with them. Without gradients: for
     /// generation and scoring.
     pub fn forward_hidden_cached(
         &self,
@@ -878,6 +922,58 @@ impl Llama {
         self.check_positions(t, offset)?;
         for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
             xs = layer.forward(&xs, &self.rotary, offset, Some(slot), false)?;
+        }
+        Ok(self.norm.forward(&xs)?)
+    }
+
+    /// Final hidden states (1, total, hidden) of sequences packed end to end in `input_ids`
+    /// (1, total), `lengths` long in order, each continuing the positions in `past` (a cache
+    /// of one sequence, or empty): the hidden states each would get alone, without padding
+    /// any of them to the longest. Without gradients: for scoring.
+    pub fn forward_hidden_packed(
+        &self,
+        input_ids: &Tensor,
+        lengths: &[usize],
+        past: &KvCache,
+    ) -> Result<Tensor, LlamaError> {
+        let total = input_ids.dim(1)?;
+        if input_ids.dim(0)? != 1 || lengths.contains(&0) || lengths.iter().sum::<usize>() != total
+        {
+            return Err(LlamaError::InvalidConfig(format!(
+                "a packed row of {:?} tokens does not hold sequences of lengths {lengths:?}",
+                input_ids.dims()
+            )));
+        }
+        let one_sequence = past
+            .layers
+            .iter()
+            .flatten()
+            .all(|(k, _)| k.dim(0).ok() == Some(1));
+        if !(past.is_empty() || past.layers.len() == self.layers.len() && one_sequence) {
+            return Err(LlamaError::InvalidConfig(
+                "a packed row continues a cache of one sequence of this model's layers".to_owned(),
+            ));
+        }
+        let offset = past.len();
+        self.check_positions(lengths.iter().copied().max().unwrap_or(0), offset)?;
+        let positions: Vec<u32> = lengths
+            .iter()
+            .flat_map(|&len| (offset..offset + len).map(|p| p as u32))
+            .collect();
+        let (cos, sin) =
+            self.rotary
+                .rows(&Tensor::from_vec(positions, total, input_ids.device())?)?;
+        let packing = Packing {
+            lengths: lengths.to_vec(),
+            cos,
+            sin,
+        };
+        let mut xs = self.embed_tokens.forward(input_ids)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let slot = past.layers.get(i).and_then(Option::as_ref);
+            xs = layer.forward_with(&xs, false, |attention, normed| {
+                attention.forward_packed(normed, &packing, slot)
+            })?;
         }
         Ok(self.norm.forward(&xs)?)
     }
@@ -1110,6 +1206,61 @@ pub(crate) mod tests {
             assert!(d < 1e-5, "position {pos}: cached logits differ by {d}");
         }
         assert_eq!(cache.len(), ids.len());
+    }
+
+    #[test]
+    fn a_packed_row_gives_each_sequence_its_own_hidden_states() {
+        let cfg = tiny_config();
+        let model = tiny_model(&cfg);
+        let row = |ids: &[u32]| {
+            Tensor::new(ids, &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap()
+        };
+        let prefix = [3u32, 17, 5];
+        let sequences: [&[u32]; 3] = [&[9, 30, 1], &[12], &[7, 7, 2, 28, 4]];
+        let lengths: Vec<usize> = sequences.iter().map(|s| s.len()).collect();
+        let packed_ids = row(&sequences.concat());
+        for with_prefix in [false, true] {
+            let mut past = KvCache::new(cfg.num_hidden_layers);
+            if with_prefix {
+                model
+                    .forward_hidden_cached(&row(&prefix), &mut past)
+                    .unwrap();
+            }
+            let packed = model
+                .forward_hidden_packed(&packed_ids, &lengths, &past)
+                .unwrap()
+                .squeeze(0)
+                .unwrap();
+            let mut start = 0;
+            for s in sequences {
+                // Each sequence alone: the prefix and it in one causal forward.
+                let whole: Vec<u32> = if with_prefix {
+                    [&prefix[..], s].concat()
+                } else {
+                    s.to_vec()
+                };
+                let alone = model
+                    .forward_hidden(&row(&whole), false)
+                    .unwrap()
+                    .squeeze(0)
+                    .unwrap();
+                let own = alone.narrow(0, whole.len() - s.len(), s.len()).unwrap();
+                let d = max_abs_diff(&packed.narrow(0, start, s.len()).unwrap(), &own);
+                assert!(
+                    d < 1e-5,
+                    "sequence {s:?} (prefix: {with_prefix}) differs by {d}"
+                );
+                start += s.len();
+            }
+        }
+        let past = KvCache::new(cfg.num_hidden_layers);
+        let err = model
+            .forward_hidden_packed(&packed_ids, &[3, 1], &past)
+            .unwrap_err();
+        assert!(err.to_string().contains("lengths [3, 1]"), "{err}");
     }
 
     #[test]

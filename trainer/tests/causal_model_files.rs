@@ -30,7 +30,7 @@ fn records() -> Vec<DatasetRecord> {
 fn loss(model: &CausalModel, records: &[DatasetRecord]) -> (Vec<Vec<u32>>, f64) {
     let examples = sft::encode_dataset(&model.tokenizer, records, 64).unwrap();
     let ids = examples.iter().map(|e| e.ids.clone()).collect();
-    let eval = sft::evaluate(&model.model, &examples, 4, model.tokenizer.eos_token_id).unwrap();
+    let eval = sft::evaluate(&model.model, &examples, 4).unwrap();
     (ids, eval.loss)
 }
 

@@ -56,7 +56,7 @@ fn lora_sft_on_chatterbot_lowers_held_out_loss_and_keeps_base_weights() {
     let held_out = sft::encode_dataset(&tok, &held_out, max_len).unwrap();
     let train = sft::encode_dataset(&tok, &train, max_len).unwrap();
 
-    let before = sft::evaluate(&model, &held_out, 16, pad).unwrap();
+    let before = sft::evaluate(&model, &held_out, 16).unwrap();
     let frozen_before: Vec<(String, Vec<f32>)> = model
         .base_tensors()
         .unwrap()
@@ -86,7 +86,7 @@ fn lora_sft_on_chatterbot_lowers_held_out_loss_and_keeps_base_weights() {
         seen.push(*p)
     })
     .unwrap();
-    let after = sft::evaluate(&model, &held_out, 16, pad).unwrap();
+    let after = sft::evaluate(&model, &held_out, 16).unwrap();
     eprintln!(
         "SmolLM2 LoRA SFT: held-out loss {:.4} -> {:.4} (perplexity {:.2} -> {:.2}) over {} tokens; \
          {} steps, {:.1} learned tokens/s, {:.1}s",

@@ -35,7 +35,7 @@ use shardwork_trainer::{Error, Result};
 use super::{DefaultGain, HeldOut, Metric, RoundOf, Trained, Work};
 
 /// Examples per held-out scoring batch (no gradients), before `sft::evaluate` cuts batches to
-/// its padded-token budget: the demo's 24 held-out conversations score in one pass of larger
+/// its token budget: the demo's 24 held-out conversations score in one pass of larger
 /// products instead of two (16 + 8), about 15% less time per verdict on a 2-core Xeon.
 const EVAL_BATCH: usize = 64;
 
@@ -84,17 +84,16 @@ pub struct CausalLmJob {
 }
 
 /// Held-out loss and perplexity of `model` (LoRA values loaded) on `examples` as a validator
-/// scores them: [`EVAL_BATCH`] examples at a time, `pad` filling the shorter ones, the frozen
-/// weights' scoring packs kept in `packs` from one call to the next. `shardwork train` and
+/// scores them: [`EVAL_BATCH`] examples at a time, packed end to end, the frozen weights'
+/// scoring packs kept in `packs` from one call to the next. `shardwork train` and
 /// `shardwork eval` score through it too, so what they print is what a verdict records.
 pub fn held_out_eval(
     model: &Llama,
     examples: &[SftExample],
-    pad: u32,
     packs: &mut KeptPacks,
 ) -> Result<LmEval> {
     let _packs = PackScope::enter_keeping(packs);
-    sft::evaluate(model, examples, EVAL_BATCH, pad)
+    sft::evaluate(model, examples, EVAL_BATCH)
 }
 
 impl CausalLmJob {
@@ -330,7 +329,7 @@ impl CausalLmJob {
     /// verdict's score.
     pub fn evaluate(&self, adapter: Option<&Adapter>, examples: &[SftExample]) -> Result<LmEval> {
         self.with_scoring_model(adapter, |model, packs| {
-            held_out_eval(model, examples, self.tokenizer.eos_token_id, packs)
+            held_out_eval(model, examples, packs)
         })
     }
 
