@@ -152,26 +152,38 @@ pub struct DemoReport {
     pub preference: Option<Box<DemoReport>>,
 }
 
-/// What the job's training and its validation cost, in seconds summed over every task and
-/// every piece of the validators' work, from the job's events.
+/// What the job's training and its validation cost, in seconds, from the job's events.
+///
+/// The demo and `bench validation` run every worker and validator on one machine, so the
+/// training's cost is the machine's seconds with a task in training: the union of the tasks'
+/// claim-to-submission spans. Their sum counts a second once per task training in it, which on
+/// a shared machine is the same second two or three times over (three interleaved runs: each
+/// task spans the whole round; in turn, decision 0051, the spans are one, two and three runs
+/// long). The validators' seconds are their own wall time, those spent beside a run included,
+/// so on a shared machine the share is a bound from above.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct ComputeReport {
-    /// Every submitted task, claim to submission (fetches and uploads included).
+    /// Seconds in which at least one submitted task was between its claim and its submission
+    /// (fetches and uploads included): the union of their spans.
     pub training_seconds: f64,
+    /// The same spans summed, task by task: what the training would cost with each worker on
+    /// a machine of its own.
+    pub task_seconds: f64,
     /// Every verdict's scoring (fetches included), as the validator timed it.
     pub scoring_seconds: f64,
     /// Every replayed stretch.
     pub replay_seconds: f64,
     /// Every round's merge and its scoring.
     pub merge_seconds: f64,
-    /// Scoring, replays and merges over training.
+    /// Scoring, replays and merges over `training_seconds`.
     pub validation_share: f64,
 }
 
 impl ComputeReport {
     fn of(events: &[EventView], rounds: &BTreeMap<u32, RoundTimes>) -> ComputeReport {
         let mut report = ComputeReport {
-            training_seconds: rounds.values().map(|r| r.task_seconds).sum(),
+            training_seconds: union_seconds(rounds.values().flat_map(|r| r.spans.iter().copied())),
+            task_seconds: rounds.values().map(|r| r.task_seconds).sum(),
             ..ComputeReport::default()
         };
         for e in events {
@@ -740,10 +752,32 @@ struct RoundTimes {
     slowest_task_seconds: f64,
     /// Every submitted task, claim to submission, summed.
     task_seconds: f64,
+    /// Every submitted task's claim and submission.
+    spans: Vec<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 fn seconds_between(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
     (b - a).num_milliseconds() as f64 / 1000.0
+}
+
+/// The seconds covered by at least one of `spans` (start, end): each second counted once
+/// however many spans hold it.
+fn union_seconds(spans: impl Iterator<Item = (DateTime<Utc>, DateTime<Utc>)>) -> f64 {
+    let mut spans: Vec<_> = spans.filter(|(start, end)| start < end).collect();
+    spans.sort();
+    let mut total = 0.0;
+    let mut current: Option<(DateTime<Utc>, DateTime<Utc>)> = None;
+    for (start, end) in spans {
+        current = match current {
+            Some((s, e)) if start <= e => Some((s, e.max(end))),
+            Some((s, e)) => {
+                total += seconds_between(s, e);
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
+    }
+    total + current.map_or(0.0, |(s, e)| seconds_between(s, e))
 }
 
 /// Every round's claims and submissions, in one pass over the events.
@@ -767,6 +801,7 @@ fn round_times(events: &[EventView]) -> BTreeMap<u32, RoundTimes> {
                     let took = seconds_between(*start, t);
                     round.slowest_task_seconds = round.slowest_task_seconds.max(took);
                     round.task_seconds += took;
+                    round.spans.push((*start, t));
                 }
             }
             _ => {}
@@ -1023,11 +1058,95 @@ fn print_report(r: &DemoReport) {
     }
     let c = &r.compute;
     println!(
-        "validation compute {:.1}% of training's {:.1} s: scoring {:.1} s, replays {:.1} s, merges {:.1} s",
+        "validation compute {:.1}% of training's {:.1} s (the machine's seconds with a task in \
+         training; {:.1} s task by task): scoring {:.1} s, replays {:.1} s, merges {:.1} s",
         100.0 * c.validation_share,
         c.training_seconds,
+        c.task_seconds,
         c.scoring_seconds,
         c.replay_seconds,
         c.merge_seconds
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardwork_core::protocol::events::{Submitted, TaskClaimed};
+
+    fn at(seconds: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + seconds, 0).unwrap()
+    }
+
+    fn event(id: i64, seconds: i64, event: JobEvent) -> EventView {
+        EventView {
+            id,
+            event,
+            created_at: at(seconds),
+        }
+    }
+
+    /// A round's tasks claimed and submitted at the given seconds: (shard, claim, submission).
+    fn round(round: u32, tasks: &[(u32, i64, i64)]) -> Vec<EventView> {
+        let mut events: Vec<EventView> = tasks
+            .iter()
+            .flat_map(|&(shard, claimed, submitted)| {
+                let task_id = Uuid::now_v7();
+                [
+                    event(
+                        0,
+                        claimed,
+                        JobEvent::TaskClaimed(TaskClaimed {
+                            task_id,
+                            round,
+                            shard,
+                            worker: format!("0x{shard:040x}"),
+                            attempt: 1,
+                            lease_expires_at: at(claimed + 60),
+                        }),
+                    ),
+                    event(
+                        0,
+                        submitted,
+                        JobEvent::Submitted(Submitted {
+                            submission_id: Uuid::now_v7(),
+                            task_id,
+                            round,
+                            shard,
+                            worker: format!("0x{shard:040x}"),
+                            samples: 10,
+                            adapter_cid: "bafy".to_owned(),
+                        }),
+                    ),
+                ]
+            })
+            .collect();
+        events.sort_by_key(|e| e.created_at);
+        events
+    }
+
+    #[test]
+    fn training_counts_each_second_of_the_machine_once() {
+        // Three tasks in turn: claimed together, handed in a run (20 s) apart; then a round
+        // of three interleaved runs that all end together; a gap between the rounds.
+        let mut events = round(1, &[(0, 0, 20), (1, 0, 40), (2, 1, 60)]);
+        events.extend(round(2, &[(0, 70, 130), (1, 70, 130), (2, 70, 131)]));
+        let report = ComputeReport::of(&events, &round_times(&events));
+        assert_eq!(report.training_seconds, 60.0 + 61.0);
+        assert_eq!(report.task_seconds, 20.0 + 40.0 + 59.0 + 60.0 + 60.0 + 61.0);
+    }
+
+    #[test]
+    fn union_of_spans_joins_overlaps_and_keeps_gaps() {
+        let spans = [
+            (at(5), at(9)),
+            (at(0), at(3)),
+            (at(2), at(4)),
+            (at(9), at(10)),
+        ];
+        assert_eq!(union_seconds(spans.into_iter()), 4.0 + 5.0);
+        assert_eq!(union_seconds(std::iter::empty()), 0.0);
+        // A span that ends before it starts covers nothing.
+        assert_eq!(union_seconds([(at(3), at(1))].into_iter()), 0.0);
+    }
 }

@@ -4,7 +4,8 @@
 //!
 //! Each configuration is a fresh in-process marketplace (embedded defaults, its own data
 //! folder) running one sample job to payout, measured from the job's events as the demo
-//! measures it: the validators' scoring, replays and merges against the workers' training, and
+//! measures it: the validators' scoring, replays and merges against the seconds the machine had a
+//! task in training (`crate::demo::ComputeReport`: every worker is on this machine too), and
 //! per round the seconds from its last submission to the next round's first claim. Every run
 //! shares the same machine, so the figures compare as ratios within one run of the bench.
 
@@ -43,7 +44,10 @@ pub struct ValidationRun {
     /// round's first claim: what a round waits for its verdicts and merge.
     pub round_overhead_seconds: f64,
     pub validation_share: f64,
+    /// The machine's seconds with a task in training.
     pub training_seconds: f64,
+    /// The tasks' claim-to-submission seconds summed.
+    pub task_seconds: f64,
     pub scoring_seconds: f64,
     pub replay_seconds: f64,
     pub merge_seconds: f64,
@@ -69,6 +73,7 @@ impl ValidationRun {
             },
             validation_share: r.compute.validation_share,
             training_seconds: r.compute.training_seconds,
+            task_seconds: r.compute.task_seconds,
             scoring_seconds: r.compute.scoring_seconds,
             replay_seconds: r.compute.replay_seconds,
             merge_seconds: r.compute.merge_seconds,
