@@ -183,7 +183,7 @@ impl ComputeReport {
     fn of(events: &[EventView], rounds: &BTreeMap<u32, RoundTimes>) -> ComputeReport {
         let mut report = ComputeReport {
             training_seconds: union_seconds(rounds.values().flat_map(|r| r.spans.iter().copied())),
-            task_seconds: rounds.values().map(|r| r.task_seconds).sum(),
+            task_seconds: rounds.values().flat_map(RoundTimes::task_seconds).sum(),
             ..ComputeReport::default()
         };
         for e in events {
@@ -748,12 +748,21 @@ pub struct OverheadBreakdown {
 struct RoundTimes {
     first_claim: Option<DateTime<Utc>>,
     last_submission: Option<DateTime<Utc>>,
-    /// The slowest task, claim to submission: the round's training on the critical path.
-    slowest_task_seconds: f64,
-    /// Every submitted task, claim to submission, summed.
-    task_seconds: f64,
     /// Every submitted task's claim and submission.
     spans: Vec<(DateTime<Utc>, DateTime<Utc>)>,
+}
+
+impl RoundTimes {
+    fn task_seconds(&self) -> impl Iterator<Item = f64> + '_ {
+        self.spans
+            .iter()
+            .map(|&(claim, submission)| seconds_between(claim, submission))
+    }
+
+    /// The slowest task, claim to submission: the round's training on the critical path.
+    fn slowest_task_seconds(&self) -> f64 {
+        self.task_seconds().fold(0.0, f64::max)
+    }
 }
 
 fn seconds_between(a: DateTime<Utc>, b: DateTime<Utc>) -> f64 {
@@ -798,9 +807,6 @@ fn round_times(events: &[EventView]) -> BTreeMap<u32, RoundTimes> {
                 let round = rounds.entry(key.0).or_default();
                 round.last_submission = Some(round.last_submission.map_or(t, |l| l.max(t)));
                 if let Some(start) = claimed.get(&key) {
-                    let took = seconds_between(*start, t);
-                    round.slowest_task_seconds = round.slowest_task_seconds.max(took);
-                    round.task_seconds += took;
                     round.spans.push((*start, t));
                 }
             }
@@ -844,7 +850,7 @@ impl OverheadBreakdown {
             };
             if let Some(first_claim) = round.first_claim {
                 claim_skew +=
-                    seconds_between(first_claim, last_submission) - round.slowest_task_seconds;
+                    seconds_between(first_claim, last_submission) - round.slowest_task_seconds();
             }
             let next = match ordered.peek() {
                 Some(next_round) => next_round.first_claim,
@@ -920,7 +926,7 @@ fn summarise(
         })
         .collect();
     let rounds = round_times(events);
-    let training: f64 = rounds.values().map(|r| r.slowest_task_seconds).sum();
+    let training: f64 = rounds.values().map(RoundTimes::slowest_task_seconds).sum();
     let overhead = OverheadBreakdown::of(events, &rounds, wall);
     DemoReport {
         job_id,

@@ -146,7 +146,7 @@ pub fn spawn_in_process(setup: InProcess<'_>) -> anyhow::Result<NodeSet> {
             heartbeat: HEARTBEAT,
             conduct: behaviour.conduct(),
             memory_limit_mb: share_mb,
-            training_slot: Some(slot.clone()),
+            training_slot: slot.clone(),
         };
         let rx = receiver.clone();
         handles.push(tokio::spawn(async move {
@@ -232,7 +232,7 @@ pub async fn run_worker(
         heartbeat: HEARTBEAT,
         conduct: Arc::new(Honest),
         memory_limit_mb,
-        training_slot: None,
+        training_slot: TrainingSlot::new(),
     };
     println!(
         "worker {} serving {api_url}",

@@ -66,9 +66,9 @@ pub struct WorkerNode {
     /// Training memory to register at most, MiB; `None` registers all that is measured at
     /// start ([`crate::capacity::measure`]).
     pub memory_limit_mb: Option<u64>,
-    /// Where workers share one process's cores: the slot they take turns at to train, one
-    /// task at a time ([`TrainingSlot`]). `None` for a worker that has its cores to itself.
-    pub training_slot: Option<TrainingSlot>,
+    /// The slot it takes to train, one task at a time ([`TrainingSlot`]): shared by workers
+    /// that share one process's cores, a slot of its own for a worker that has them to itself.
+    pub training_slot: TrainingSlot,
 }
 
 /// The turn that in-process workers sharing one machine's cores take to train: one task at a
@@ -349,10 +349,7 @@ impl WorkerNode {
             let (files, conduct) = (files.clone(), self.conduct.clone());
             let (slot, started) = (self.training_slot.clone(), started.clone());
             Box::pin(async move {
-                let turn = match &slot {
-                    Some(slot) => Some(slot.take().await?),
-                    None => None,
-                };
+                let turn = slot.take().await?;
                 if let Ok(mut started) = started.lock() {
                     *started = Instant::now();
                 }

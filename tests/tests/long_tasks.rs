@@ -29,7 +29,7 @@ use shardwork_core::queue::{
 use shardwork_core::testkit::services::{Service, service_url, services_required};
 use shardwork_node::content::ApiBlobs;
 use shardwork_node::models::WorkDir;
-use shardwork_node::worker::{Honest, WorkerNode};
+use shardwork_node::worker::{Honest, TrainingSlot, WorkerNode};
 
 /// The consumer timeout the worker's channel gets.
 const CONSUMER_TIMEOUT_MS: u64 = 2_000;
@@ -163,7 +163,7 @@ async fn a_task_longer_than_the_consumer_timeout_is_trained_once_and_not_redeliv
         heartbeat: Duration::from_secs(1),
         conduct: Arc::new(Honest),
         memory_limit_mb: None,
-        training_slot: None,
+        training_slot: TrainingSlot::new(),
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(async move { worker.run(stopped).await });

@@ -548,7 +548,7 @@ impl Attention {
     fn forward_packed(
         &self,
         xs: &Tensor,
-        packing: &Packing,
+        packing: &Packing<'_>,
         past: Option<&(Tensor, Tensor)>,
     ) -> Result<Tensor, LlamaError> {
         let (b, t, _) = xs.dims3()?;
@@ -562,7 +562,7 @@ impl Attention {
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let mut outs = Vec::with_capacity(packing.lengths.len());
         let mut start = 0;
-        for &len in &packing.lengths {
+        for &len in packing.lengths {
             let own = |x: &Tensor| x.narrow(1, start, len);
             let (k, v) = match past {
                 Some((pk, pv)) => (
@@ -587,8 +587,8 @@ impl Attention {
 
 /// Several sequences packed end to end in one batch row, each continuing the same past: their
 /// lengths, and the rotary tables of every position of the row.
-struct Packing {
-    lengths: Vec<usize>,
+struct Packing<'a> {
+    lengths: &'a [usize],
     cos: Tensor,
     sin: Tensor,
 }
@@ -963,11 +963,7 @@ impl Llama {
         let (cos, sin) =
             self.rotary
                 .rows(&Tensor::from_vec(positions, total, input_ids.device())?)?;
-        let packing = Packing {
-            lengths: lengths.to_vec(),
-            cos,
-            sin,
-        };
+        let packing = Packing { lengths, cos, sin };
         let mut xs = self.embed_tokens.forward(input_ids)?;
         for (i, layer) in self.layers.iter().enumerate() {
             let slot = past.layers.get(i).and_then(Option::as_ref);

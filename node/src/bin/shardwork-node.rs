@@ -25,7 +25,7 @@ use shardwork_node::service::{
     HEARTBEAT, VALIDATOR_POLL, shutdown_on_signal, signing_key, training_device,
 };
 use shardwork_node::validator::{Rules, ValidatorNode};
-use shardwork_node::worker::{Honest, WorkerNode};
+use shardwork_node::worker::{Honest, TrainingSlot, WorkerNode};
 
 /// Shardwork's worker and validator services, against a served API.
 #[derive(Debug, Parser)]
@@ -198,7 +198,7 @@ async fn run(cli: Cli) -> Result<(), NodeError> {
                 heartbeat: HEARTBEAT,
                 conduct: Arc::new(Honest),
                 memory_limit_mb: queue_args.memory_mb,
-                training_slot: None,
+                training_slot: TrainingSlot::new(),
             }
             .run(shutdown_on_signal())
             .await

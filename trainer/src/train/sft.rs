@@ -116,7 +116,7 @@ impl Batch {
     ) -> Result<(Self, Vec<usize>)> {
         if examples.is_empty() || examples.iter().any(|e| e.ids.len() <= skip + 1) {
             return Err(Error::Invalid(format!(
-                "a packed batch needs every example to have an input after the {skip} shared"
+                "a packed batch needs every example to have an input after the {skip} they share"
             )));
         }
         Self::assemble(examples, skip, None, device)
