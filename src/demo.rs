@@ -55,6 +55,12 @@ pub struct DemoArgs {
     /// share of the proofs (`validation.proof_rate`, 1.25 / (1 + M) by default).
     #[arg(long, default_value_t = 0)]
     pub bond_multiple: u32,
+    /// Held-out examples each verdict scores (the job's `validation.verdict_examples`; when not
+    /// given, the held-out set over the shards and at least 8: 8 of the chat job's 24). A
+    /// value at or above the set's size scores the whole set, as verdicts did before
+    /// decisions/0052.
+    #[arg(long)]
+    pub verdict_examples: Option<u32>,
     /// What the learning-rate schedule spans (the job's `training.schedule`): each task's own
     /// steps (`task`, the default), or one schedule over all the job's rounds (`job`).
     #[arg(long, value_parser = ["task", "job"])]
@@ -99,6 +105,7 @@ impl DemoArgs {
             adversary: shardwork_node::adversary::Behaviour::Honest,
             spot_check: None,
             bond_multiple: 0,
+            verdict_examples: None,
             schedule: None,
             shards,
             rounds,
@@ -128,8 +135,8 @@ pub struct DemoReport {
     pub metric_name: Option<HeldOutMetric>,
     pub final_metric: Option<f64>,
     pub base_metric: Option<f64>,
-    /// Round 1's start scored by the validator (the adapter the job continues from, or the
-    /// base model).
+    /// Round 1's start scored by the validator on the whole held-out set (the adapter the job
+    /// continues from, or the base model).
     pub start_metric: Option<f64>,
     /// What the validator measured beside the metric on the result's merge (a preference
     /// job's reward accuracy and margin).
@@ -145,11 +152,49 @@ pub struct DemoReport {
     pub sample_answer: Option<SampleAnswer>,
     /// The proofs of training the validators checked after the verdicts.
     pub proofs: ProofsReport,
+    /// How much of the held-out set the verdicts and the merges scored.
+    pub scoring: ScoringReport,
     /// The validators' compute against the workers'.
     pub compute: ComputeReport,
     /// `--dpo`: the preference job that continued from this one's result.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preference: Option<Box<DemoReport>>,
+}
+
+/// How much of the held-out set the validators scored (decisions/0052): each verdict the
+/// round's sample, each merge the whole set.
+#[derive(Debug, Default, PartialEq, serde::Serialize)]
+pub struct ScoringReport {
+    /// Verdicts that scored an adapter.
+    pub verdicts: usize,
+    /// Held-out examples each of them scored (the largest, should they differ).
+    pub verdict_examples: Option<u32>,
+    /// Merges recorded.
+    pub merges: usize,
+    /// Examples in the held-out set, which every merge scored.
+    pub held_out_examples: Option<u32>,
+}
+
+impl ScoringReport {
+    fn of(events: &[EventView]) -> ScoringReport {
+        let mut report = ScoringReport::default();
+        for e in events {
+            match &e.event {
+                JobEvent::Verdict(v) if v.report.held_out_examples.is_some() => {
+                    report.verdicts += 1;
+                    report.verdict_examples =
+                        report.verdict_examples.max(v.report.held_out_examples);
+                }
+                JobEvent::Aggregated(a) => {
+                    report.merges += 1;
+                    report.held_out_examples =
+                        report.held_out_examples.max(a.details.held_out_examples);
+                }
+                _ => {}
+            }
+        }
+        report
+    }
 }
 
 /// What the job's training and its validation cost, in seconds, from the job's events.
@@ -613,6 +658,9 @@ async fn drive(deployment: &crate::up::Deployment, args: &DemoArgs) -> anyhow::R
     if args.bond_multiple > 0 {
         spec["validation"]["bond_multiple"] = json!(args.bond_multiple);
     }
+    if let Some(examples) = args.verdict_examples {
+        spec["validation"]["verdict_examples"] = json!(examples);
+    }
     if let Some(schedule) = &args.schedule {
         spec["training"]["schedule"] = json!(schedule);
     }
@@ -943,8 +991,10 @@ fn summarise(
         metric_name: aggregated.map(|a| a.metric_name),
         final_metric: aggregated.map(|a| a.metric),
         base_metric: aggregated.map(|a| a.base_metric),
+        // Round 1's merge records its start scored on the whole held-out set; the verdicts
+        // record it on their sample of it (decisions/0052).
         start_metric: events.iter().find_map(|e| match &e.event {
-            JobEvent::Verdict(v) if v.round == 1 => v.report.start_metric,
+            JobEvent::Aggregated(a) if a.round == 1 => a.details.start_metric,
             _ => None,
         }),
         held_out: aggregated
@@ -962,6 +1012,7 @@ fn summarise(
         }),
         sample_answer: None,
         proofs: ProofsReport::of(events),
+        scoring: ScoringReport::of(events),
         compute: ComputeReport::of(events, &rounds),
         preference: None,
     }
@@ -1038,6 +1089,14 @@ fn print_report(r: &DemoReport) {
         o.claim_skew_seconds,
         o.client_seconds
     );
+    let sc = &r.scoring;
+    if let (Some(each), Some(all)) = (sc.verdict_examples, sc.held_out_examples) {
+        println!(
+            "held-out scoring: {} verdicts on {each} of the {all} examples each (the round's \
+             sample), {} merges on all {all}",
+            sc.verdicts, sc.merges
+        );
+    }
     let p = &r.proofs;
     if p.checked == 0 {
         // None drawn (a bonded job replays a sampled share): nothing to say who or when.

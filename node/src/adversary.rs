@@ -52,7 +52,7 @@ use shardwork_trainer::{Error, Result};
 use uuid::Uuid;
 
 use crate::NodeError;
-use crate::work::{HeldOut, HeldOutScore, Metric, Trained, Work};
+use crate::work::{ExampleScores, HeldOut, Metric, Trained, Work};
 use crate::worker::{Claimed, Conduct, Honest, TaskFiles, Training};
 
 /// How a worker behaves. Anything but `Honest` exists to prove the validator catches it.
@@ -243,17 +243,13 @@ impl Work for Cheating {
         self.honest.held_out(path)
     }
 
-    fn score(&self, adapter: Option<&Adapter>, held_out: &HeldOut, device: &Device) -> Result<f64> {
-        self.honest.score(adapter, held_out, device)
-    }
-
-    fn score_report(
+    fn score_examples(
         &self,
         adapter: Option<&Adapter>,
         held_out: &HeldOut,
         device: &Device,
-    ) -> Result<HeldOutScore> {
-        self.honest.score_report(adapter, held_out, device)
+    ) -> Result<ExampleScores> {
+        self.honest.score_examples(adapter, held_out, device)
     }
 
     fn base_weight(&self, module: &str) -> Result<Option<Tensor>> {

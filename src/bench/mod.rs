@@ -68,6 +68,10 @@ pub enum BenchCommand {
         /// (decisions/0044); 0 checks every one.
         #[arg(long, default_value_t = 4)]
         bond_multiple: u32,
+        /// Also run each configuration with every verdict scoring the whole held-out set (as
+        /// before decisions/0052) and print the validation share against it.
+        #[arg(long)]
+        whole_set_too: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -313,6 +317,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             chat,
             conversations,
             bond_multiple,
+            whole_set_too,
             json,
         } => {
             let bench = validation::ValidationBenchConfig {
@@ -323,6 +328,7 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
                 chat,
                 conversations,
                 bond_multiple,
+                whole_set_too,
             };
             let report = validation::run(config, &bench).await?;
             print_report(&report, json)?;

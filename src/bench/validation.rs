@@ -29,6 +29,9 @@ pub struct ValidationBenchConfig {
     pub conversations: usize,
     /// The jobs' `validation.bond_multiple` (0: no bond, every proof checked).
     pub bond_multiple: u32,
+    /// Also run each configuration with verdicts on the whole held-out set, the baseline of
+    /// decisions/0052.
+    pub whole_set_too: bool,
 }
 
 /// One configuration's figures.
@@ -36,6 +39,9 @@ pub struct ValidationBenchConfig {
 pub struct ValidationRun {
     pub shards: u32,
     pub validators: usize,
+    /// Held-out examples each verdict scored, and in the whole set.
+    pub verdict_examples: Option<u32>,
+    pub held_out_examples: Option<u32>,
     pub status: String,
     pub wall_seconds: f64,
     pub training_critical_path_seconds: f64,
@@ -62,6 +68,8 @@ impl ValidationRun {
         ValidationRun {
             shards,
             validators,
+            verdict_examples: r.scoring.verdict_examples,
+            held_out_examples: r.scoring.held_out_examples,
             status: r.status.clone(),
             wall_seconds: r.wall_seconds,
             training_critical_path_seconds: r.training_critical_path_seconds,
@@ -83,11 +91,15 @@ impl ValidationRun {
 }
 
 /// Every configuration's figures, and per validator count the round overhead at the most
-/// shards over that at the fewest (goal with three validators: at most 2).
+/// shards over that at the fewest (goal with three validators: at most 2). With
+/// `whole_set_too`, `runs` holds each configuration's sampled run and `whole_set` the same
+/// configuration with verdicts on the whole held-out set, in the same order.
 #[derive(Debug, serde::Serialize)]
 pub struct ValidationReport {
     pub model: String,
     pub runs: Vec<ValidationRun>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub whole_set: Vec<ValidationRun>,
     pub overhead_growth: BTreeMap<usize, f64>,
 }
 
@@ -104,31 +116,53 @@ pub async fn run(
         "--rounds must be at least 2: a round's overhead is measured up to the next round"
     );
     let mut runs = Vec::new();
+    let mut whole_set = Vec::new();
     let mut model = String::new();
     for &shards in &bench.shards {
         for &validators in &bench.validators {
-            let data = tempfile::tempdir()?;
-            let mut config = config.clone();
-            config.data_dir = data.path().to_owned();
-            config.api.bind = "127.0.0.1:0".parse()?;
-            let args = DemoArgs {
-                workers: bench.workers,
-                validators,
-                bond_multiple: bench.bond_multiple,
-                classification: !bench.chat,
-                sample_model: !bench.chat,
-                conversations: bench.conversations,
-                // 300 reviews per shard: more shards cut shards as large as the 3-shard job's,
-                // not thinner ones too small to beat their start.
-                sample_reviews: Some(300 * shards as usize),
-                ..DemoArgs::sample(shards, bench.rounds)
+            // The default sample first, then (asked for) every verdict on the whole set: a
+            // sample of u32::MAX examples is the whole set (`ValidationSpec::verdict_examples`).
+            let modes: &[Option<u32>] = if bench.whole_set_too {
+                &[None, Some(u32::MAX)]
+            } else {
+                &[None]
             };
-            eprintln!("bench       {shards} shards, {validators} validator(s)");
-            let report = crate::demo::measure(config, &args).await?;
-            model.clone_from(&report.model);
-            let run = ValidationRun::of(shards, validators, &report);
-            eprintln!("bench       {run}");
-            runs.push(run);
+            for &verdict_examples in modes {
+                let data = tempfile::tempdir()?;
+                let mut config = config.clone();
+                config.data_dir = data.path().to_owned();
+                config.api.bind = "127.0.0.1:0".parse()?;
+                let args = DemoArgs {
+                    workers: bench.workers,
+                    validators,
+                    bond_multiple: bench.bond_multiple,
+                    verdict_examples,
+                    classification: !bench.chat,
+                    sample_model: !bench.chat,
+                    conversations: bench.conversations,
+                    // 300 reviews per shard: more shards cut shards as large as the 3-shard
+                    // job's, not thinner ones too small to beat their start.
+                    sample_reviews: Some(300 * shards as usize),
+                    ..DemoArgs::sample(shards, bench.rounds)
+                };
+                eprintln!(
+                    "bench       {shards} shards, {validators} validator(s), verdicts on {}",
+                    if verdict_examples.is_some() {
+                        "the whole set"
+                    } else {
+                        "a sample"
+                    }
+                );
+                let report = crate::demo::measure(config, &args).await?;
+                model.clone_from(&report.model);
+                let run = ValidationRun::of(shards, validators, &report);
+                eprintln!("bench       {run}");
+                if verdict_examples.is_some() {
+                    whole_set.push(run);
+                } else {
+                    runs.push(run);
+                }
+            }
         }
     }
     let (fewest, most) = (
@@ -150,6 +184,7 @@ pub async fn run(
     Ok(ValidationReport {
         model,
         runs,
+        whole_set,
         overhead_growth,
     })
 }
@@ -158,9 +193,13 @@ impl fmt::Display for ValidationRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:>6} {:>10} {:>10} {:>8.1} {:>9.1} {:>8.1}% {:>10.1} {:>10.1}% {:>8.1} {:>8.1} {:>8.1}  {}",
+            "{:>6} {:>10} {:>9} {:>10} {:>8.1} {:>9.1} {:>8.1}% {:>10.1} {:>10.1}% {:>8.1} {:>8.1} {:>8.1}  {}",
             self.shards,
             self.validators,
+            match (self.verdict_examples, self.held_out_examples) {
+                (Some(each), Some(all)) => format!("{each}/{all}"),
+                _ => "-".to_owned(),
+            },
             self.status,
             self.wall_seconds,
             self.training_critical_path_seconds,
@@ -184,9 +223,10 @@ impl fmt::Display for ValidationReport {
         writeln!(f, "validation cost and round overhead: {}", self.model)?;
         writeln!(
             f,
-            "{:>6} {:>10} {:>10} {:>8} {:>9} {:>9} {:>10} {:>11} {:>8} {:>8} {:>8}  proofs per validator",
+            "{:>6} {:>10} {:>9} {:>10} {:>8} {:>9} {:>9} {:>10} {:>11} {:>8} {:>8} {:>8}  proofs per validator",
             "shards",
             "validators",
+            "verdicts",
             "status",
             "wall s",
             "train s",
@@ -199,6 +239,29 @@ impl fmt::Display for ValidationReport {
         )?;
         for run in &self.runs {
             writeln!(f, "{run}")?;
+        }
+        if !self.whole_set.is_empty() {
+            writeln!(
+                f,
+                "the same, every verdict on the whole held-out set (before decisions/0052):"
+            )?;
+            for run in &self.whole_set {
+                writeln!(f, "{run}")?;
+            }
+            for (sampled, whole) in self.runs.iter().zip(&self.whole_set) {
+                writeln!(
+                    f,
+                    "{} shards, {} validator(s): validation {:.1}% against {:.1}% ({:.2}x), scoring {:.1} s against {:.1} s ({:.2}x)",
+                    sampled.shards,
+                    sampled.validators,
+                    100.0 * sampled.validation_share,
+                    100.0 * whole.validation_share,
+                    sampled.validation_share / whole.validation_share,
+                    sampled.scoring_seconds,
+                    whole.scoring_seconds,
+                    sampled.scoring_seconds / whole.scoring_seconds,
+                )?;
+            }
         }
         for (v, growth) in &self.overhead_growth {
             writeln!(

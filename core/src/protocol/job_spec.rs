@@ -391,6 +391,16 @@ pub struct ValidationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100, default = 2))]
     pub patience: Option<u32>,
+    /// How many held-out examples each verdict scores. Every submission of a round is scored
+    /// on the same sample of the held-out set (drawn from the job's seed, a different window of
+    /// it each round) and compared with the round's start and the base model on those
+    /// examples; each round's merge, the job's result, is scored on the whole set. When
+    /// omitted: the held-out set over the shards, so that a round's verdicts together score
+    /// about one held-out set whatever the shard count, and at least 8; a value at or above
+    /// the set's size scores the whole set. Docs: decisions/0052.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub verdict_examples: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -400,6 +410,10 @@ fn is_zero(n: &u32) -> bool {
 /// Completed rounds in a row without a better held-out metric that end a job early when its
 /// spec names no `validation.patience`.
 pub const DEFAULT_PATIENCE: u32 = 2;
+
+/// The fewest held-out examples a verdict scores when the spec names no
+/// `validation.verdict_examples` (the whole set when it is smaller).
+pub const MIN_VERDICT_EXAMPLES: usize = 8;
 
 /// The most a job may ask a worker to bond per task's pay.
 pub const MAX_BOND_MULTIPLE: u32 = 20;
@@ -434,6 +448,19 @@ impl ValidationSpec {
         self.patience.unwrap_or(DEFAULT_PATIENCE)
     }
 
+    /// How many of a held-out set of `held_out` examples each verdict of a job of `shards`
+    /// shards scores: the spec's `verdict_examples`, or `held_out / shards` rounded up and at
+    /// least [`MIN_VERDICT_EXAMPLES`]; never more than the set.
+    pub fn verdict_examples(&self, held_out: usize, shards: u32) -> usize {
+        let wanted = match self.verdict_examples {
+            Some(n) => n as usize,
+            None => held_out
+                .div_ceil(shards.max(1) as usize)
+                .max(MIN_VERDICT_EXAMPLES),
+        };
+        wanted.min(held_out)
+    }
+
     fn is_default(&self) -> bool {
         *self == ValidationSpec::default()
     }
@@ -448,6 +475,7 @@ impl Default for ValidationSpec {
             bond_multiple: 0,
             proof_rate: None,
             patience: None,
+            verdict_examples: None,
         }
     }
 }
@@ -773,6 +801,11 @@ impl JobSpec {
                 || format!("{patience} is outside 1..={MAX_ROUNDS}"),
             );
         }
+        if let Some(n) = self.validation.verdict_examples {
+            e.check(n >= 1, "validation.verdict_examples", || {
+                format!("{n} is below 1: a verdict must score some held-out example")
+            });
+        }
         let f = self.held_out_fraction;
         e.check(
             f.is_finite() && f > 0.0 && f <= MAX_HELD_OUT_FRACTION,
@@ -963,6 +996,36 @@ pub(crate) mod tests {
             assert_eq!(paths(&errors), ["validation.patience"], "{errors}");
             assert!(errors.to_string().contains("outside 1..=100"), "{errors}");
         }
+    }
+
+    #[test]
+    fn a_verdict_scores_the_held_out_set_over_the_shards_unless_the_spec_says() {
+        let spec = parse(valid_json()).unwrap();
+        assert!(
+            serde_json::to_value(&spec).unwrap()["validation"]
+                .get("verdict_examples")
+                .is_none(),
+            "an omitted sample size is not written, so stored specs keep their bytes"
+        );
+        let v = &spec.validation;
+        // The README's chat job: 24 held-out conversations, 3 shards.
+        assert_eq!(v.verdict_examples(24, 3), MIN_VERDICT_EXAMPLES);
+        // The verdicts of a round score about one set between them, whatever the shards.
+        assert_eq!(v.verdict_examples(1800, 24), 75);
+        assert_eq!(v.verdict_examples(1801, 24), 76);
+        // Never fewer than the floor, never more than the set.
+        assert_eq!(v.verdict_examples(100, 50), MIN_VERDICT_EXAMPLES);
+        assert_eq!(v.verdict_examples(5, 3), 5);
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "verdict_examples": 30 });
+        let spec = parse(v).unwrap();
+        assert_eq!(spec.validation.verdict_examples(24, 3), 24);
+        assert_eq!(spec.validation.verdict_examples(100, 3), 30);
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "verdict_examples": 0 });
+        let errors = parse(v).unwrap_err();
+        assert_eq!(paths(&errors), ["validation.verdict_examples"], "{errors}");
+        assert!(errors.to_string().contains("below 1"), "{errors}");
     }
 
     #[test]

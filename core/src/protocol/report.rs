@@ -32,11 +32,16 @@ pub struct VerdictReport {
     /// Other measures of the same held-out pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_out: Option<BTreeMap<String, Option<f64>>>,
-    /// The base model's held-out metric.
+    /// How many held-out examples the verdict scored: the round's sample of the set
+    /// (`validation.verdict_examples`), on which `metric`, `held_out`, `base_metric` and
+    /// `start_metric` are all measured. Absent in verdicts made before samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_out_examples: Option<u32>,
+    /// The base model's held-out metric (on the verdict's examples).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_metric: Option<f64>,
     /// The round's starting adapter's held-out metric (the base model's in round 1 of a fresh
-    /// job): what the adapter had to beat.
+    /// job), on the verdict's examples: what the adapter had to beat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_metric: Option<f64>,
     /// The gain over the start the adapter had to show, in the metric's units (negative: the
@@ -137,6 +142,10 @@ pub struct AggregateDetails {
     /// The round's start's held-out metric, which the result had to beat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_metric: Option<f64>,
+    /// How many held-out examples the result and its start were scored on: the whole set
+    /// (each verdict scores a sample of it and says how many in its own report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_out_examples: Option<u32>,
     /// The normalised weights the merge used, one per adapter.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub weights: Vec<f64>,

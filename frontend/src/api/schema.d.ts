@@ -952,6 +952,12 @@ export type components = {
                 [key: string]: number | null;
             } | null;
             /**
+             * Format: int32
+             * @description How many held-out examples the result and its start were scored on: the whole set
+             *     (each verdict scores a sample of it and says how many in its own report).
+             */
+            held_out_examples?: number | null;
+            /**
              * Format: double
              * @description The largest relative error of re-factoring a merged module to the job's rank.
              */
@@ -2789,6 +2795,17 @@ export type components = {
              * @default 0.1
              */
             spot_check: number;
+            /**
+             * Format: int32
+             * @description How many held-out examples each verdict scores. Every submission of a round is scored
+             *     on the same sample of the held-out set (drawn from the job's seed, a different window of
+             *     it each round) and compared with the round's start and the base model on those
+             *     examples; each round's merge, the job's result, is scored on the whole set. When
+             *     omitted: the held-out set over the shards, so that a round's verdicts together score
+             *     about one held-out set whatever the shard count, and at least 8; a value at or above
+             *     the set's size scores the whole set. Docs: decisions/0052.
+             */
+            verdict_examples?: number | null;
         };
         /**
          * @description A validator's lease on one piece of work: taken, or renewed by asking again (the heartbeat)
@@ -2912,13 +2929,20 @@ export type components = {
             addition_norm?: number | null;
             /**
              * Format: double
-             * @description The base model's held-out metric.
+             * @description The base model's held-out metric (on the verdict's examples).
              */
             base_metric?: number | null;
             /** @description Other measures of the same held-out pass. */
             held_out?: {
                 [key: string]: number | null;
             } | null;
+            /**
+             * Format: int32
+             * @description How many held-out examples the verdict scored: the round's sample of the set
+             *     (`validation.verdict_examples`), on which `metric`, `held_out`, `base_metric` and
+             *     `start_metric` are all measured. Absent in verdicts made before samples.
+             */
+            held_out_examples?: number | null;
             /**
              * Format: double
              * @description The largest `‖ΔW‖ / ‖W‖` over the adapted modules; absent when not finite.
@@ -2945,7 +2969,7 @@ export type components = {
             /**
              * Format: double
              * @description The round's starting adapter's held-out metric (the base model's in round 1 of a fresh
-             *     job): what the adapter had to beat.
+             *     job), on the verdict's examples: what the adapter had to beat.
              */
             start_metric?: number | null;
             /**

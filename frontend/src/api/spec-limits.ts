@@ -43,5 +43,6 @@ export const SPEC_LIMITS = {
     patience: { minimum: 1, maximum: 100, default: 2 },
     proof_rate: { maximum: 1, exclusiveMinimum: 0 },
     spot_check: { minimum: 0, maximum: 1, default: 0.1 },
+    verdict_examples: { minimum: 1 },
   },
 } as const;

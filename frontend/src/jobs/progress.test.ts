@@ -34,7 +34,7 @@ describe('applyEvents', () => {
         accepted: true,
         quality: 0.8,
         reason: null,
-        report: { metric: 0.7, base_metric: 0.5 },
+        report: { metric: 0.7, base_metric: 0.5, held_out_examples: 8 },
       }),
       ev('verdict', {
         task_id: TASK[1],
@@ -70,6 +70,7 @@ describe('applyEvents', () => {
       reason: null,
       metric: 0.7,
       base_metric: 0.5,
+      examples: 8,
       validator: null,
       proof: 'not_due',
       proof_by: null,
@@ -151,7 +152,7 @@ describe('applyEvents', () => {
         report: { metric: 'n/a' as unknown as number },
       }),
     ]);
-    expect(p.rounds[0]!.submissions[0]!.verdict).toMatchObject({ metric: null, base_metric: null });
+    expect(p.rounds[0]!.submissions[0]!.verdict).toMatchObject({ metric: null, base_metric: null, examples: null });
   });
 
   it('ignores events it has already folded (a resumed stream may repeat them)', () => {

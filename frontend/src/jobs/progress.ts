@@ -24,6 +24,8 @@ export interface Verdict {
   /** From the verdict's report: null where the validator did not measure it. */
   metric: number | null;
   base_metric: number | null;
+  /** How many held-out examples the verdict scored (the round's sample; metric and base are over them). */
+  examples: number | null;
   /** The validator that judged it (null in events recorded before validators were named). */
   validator: string | null;
   /** Its proof of training: `pending` until a validator replays a stretch of the run, after the verdict. */
@@ -148,6 +150,7 @@ export function applyEvents(previous: JobProgress, events: readonly EventView[])
           reason: d.reason ?? null,
           metric: finite(d.report?.metric),
           base_metric: finite(d.report?.base_metric),
+          examples: finite(d.report?.held_out_examples),
           validator: d.validator ?? null,
           proof: d.proof ?? 'not_due',
           proof_by: null,

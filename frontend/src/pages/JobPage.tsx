@@ -273,6 +273,7 @@ export function JobPage({ id }: { id: string }) {
                           <td>
                             {fixed(s.verdict?.metric, 4)}
                             {s.verdict?.base_metric !== null && s.verdict?.base_metric !== undefined && ` (${fixed(s.verdict.base_metric, 4)})`}
+                            {s.verdict?.examples != null && <span className="muted"> on {s.verdict.examples} held-out</span>}
                           </td>
                           <td>
                             <ProofCell verdict={s.verdict} />

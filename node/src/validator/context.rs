@@ -1,5 +1,6 @@
 //! What the validator keeps per job: the job's work (its model), its opened held-out set and
-//! the base model's score, loaded once and kept while the job has work; and the idle-time
+//! the base model's scores, loaded once and kept while the job has work; each round's verdict
+//! sample of the held-out set; and the idle-time
 //! preparation that loads an open job's context before its first submission arrives.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,11 +14,12 @@ use shardwork_core::store::seal::{self, SealingKey};
 use shardwork_trainer::peft::Adapter;
 use uuid::Uuid;
 
+use super::sample::verdict_sample;
 use super::similarity::Update;
 use crate::NodeError;
 use crate::content::{Blobs, MAX_FILE_BYTES, fetch_bundle};
 use crate::models::WorkDir;
-use crate::work::{self, HeldOut, Work};
+use crate::work::{self, ExampleScores, HeldOut, Work};
 use shardwork_client::ApiClient;
 
 /// Jobs whose context is kept ready at most (each holds a model in memory).
@@ -27,23 +29,29 @@ pub const RETRY_FAILED_LOAD: Duration = Duration::from_secs(30);
 /// How often an idle validator looks for open jobs to prepare.
 pub const PREPARE_EVERY: Duration = Duration::from_secs(2);
 
-/// A job's work, held-out set and base score (opaque to callers of the validator's pass), and
-/// what its verdicts measured once and reuse: each round start's score and the updates of the
-/// round's submissions.
+/// A job's work, held-out set and base scores (opaque to callers of the validator's pass), and
+/// what its verdicts measured once and reuse: each round start's scores, each round's sample
+/// and the updates of the round's submissions.
 pub struct JobContext {
     pub(crate) work: Arc<dyn Work>,
     pub(crate) held_out: HeldOut,
+    /// The base model's held-out scores, example by example.
+    pub(crate) base: Arc<ExampleScores>,
+    /// The base model's metric over the whole set.
     pub(crate) base_metric: f64,
     /// The job it is.
     pub(crate) job_id: Uuid,
-    /// Examples in the held-out set (the noise of its scores depends on it).
-    pub(crate) held_out_examples: usize,
+    /// Held-out examples each verdict scores ([`ValidationSpec::verdict_examples`]).
+    verdict_examples: usize,
     /// The root of the job's adapter keys: opens every submission and merge of the job.
     job_key: SealingKey,
     /// The job's rules for its verdicts and merges.
     pub(crate) validation: ValidationSpec,
-    /// Held-out score of each round's starting adapter, by CID.
-    start_metrics: Mutex<BTreeMap<String, f64>>,
+    /// Held-out scores of each round's starting adapter on the whole set, example by example,
+    /// by CID.
+    start_scores: Mutex<BTreeMap<String, Arc<ExampleScores>>>,
+    /// The latest round's verdict sample.
+    sample: Mutex<Option<Arc<RoundSample>>>,
     /// Updates of adapters already fetched, by CID, with their round (only the latest round's
     /// are kept: a round's submissions are all judged before the next round opens).
     updates: Mutex<(i32, BTreeMap<String, Arc<Update>>)>,
@@ -68,15 +76,42 @@ impl JobContext {
         })
     }
 
-    /// The held-out score of the round's start at `cid`, if measured before.
-    pub(crate) fn start_metric(&self, cid: &str) -> Option<f64> {
-        self.start_metrics.lock().ok()?.get(cid).copied()
+    /// The held-out scores of the round's start at `cid`, if measured before.
+    pub(crate) fn start_scores(&self, cid: &str) -> Option<Arc<ExampleScores>> {
+        self.start_scores.lock().ok()?.get(cid).cloned()
     }
 
-    pub(crate) fn remember_start_metric(&self, cid: &str, metric: f64) {
-        if let Ok(mut m) = self.start_metrics.lock() {
-            m.insert(cid.to_owned(), metric);
+    pub(crate) fn remember_start_scores(&self, cid: &str, scores: Arc<ExampleScores>) {
+        if let Ok(mut m) = self.start_scores.lock() {
+            m.insert(cid.to_owned(), scores);
         }
+    }
+
+    /// The held-out examples round `round`'s verdicts score, drawn on first use
+    /// ([`verdict_sample`]): the same for every validator.
+    pub(crate) fn round_sample(&self, round: i32) -> Result<Arc<RoundSample>, NodeError> {
+        let round = u32::try_from(round.max(1)).unwrap_or(1);
+        let mut kept = self
+            .sample
+            .lock()
+            .map_err(|_| NodeError::Io("a verdict sample's lock was poisoned".into()))?;
+        if let Some(sample) = kept.as_ref().filter(|s| s.round == round) {
+            return Ok(sample.clone());
+        }
+        let total = self.held_out.len();
+        let picks = verdict_sample(self.work.seed(), total, self.verdict_examples, round);
+        let held_out = if picks.len() < total {
+            Some(self.held_out.sample(&picks)?)
+        } else {
+            None
+        };
+        let sample = Arc::new(RoundSample {
+            round,
+            picks,
+            held_out,
+        });
+        *kept = Some(sample.clone());
+        Ok(sample)
     }
 
     /// The update of the adapter at `cid` in round `round`, if kept.
@@ -96,6 +131,23 @@ impl JobContext {
                 kept.1.insert(cid.to_owned(), update);
             }
         }
+    }
+}
+
+/// The held-out examples one round's verdicts score.
+pub struct RoundSample {
+    /// The round (1-based).
+    round: u32,
+    /// Indices into the job's held-out set, ascending.
+    pub(crate) picks: Vec<usize>,
+    /// Those examples as a set of their own; `None` when they are the whole set.
+    held_out: Option<HeldOut>,
+}
+
+impl RoundSample {
+    /// The set a verdict scores: the sample, or the job's whole set.
+    pub(crate) fn held_out<'a>(&'a self, context: &'a JobContext) -> &'a HeldOut {
+        self.held_out.as_ref().unwrap_or(&context.held_out)
     }
 }
 
@@ -298,10 +350,6 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
         seal::open(&key, &sealed, &seal::held_out_associated_data(job_id)).map_err(|e| {
             NodeError::Content(format!("opening the held-out set of job {job_id}: {e}"))
         })?;
-    let held_out_examples = plain
-        .split(|&b| b == b'\n')
-        .filter(|line| line.iter().any(|b| !b.is_ascii_whitespace()))
-        .count();
     let held_out_path = loader.work_dir.job_dir(job_id)?.join("held-out.jsonl");
     std::fs::write(&held_out_path, plain)
         .map_err(|e| NodeError::Io(format!("{}: {e}", held_out_path.display())))?;
@@ -317,6 +365,7 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
     };
     let device = loader.device.clone();
     let validation = spec.validation;
+    let shards = spec.shards;
     tokio::task::spawn_blocking(move || -> Result<JobContext, NodeError> {
         let reference = match reference_dir {
             Some(dir) => Some(Adapter::load(&dir, &device)?),
@@ -324,16 +373,19 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
         };
         let work = work::load(spec, &model_dir, reference, &device)?;
         let held_out = work.held_out(&held_out_path)?;
-        let base_metric = work.score(None, &held_out, &device)?;
+        let base = work.score_examples(None, &held_out, &device)?;
+        let verdict_examples = validation.verdict_examples(held_out.len(), shards);
         Ok(JobContext {
             work,
+            base_metric: base.total().metric,
+            base: Arc::new(base),
             held_out,
-            base_metric,
             job_id,
-            held_out_examples,
+            verdict_examples,
             job_key,
             validation,
-            start_metrics: Mutex::default(),
+            start_scores: Mutex::default(),
+            sample: Mutex::default(),
             updates: Mutex::default(),
         })
     })

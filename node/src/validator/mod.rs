@@ -47,6 +47,7 @@ pub mod gate;
 pub mod norms;
 pub mod replay;
 pub mod rules;
+pub mod sample;
 pub mod similarity;
 
 use std::future::Future;
@@ -59,7 +60,8 @@ use tokio::sync::watch;
 use crate::NodeError;
 use crate::content::{Blobs, fetch_adapter, fetch_bundle, put_bundle};
 use crate::models::WorkDir;
-use context::{Contexts, JobContext, JobRef, Loader};
+use crate::work::ExampleScores;
+use context::{Contexts, JobContext, JobRef, Loader, RoundSample};
 use gate::StepGate;
 use replay::StretchCheck;
 pub use rules::{Nearest, Rules, Scores, judge};
@@ -299,6 +301,7 @@ impl ValidatorNode {
             MergedRound {
                 mut aggregate,
                 update,
+                scores,
             },
         ) = match merged {
             Ok(m) => m,
@@ -327,11 +330,11 @@ impl ValidatorNode {
         if ready.last_round {
             contexts.finish(ready.job_id);
         } else if recorded {
-            // The merge is the next round's start: its score and update, measured here, are
+            // The merge is the next round's start: its scores and update, measured here, are
             // what that round's first verdict would otherwise fetch and score again, a whole
-            // held-out pass on the round's critical path (the same figure to the last digit).
+            // held-out pass on the round's critical path (the same figures to the last digit).
             let cid = aggregate.adapter_cid.to_string();
-            context.remember_start_metric(&cid, aggregate.metric);
+            context.remember_start_scores(&cid, scores);
             context.remember_update(ready.round + 1, &cid, update);
         }
         recorded
@@ -567,22 +570,23 @@ impl ValidatorNode {
         })
     }
 
-    /// The round's starting adapter (none in round 1) and its held-out score (the base
-    /// model's in round 1), measured once per job and round. Failing here is the validator's
-    /// problem (the start is its own merge), so it is an error, not a rejection.
+    /// The round's starting adapter (none in round 1) and its held-out scores on the whole set,
+    /// example by example (the base model's in round 1), measured once per job and round.
+    /// Failing here is the validator's problem (the start is its own merge), so it is an
+    /// error, not a rejection.
     async fn round_start(
         &self,
         context: &Arc<JobContext>,
         round: i32,
         cid: Option<&str>,
-    ) -> Result<(Option<Arc<Update>>, f64), NodeError> {
+    ) -> Result<(Option<Arc<Update>>, Arc<ExampleScores>), NodeError> {
         let Some(cid) = cid else {
-            return Ok((None, context.base_metric));
+            return Ok((None, context.base.clone()));
         };
-        if let (Some(update), Some(metric)) =
-            (context.update(round, cid), context.start_metric(cid))
+        if let (Some(update), Some(scores)) =
+            (context.update(round, cid), context.start_scores(cid))
         {
-            return Ok((Some(update), metric));
+            return Ok((Some(update), scores));
         }
         let dir = self.work_dir.scratch("start-")?;
         fetch_bundle(
@@ -600,23 +604,25 @@ impl ValidatorNode {
         let owned_cid = cid.to_owned();
         tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
             let start = Adapter::load(&path, &device)?;
-            let metric = match context.start_metric(&owned_cid) {
-                Some(m) => m,
+            let scores = match context.start_scores(&owned_cid) {
+                Some(s) => s,
                 None => {
-                    let metric = context
-                        .work
-                        .score(Some(&start), &context.held_out, &device)?;
+                    let scores = Arc::new(context.work.score_examples(
+                        Some(&start),
+                        &context.held_out,
+                        &device,
+                    )?);
                     // A whole held-out pass: for a merge, only where another validator (or
-                    // this one before a restart) made it; the merger keeps its score.
-                    tracing::info!(job = %context.job_id, round, start = %owned_cid, metric,
-                        "round's start scored");
-                    metric
+                    // this one before a restart) made it; the merger keeps its scores.
+                    tracing::info!(job = %context.job_id, round, start = %owned_cid,
+                        metric = scores.total().metric, "round's start scored");
+                    scores
                 }
             };
             let update = Arc::new(Update::of(&start)?);
-            context.remember_start_metric(&owned_cid, metric);
+            context.remember_start_scores(&owned_cid, scores.clone());
             context.remember_update(round, &owned_cid, update.clone());
-            Ok((Some(update), metric))
+            Ok((Some(update), scores))
         })
         .await
         .map_err(|e| NodeError::Io(format!("scoring the round's start: {e}")))?
@@ -630,7 +636,10 @@ impl ValidatorNode {
         pending: &PendingValidation,
     ) -> Result<Verdict, NodeError> {
         let metric_name = context.work.metric().kind;
-        let base_metric = context.base_metric;
+        // Every submission of the round is scored on the round's sample of the held-out set,
+        // and compared with the base model and the round's start on the same examples.
+        let sample = context.round_sample(pending.round)?;
+        let base_metric = context.base.over(&sample.picks)?.metric;
         let reject = |reason: String| Verdict {
             accepted: false,
             quality: 0.0,
@@ -655,13 +664,14 @@ impl ValidatorNode {
             )));
         }
         let began = Instant::now();
-        let (start, start_metric) = self
+        let (start, start_scores) = self
             .round_start(
                 context,
                 pending.round,
                 pending.previous_adapter_cid.as_deref(),
             )
             .await?;
+        let start_metric = start_scores.over(&sample.picks)?.metric;
         let start_s = began.elapsed().as_secs_f64();
         let dir = self.work_dir.scratch("verdict-")?;
         let adapter_dir = dir.path().join("submitted");
@@ -718,13 +728,18 @@ impl ValidatorNode {
                 };
                 earlier_updates.push((e, update));
             }
+            let against = Yardstick {
+                sample: &sample,
+                base_metric,
+                start: start.as_deref(),
+                start_metric,
+            };
             let measured = measure(
                 &context,
                 &adapter_dir,
                 &device,
                 &rules,
-                start.as_deref(),
-                start_metric,
+                &against,
                 &earlier_updates,
             );
             measured.unwrap_or_else(|e| Measured {
@@ -770,9 +785,10 @@ impl ValidatorNode {
         context: &Arc<JobContext>,
         ready: &ReadyRound,
     ) -> Result<MergedRound, NodeError> {
-        let (_, start_metric) = self
+        let (_, start_scores) = self
             .round_start(context, ready.round, ready.base_adapter_cid.as_deref())
             .await?;
+        let start_metric = start_scores.total().metric;
         let began = Instant::now();
         let dir = self.work_dir.scratch("merge-")?;
         let mut dirs = Vec::new();
@@ -801,7 +817,7 @@ impl ValidatorNode {
         let clip_factor = self.rules.clip_factor;
         let out = out_dir.clone();
         let fetch_s = began.elapsed().as_secs_f64();
-        let (metric, details, update, score_s) =
+        let (scores, details, update, score_s) =
             tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
                 let adapters = dirs
                     .iter()
@@ -820,7 +836,7 @@ impl ValidatorNode {
                 // The next round's verdicts compare with the merge as the file they fetch holds it
                 // (saved as f32), so its update is taken from the saved file.
                 let update = Update::of(&Adapter::load(&out, &device)?)?;
-                Ok((chosen.metric, chosen.details, update, chosen.score_s))
+                Ok((chosen.scores, chosen.details, update, chosen.score_s))
             })
             .await
             .map_err(|e| NodeError::Io(format!("merging: {e}")))??;
@@ -845,6 +861,7 @@ impl ValidatorNode {
             .map_err(|e| NodeError::Content(format!("merged adapter CID {adapter_cid}: {e}")))?;
         let details = AggregateDetails {
             start_metric: Some(start_metric),
+            held_out_examples: Some(scores.len() as u32),
             adapters: ready
                 .adapters
                 .iter()
@@ -860,21 +877,33 @@ impl ValidatorNode {
         Ok(MergedRound {
             aggregate: Aggregate {
                 adapter_cid,
-                metric,
+                metric: scores.total().metric,
                 base_metric,
                 metric_name,
                 details,
             },
             update: Arc::new(update),
+            scores: Arc::new(scores),
         })
     }
 }
 
-/// A round's merge as recorded, and its update: the next round's start, whose score and
-/// update the next round's verdicts need.
+/// A round's merge as recorded, its update and its held-out scores: the next round's start,
+/// whose scores and update the next round's verdicts need.
 struct MergedRound {
     aggregate: Aggregate,
     update: Arc<Update>,
+    scores: Arc<ExampleScores>,
+}
+
+/// What a submission is measured against: the round's sample of the held-out set, the base
+/// model's and the round's start's metric on it, and the start's update.
+#[derive(Clone, Copy)]
+struct Yardstick<'a> {
+    sample: &'a RoundSample,
+    base_metric: f64,
+    start: Option<&'a Update>,
+    start_metric: f64,
 }
 
 /// What [`measure`] found of a submission.
@@ -897,10 +926,15 @@ fn measure(
     adapter_dir: &std::path::Path,
     device: &Device,
     rules: &Rules,
-    start: Option<&Update>,
-    start_metric: f64,
+    against: &Yardstick<'_>,
     earlier: &[(shardwork_client::EarlierSubmission, Arc<Update>)],
 ) -> Result<Measured, NodeError> {
+    let Yardstick {
+        sample,
+        base_metric,
+        start,
+        start_metric,
+    } = *against;
     let began = Instant::now();
     let rejected = |reason: String| Measured {
         verdict: Verdict {
@@ -950,7 +984,7 @@ fn measure(
     let scored = finite && norm <= rules.max_relative_norm;
     let checks_s = began.elapsed().as_secs_f64();
     let (metric, beside) = if scored {
-        match work.score_report(Some(&adapter), &context.held_out, device) {
+        match work.score_report(Some(&adapter), sample.held_out(context), device) {
             Ok(s) => (s.metric, Some(s.beside())),
             Err(e) => return Ok(rejected(format!("the adapter does not fit the model: {e}"))),
         }
@@ -960,14 +994,11 @@ fn measure(
     let scores = Scores {
         kind: work.metric(),
         metric,
-        base_metric: context.base_metric,
+        base_metric,
         start_metric,
         min_gain: context.validation.min_gain.unwrap_or_else(|| {
-            work.metric().default_min_gain_for(
-                start_metric,
-                context.held_out_examples,
-                start.is_none(),
-            )
+            work.metric()
+                .default_min_gain_for(start_metric, sample.picks.len(), start.is_none())
         }),
         max_relative_norm: norm,
         finite,
@@ -985,7 +1016,8 @@ fn measure(
             metric_name: Some(scores.kind.kind),
             metric: finite_or_null(metric),
             held_out: beside,
-            base_metric: Some(context.base_metric),
+            held_out_examples: Some(sample.picks.len() as u32),
+            base_metric: Some(base_metric),
             start_metric: Some(start_metric),
             min_gain: Some(scores.min_gain),
             max_relative_norm: finite_or_null(norm),
@@ -1061,10 +1093,11 @@ fn shape_problem(
     Ok(None)
 }
 
-/// A round's merge as chosen: the adapter, its held-out metric and what the aggregate reports.
+/// A round's merge as chosen: the adapter, its held-out scores and what the aggregate reports.
 struct ChosenMerge {
     adapter: Adapter,
-    metric: f64,
+    /// Its held-out scores on the whole set, example by example.
+    scores: ExampleScores,
     details: AggregateDetails,
     /// Seconds spent scoring candidates on the held-out set (every one tried).
     score_s: f64,
@@ -1107,15 +1140,18 @@ fn merge_round_adapters(
             let began = Instant::now();
             let scored = context
                 .work
-                .score_report(Some(&merged), &context.held_out, device);
+                .score_examples(Some(&merged), &context.held_out, device);
             score_s += began.elapsed().as_secs_f64();
             Ok((merged, report, scored?))
         });
         match attempt {
-            Ok((merged, report, scored)) if metric_kind.gain(scored.metric, start_metric) > 0.0 => {
+            Ok((merged, report, scores))
+                if metric_kind.gain(scores.total().metric, start_metric) > 0.0 =>
+            {
+                let scored = scores.total();
                 return Ok(ChosenMerge {
                     adapter: merged,
-                    metric: scored.metric,
+                    scores,
                     details: AggregateDetails {
                         merge: Some(method),
                         requested: Some(requested),
@@ -1129,10 +1165,10 @@ fn merge_round_adapters(
                     score_s,
                 });
             }
-            Ok((_, _, scored)) => tried.push(format!(
+            Ok((_, _, scores)) => tried.push(format!(
                 "{} merge scored {:.4}, not better than the round's start {start_metric:.4}",
                 method.name(),
-                scored.metric
+                scores.total().metric
             )),
             Err(e) => tried.push(format!("{} merge failed: {e}", method.name())),
         }
@@ -1151,13 +1187,14 @@ fn merge_round_adapters(
         tensors: adapters[best].tensors.clone(),
     };
     let began = Instant::now();
-    let scored = context
+    let scores = context
         .work
-        .score_report(Some(&adapter), &context.held_out, device)?;
+        .score_examples(Some(&adapter), &context.held_out, device)?;
     score_s += began.elapsed().as_secs_f64();
+    let scored = scores.total();
     Ok(ChosenMerge {
         adapter,
-        metric: scored.metric,
+        scores,
         score_s,
         details: AggregateDetails {
             merge: Some(MergeMethod::BestAdapter),

@@ -27,12 +27,12 @@ use shardwork_trainer::lora::{LoraConfig, Trainables};
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::tokenizer_gguf::LmTokenizer;
 use shardwork_trainer::train::Progress;
-use shardwork_trainer::train::sft::{self, LmEval, SftConfig};
+use shardwork_trainer::train::sft::{self, ExampleLoss, LmEval, SftConfig};
 use shardwork_trainer::train::sft_data::{SftExample, read_sft_jsonl};
 use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
-use super::{DefaultGain, HeldOut, Metric, RoundOf, Trained, Work};
+use super::{DefaultGain, ExampleScores, HeldOut, Metric, RoundOf, Share, Trained, Work};
 
 /// Examples per held-out scoring batch (no gradients), before `sft::evaluate` cuts batches to
 /// its token budget: the demo's 24 held-out conversations score in one pass of larger
@@ -92,8 +92,19 @@ pub fn held_out_eval(
     examples: &[SftExample],
     packs: &mut KeptPacks,
 ) -> Result<LmEval> {
+    Ok(LmEval::of(&held_out_example_losses(
+        model, examples, packs,
+    )?))
+}
+
+/// [`held_out_eval`] example by example, in the order of `examples`.
+pub fn held_out_example_losses(
+    model: &Llama,
+    examples: &[SftExample],
+    packs: &mut KeptPacks,
+) -> Result<Vec<ExampleLoss>> {
     let _packs = PackScope::enter_keeping(packs);
-    sft::evaluate(model, examples, EVAL_BATCH)
+    sft::evaluate_examples(model, examples, EVAL_BATCH)
 }
 
 impl CausalLmJob {
@@ -442,14 +453,26 @@ impl Work for CausalLmJob {
         Ok(HeldOut::new(self.examples(path)?))
     }
 
-    fn score(
+    fn score_examples(
         &self,
         adapter: Option<&Adapter>,
         held_out: &HeldOut,
         _device: &Device,
-    ) -> Result<f64> {
+    ) -> Result<ExampleScores> {
         let examples: &Vec<SftExample> = held_out.get()?;
-        Ok(self.evaluate(adapter, examples)?.loss)
+        let losses = self.with_scoring_model(adapter, |model, packs| {
+            held_out_example_losses(model, examples, packs)
+        })?;
+        Ok(ExampleScores {
+            metric: losses
+                .iter()
+                .map(|e| Share {
+                    sum: e.sum,
+                    weight: e.tokens as f64,
+                })
+                .collect(),
+            beside: Vec::new(),
+        })
     }
 
     fn base_weight(&self, module: &str) -> Result<Option<Tensor>> {
@@ -564,6 +587,46 @@ mod tests {
             "a task's schedule is its own"
         );
         assert!(own[1] > central[5], "{own:?} against {central:?}");
+    }
+
+    /// What a verdict relies on (decisions/0052): scoring a sample of the held-out set alone
+    /// gives each of its examples the share the whole set's pass gave it, so a submission
+    /// scored on the sample compares like with like with the round's start and the base model
+    /// read off their whole-set passes. The sample here shares a longer prefix than the set
+    /// (every pick asks "What is 1…"), so the two passes cut their rows differently.
+    #[test]
+    fn a_sample_scored_alone_gives_each_example_its_share_of_the_whole_pass() {
+        let Some(gguf) = smollm2_or_skip("node work::causal_lm sample") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let device = Device::Cpu;
+        let job = CausalLmJob::load(spec(1, LrSchedule::Task), &gguf, &device).unwrap();
+        let set = job.held_out(&shard(dir.path(), 14)).unwrap();
+        assert_eq!(set.len(), 14);
+        let whole = job.score_examples(None, &set, &device).unwrap();
+        assert_eq!(whole.len(), 14);
+        assert!((whole.total().metric - job.score(None, &set, &device).unwrap()).abs() < 1e-12);
+        let picks = [1, 10, 11, 12];
+        let alone = job
+            .score_examples(None, &set.sample(&picks).unwrap(), &device)
+            .unwrap();
+        for (k, &i) in picks.iter().enumerate() {
+            let (a, w) = (alone.metric[k], whole.metric[i]);
+            assert_eq!(a.weight, w.weight, "example {i}'s learned tokens");
+            assert!(
+                (a.sum - w.sum).abs() < 1e-4 * w.sum.abs().max(1.0),
+                "example {i}: {a:?} against {w:?}"
+            );
+        }
+        let over = whole.over(&picks).unwrap().metric;
+        assert!(
+            (alone.total().metric - over).abs() < 1e-5,
+            "{} against {over}",
+            alone.total().metric
+        );
+        assert!(set.sample(&[3, 2]).is_err(), "picks out of order");
+        assert!(set.sample(&[14]).is_err(), "a pick past the set");
     }
 
     /// `train_steps` takes the steps it is asked for, running on through fresh passes over the

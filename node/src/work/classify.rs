@@ -22,7 +22,9 @@ use shardwork_trainer::train::classify::{self, ClassifyConfig, TrainReport};
 use shardwork_trainer::train::trace::{Span, TrainTrace};
 use shardwork_trainer::{Error, Result};
 
-use super::{DefaultGain, HeldOut, Metric, RoundOf, Trained, Work};
+use super::{
+    DefaultGain, ExampleScores, HeldOut, HeldOutSet, Metric, RoundOf, Share, Trained, Work,
+};
 
 /// Batch size of held-out scoring (no gradients, so larger than training's).
 const EVAL_BATCH: usize = 64;
@@ -184,6 +186,20 @@ impl ClassifyJob {
     }
 }
 
+impl HeldOutSet for ClassificationSet {
+    fn len(&self) -> usize {
+        ClassificationSet::len(self)
+    }
+
+    fn sample(&self, picks: &[usize]) -> HeldOut {
+        HeldOut::new(ClassificationSet {
+            texts: picks.iter().map(|&i| self.texts[i].clone()).collect(),
+            labels: picks.iter().map(|&i| self.labels[i]).collect(),
+            label_names: self.label_names.clone(),
+        })
+    }
+}
+
 /// Held-out accuracy: the share of the way from the base model's accuracy to 1.
 const ACCURACY: Metric = Metric {
     kind: HeldOutMetric::Accuracy,
@@ -240,9 +256,23 @@ impl Work for ClassifyJob {
         Ok(HeldOut::new(self.dataset(path)?))
     }
 
-    fn score(&self, adapter: Option<&Adapter>, held_out: &HeldOut, device: &Device) -> Result<f64> {
+    fn score_examples(
+        &self,
+        adapter: Option<&Adapter>,
+        held_out: &HeldOut,
+        device: &Device,
+    ) -> Result<ExampleScores> {
         let set: &ClassificationSet = held_out.get()?;
-        Ok(self.evaluate(adapter, set, device)?.accuracy)
+        let (model, _) = self.build_from(adapter)?;
+        let predicted = classify::predict(&model, &self.tokenizer, &set.texts, EVAL_BATCH, device)?;
+        Ok(ExampleScores {
+            metric: predicted
+                .iter()
+                .zip(&set.labels)
+                .map(|(p, label)| Share::one(if p == label { 1.0 } else { 0.0 }))
+                .collect(),
+            beside: Vec::new(),
+        })
     }
 
     fn base_weight(&self, module: &str) -> Result<Option<Tensor>> {

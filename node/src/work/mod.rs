@@ -3,8 +3,9 @@
 //!
 //! The worker and the validator hold a job's work as an `Arc<dyn Work>` built by [`load`] from
 //! the job's spec and its verified model folder. The worker calls [`Work::train`]; the validator
-//! calls [`Work::held_out`] once per job, then [`Work::score`] for the base model, every
-//! submission and every merge, and [`Work::base_weight`] for the norm rule. A new kind of job is
+//! calls [`Work::held_out`] once per job, then [`Work::score_examples`] for the base model,
+//! every merge (the whole set) and every submission (the round's sample of it,
+//! [`HeldOut::sample`]), and [`Work::base_weight`] for the norm rule. A new kind of job is
 //! a new implementation of [`Work`] and one arm of [`load`]; the loops do not change.
 //!
 //! Implementations: [`classify`] (BERT-family sequence classification, judged by held-out
@@ -186,21 +187,151 @@ impl HeldOutScore {
     }
 }
 
+/// One example's share of a held-out measure that is a ratio of sums: a loss per learned token
+/// (the example's summed token losses over its learned tokens), an accuracy (1 or 0 over 1), a
+/// mean over pairs (the pair's value over 1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    /// What the example adds to the numerator.
+    pub sum: f64,
+    /// What it adds to the denominator.
+    pub weight: f64,
+}
+
+impl Share {
+    /// An example counted once with `value`.
+    pub fn one(value: f64) -> Share {
+        Share {
+            sum: value,
+            weight: 1.0,
+        }
+    }
+}
+
+/// A held-out pass example by example: each example's [`Share`] of the metric and of every
+/// measure beside it, in the order of the set scored. The score of any subset of the examples
+/// is read off it without scoring again: what lets a verdict compare a submission scored on a
+/// sample with the round's start and the base model, each scored once on the whole set.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExampleScores {
+    /// The judged metric's shares.
+    pub metric: Vec<Share>,
+    /// The shares of each measure beside it, by name; as long as `metric`.
+    pub beside: Vec<(&'static str, Vec<Share>)>,
+}
+
+impl ExampleScores {
+    /// Examples scored.
+    pub fn len(&self) -> usize {
+        self.metric.len()
+    }
+
+    /// Whether no example was scored.
+    pub fn is_empty(&self) -> bool {
+        self.metric.is_empty()
+    }
+
+    /// The metric and the measures beside it over every example.
+    pub fn total(&self) -> HeldOutScore {
+        HeldOutScore {
+            metric: ratio(self.metric.iter()),
+            beside: self
+                .beside
+                .iter()
+                .map(|(name, shares)| (*name, ratio(shares.iter())))
+                .collect(),
+        }
+    }
+
+    /// The same over the examples at `picks` (indices into the set this pass scored; one out
+    /// of range is an error).
+    pub fn over(&self, picks: &[usize]) -> Result<HeldOutScore> {
+        if let Some(&bad) = picks.iter().find(|&&i| i >= self.len()) {
+            return Err(Error::Invalid(format!(
+                "held-out example {bad} is not among the {} scored",
+                self.len()
+            )));
+        }
+        let pick = |shares: &[Share]| ratio(picks.iter().map(|&i| &shares[i]));
+        Ok(HeldOutScore {
+            metric: pick(&self.metric),
+            beside: self
+                .beside
+                .iter()
+                .map(|(name, shares)| (*name, pick(shares)))
+                .collect(),
+        })
+    }
+}
+
+/// `Σ sum / Σ weight` (NaN when the weights sum to 0).
+fn ratio<'a>(shares: impl Iterator<Item = &'a Share>) -> f64 {
+    let (sum, weight) = shares.fold((0.0, 0.0), |(s, w), x| (s + x.sum, w + x.weight));
+    if weight > 0.0 { sum / weight } else { f64::NAN }
+}
+
+/// A parsed held-out set that can give up a sample of its examples.
+pub trait HeldOutSet: Any + Send + Sync {
+    /// Examples in the set.
+    fn len(&self) -> usize;
+
+    /// Whether the set has no examples.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The examples at `picks` (in range, ascending), in that order, as a set of their own.
+    fn sample(&self, picks: &[usize]) -> HeldOut;
+}
+
+impl<T: Clone + Send + Sync + 'static> HeldOutSet for Vec<T> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+
+    fn sample(&self, picks: &[usize]) -> HeldOut {
+        HeldOut::new(picks.iter().map(|&i| self[i].clone()).collect::<Vec<T>>())
+    }
+}
+
 /// A job's held-out set, parsed once by the [`Work`] that scores it. Opaque to the nodes: only
 /// the implementation that made it reads it.
-pub struct HeldOut(Box<dyn Any + Send + Sync>);
+pub struct HeldOut(Box<dyn HeldOutSet>);
 
 impl HeldOut {
     /// Wraps an implementation's parsed set; only the same type reads it back ([`HeldOut::get`]).
-    pub fn new<T: Any + Send + Sync>(set: T) -> HeldOut {
+    pub fn new<T: HeldOutSet>(set: T) -> HeldOut {
         HeldOut(Box::new(set))
     }
 
     /// The set as the implementation that made it stored it.
     pub fn get<T: Any>(&self) -> Result<&T> {
-        self.0.downcast_ref().ok_or_else(|| {
+        let any: &dyn Any = self.0.as_ref();
+        any.downcast_ref().ok_or_else(|| {
             Error::Invalid("a held-out set was scored by another kind of work".into())
         })
+    }
+
+    /// Examples in the set.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the set has no examples.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The examples at `picks` (ascending, each below [`HeldOut::len`]) as a set of their own.
+    pub fn sample(&self, picks: &[usize]) -> Result<HeldOut> {
+        if !picks.windows(2).all(|w| w[0] < w[1]) || picks.last().is_some_and(|&i| i >= self.len())
+        {
+            return Err(Error::Invalid(format!(
+                "a held-out sample must pick ascending examples below {}",
+                self.len()
+            )));
+        }
+        Ok(self.0.sample(picks))
     }
 }
 
@@ -237,22 +368,29 @@ pub trait Work: Send + Sync {
     /// Parses the held-out JSONL at `path` into what [`Work::score`] reads.
     fn held_out(&self, path: &Path) -> Result<HeldOut>;
 
-    /// The held-out metric of the model at `adapter` (the base model without one).
-    fn score(&self, adapter: Option<&Adapter>, held_out: &HeldOut, device: &Device) -> Result<f64>;
+    /// The held-out scores of the model at `adapter` (the base model without one), example by
+    /// example in the order of `held_out`, with what else the work measures on the same pass
+    /// (a preference job's reward accuracy and margin).
+    fn score_examples(
+        &self,
+        adapter: Option<&Adapter>,
+        held_out: &HeldOut,
+        device: &Device,
+    ) -> Result<ExampleScores>;
 
-    /// [`Work::score`] with what else the work measures on the same pass, for the verdict's
-    /// and the merge's reports (a preference job's reward accuracy and margin); by default the
-    /// metric alone.
+    /// [`Work::score_examples`] over the whole set: the metric and the measures beside it.
     fn score_report(
         &self,
         adapter: Option<&Adapter>,
         held_out: &HeldOut,
         device: &Device,
     ) -> Result<HeldOutScore> {
-        Ok(HeldOutScore {
-            metric: self.score(adapter, held_out, device)?,
-            beside: Vec::new(),
-        })
+        Ok(self.score_examples(adapter, held_out, device)?.total())
+    }
+
+    /// The held-out metric of the model at `adapter` over the whole set.
+    fn score(&self, adapter: Option<&Adapter>, held_out: &HeldOut, device: &Device) -> Result<f64> {
+        Ok(self.score_report(adapter, held_out, device)?.metric)
     }
 
     /// The frozen base weight the adapter's module `module` (its PEFT name) adapts, or `None`
@@ -315,6 +453,52 @@ mod tests {
         assert!((loss.gain(1.5, 2.0) - 0.5).abs() < 1e-12);
         assert!((loss.quality(1.5, 2.0) - 0.25).abs() < 1e-12);
         assert_eq!(loss.quality(2.5, 2.0), 0.0);
+    }
+
+    #[test]
+    fn a_subset_of_a_pass_is_the_ratio_of_its_examples_sums() {
+        // A loss per learned token: examples of 2, 3 and 5 tokens.
+        let scores = ExampleScores {
+            metric: vec![
+                Share {
+                    sum: 2.0,
+                    weight: 2.0,
+                },
+                Share {
+                    sum: 9.0,
+                    weight: 3.0,
+                },
+                Share {
+                    sum: 5.0,
+                    weight: 5.0,
+                },
+            ],
+            beside: vec![(
+                "right",
+                vec![Share::one(1.0), Share::one(0.0), Share::one(1.0)],
+            )],
+        };
+        let total = scores.total();
+        assert!((total.metric - 16.0 / 10.0).abs() < 1e-12);
+        assert_eq!(total.beside, vec![("right", 2.0 / 3.0)]);
+        let over = scores.over(&[0, 2]).unwrap();
+        assert!((over.metric - 7.0 / 7.0).abs() < 1e-12);
+        assert_eq!(over.beside, vec![("right", 1.0)]);
+        assert!(scores.over(&[]).unwrap().metric.is_nan());
+        let err = scores.over(&[3]).unwrap_err().to_string();
+        assert!(err.contains("example 3 is not among the 3"), "{err}");
+    }
+
+    #[test]
+    fn a_held_out_set_gives_up_the_examples_asked_for_in_order() {
+        let set = HeldOut::new(vec!["a", "b", "c", "d"]);
+        assert_eq!(set.len(), 4);
+        let sample = set.sample(&[1, 3]).unwrap();
+        assert_eq!(sample.get::<Vec<&str>>().unwrap(), &vec!["b", "d"]);
+        assert!(set.sample(&[3, 1]).is_err());
+        assert!(set.sample(&[1, 1]).is_err());
+        assert!(set.sample(&[4]).is_err());
+        assert!(sample.get::<Vec<String>>().is_err(), "another kind's set");
     }
 
     #[test]

@@ -18,13 +18,15 @@ use shardwork_trainer::data::jsonl::read_records;
 use shardwork_trainer::peft::{Adapter, AdapterConfig};
 use shardwork_trainer::train::Progress;
 use shardwork_trainer::train::dpo::{
-    self, DpoEval, DpoObjective, PreferencePair, ReferenceLogps, encode_pairs,
+    self, DpoEval, DpoObjective, PairScore, PreferencePair, ReferenceLogps, encode_pairs,
 };
 use shardwork_trainer::train::trace::Span;
 use shardwork_trainer::{Error, Result};
 
 use super::causal_lm::CausalLmJob;
-use super::{DefaultGain, HeldOut, HeldOutScore, Metric, RoundOf, Trained, Work};
+use super::{
+    DefaultGain, ExampleScores, HeldOut, HeldOutSet, Metric, RoundOf, Share, Trained, Work,
+};
 
 /// Pairs per held-out scoring batch (no gradients).
 const EVAL_BATCH: usize = 8;
@@ -42,6 +44,19 @@ pub const DPO_LOSS: Metric = Metric {
 struct ScoredPairs {
     pairs: Vec<PreferencePair>,
     reference: Vec<ReferenceLogps>,
+}
+
+impl HeldOutSet for ScoredPairs {
+    fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    fn sample(&self, picks: &[usize]) -> HeldOut {
+        HeldOut::new(ScoredPairs {
+            pairs: picks.iter().map(|&i| self.pairs[i].clone()).collect(),
+            reference: picks.iter().map(|&i| self.reference[i]).collect(),
+        })
+    }
 }
 
 /// The model, tokenizer, settings and objective of a preference job.
@@ -116,11 +131,6 @@ impl PreferenceJob {
             dpo::evaluate(model, pairs, reference, self.objective, EVAL_BATCH, pad)
         })
     }
-
-    fn scored(&self, adapter: Option<&Adapter>, held_out: &HeldOut) -> Result<DpoEval> {
-        let set: &ScoredPairs = held_out.get()?;
-        self.evaluate(adapter, &set.pairs, &set.reference)
-    }
 }
 
 impl Work for PreferenceJob {
@@ -187,27 +197,35 @@ impl Work for PreferenceJob {
         Ok(HeldOut::new(ScoredPairs { pairs, reference }))
     }
 
-    fn score(
+    fn score_examples(
         &self,
         adapter: Option<&Adapter>,
         held_out: &HeldOut,
         _device: &Device,
-    ) -> Result<f64> {
-        Ok(self.scored(adapter, held_out)?.loss)
-    }
-
-    fn score_report(
-        &self,
-        adapter: Option<&Adapter>,
-        held_out: &HeldOut,
-        _device: &Device,
-    ) -> Result<HeldOutScore> {
-        let eval = self.scored(adapter, held_out)?;
-        Ok(HeldOutScore {
-            metric: eval.loss,
+    ) -> Result<ExampleScores> {
+        let set: &ScoredPairs = held_out.get()?;
+        let pad = self.lm.tokenizer().eos_token_id;
+        let scores = self.lm.scoring_with_adapter(adapter, |model| {
+            dpo::pair_scores(
+                model,
+                &set.pairs,
+                &set.reference,
+                self.objective,
+                EVAL_BATCH,
+                pad,
+            )
+        })?;
+        let shares =
+            |value: fn(&PairScore) -> f64| scores.iter().map(|s| Share::one(value(s))).collect();
+        // `DpoEval::of`'s measures, pair by pair.
+        Ok(ExampleScores {
+            metric: shares(|s| s.loss),
             beside: vec![
-                ("reward_accuracy", eval.reward_accuracy),
-                ("reward_margin", eval.margin),
+                (
+                    "reward_accuracy",
+                    shares(|s| f64::from(u8::from(s.ranked_right()))),
+                ),
+                ("reward_margin", shares(PairScore::margin)),
             ],
         })
     }

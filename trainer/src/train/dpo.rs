@@ -308,22 +308,27 @@ pub fn evaluate(
     )?))
 }
 
+impl PairScore {
+    /// Whether the policy rewards the chosen answer above the rejected one: what the reward
+    /// accuracy counts.
+    pub fn ranked_right(&self) -> bool {
+        self.chosen_reward > self.rejected_reward
+    }
+
+    /// The chosen answer's reward less the rejected one's: what the reward margin averages.
+    pub fn margin(&self) -> f64 {
+        self.chosen_reward - self.rejected_reward
+    }
+}
+
 impl DpoEval {
     /// The means over `scores` (none: every field 0 and NaN).
     pub fn of(scores: &[PairScore]) -> DpoEval {
         let n = scores.len() as f64;
         DpoEval {
             loss: scores.iter().map(|s| s.loss).sum::<f64>() / n,
-            reward_accuracy: scores
-                .iter()
-                .filter(|s| s.chosen_reward > s.rejected_reward)
-                .count() as f64
-                / n,
-            margin: scores
-                .iter()
-                .map(|s| s.chosen_reward - s.rejected_reward)
-                .sum::<f64>()
-                / n,
+            reward_accuracy: scores.iter().filter(|s| s.ranked_right()).count() as f64 / n,
+            margin: scores.iter().map(PairScore::margin).sum::<f64>() / n,
             pairs: scores.len(),
         }
     }

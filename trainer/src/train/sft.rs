@@ -273,13 +273,46 @@ pub struct LmEval {
 /// Held-out loss and perplexity of `model` on `examples`, scored `batch_size` at a time (each
 /// batch in packed rows of at most `4 ·` [`TOKENS_PER_PASS`] inputs) without dropout.
 pub fn evaluate(model: &Llama, examples: &[SftExample], batch_size: usize) -> Result<LmEval> {
+    Ok(LmEval::of(&evaluate_examples(model, examples, batch_size)?))
+}
+
+/// One held-out example's share of a loss per learned token: its learned tokens' summed
+/// cross-entropy and how many there were. The loss of any set of examples is the ratio of
+/// their sums, so a subset's loss is read off one pass without scoring again.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ExampleLoss {
+    /// Summed cross-entropy of the example's learned tokens.
+    pub sum: f64,
+    /// Its learned tokens.
+    pub tokens: usize,
+}
+
+impl LmEval {
+    /// The loss per learned token over `examples` (none, or no learned token: NaN).
+    pub fn of(examples: &[ExampleLoss]) -> LmEval {
+        let sum: f64 = examples.iter().map(|e| e.sum).sum();
+        let tokens: usize = examples.iter().map(|e| e.tokens).sum();
+        let loss = sum / tokens as f64;
+        LmEval {
+            loss,
+            perplexity: loss.exp(),
+            tokens,
+        }
+    }
+}
+
+/// [`evaluate`], example by example, in the order of `examples`.
+pub fn evaluate_examples(
+    model: &Llama,
+    examples: &[SftExample],
+    batch_size: usize,
+) -> Result<Vec<ExampleLoss>> {
     if examples.is_empty() {
         return Err(Error::Invalid(
             "evaluation set: no examples with learned tokens".to_owned(),
         ));
     }
     let refs: Vec<&SftExample> = examples.iter().collect();
-    let (mut sum, mut tokens) = (0.0f64, 0usize);
     // The held-out examples of a chat job open with the same system prompt: scored once, not
     // once per example (on the demo's chat set, 24 of a conversation's ~50 inputs), and every
     // example attends to its keys and values.
@@ -300,21 +333,34 @@ pub fn evaluate(model: &Llama, examples: &[SftExample], batch_size: usize) -> Re
         .chunks(batch_size.max(1))
         .flat_map(|chunk| packed_passes(chunk, prefix, 4 * TOKENS_PER_PASS))
         .collect();
+    let mut out = Vec::with_capacity(examples.len());
     for chunk in &chunks {
         let (batch, lengths) = Batch::packed(chunk, prefix, model.device())?;
         let hidden = model
             .forward_hidden_packed(&batch.input, &lengths, &past)
             .map_err(model_err)?;
-        let loss = loss_of_hidden(model, &hidden, &batch, false)?;
-        sum += loss.to_scalar::<f32>()? as f64 * batch.tokens as f64;
-        tokens += batch.tokens;
+        let picked = picked_hidden(&hidden, &batch)?;
+        let (head, bias) = model.head();
+        let rows = crate::fused::cross_entropy::linear_cross_entropy_rows(
+            &picked,
+            head,
+            bias,
+            &batch.targets,
+            false,
+        )?
+        .to_vec1::<f32>()?;
+        // The batch lists each example's learned predictions in turn (`Batch::assemble`).
+        let mut rows = rows.into_iter();
+        for e in chunk {
+            let tokens = e.learn[prefix + 1..e.ids.len()]
+                .iter()
+                .filter(|&&l| l)
+                .count();
+            let sum = rows.by_ref().take(tokens).map(f64::from).sum();
+            out.push(ExampleLoss { sum, tokens });
+        }
     }
-    let loss = sum / tokens as f64;
-    Ok(LmEval {
-        loss,
-        perplexity: loss.exp(),
-        tokens,
-    })
+    Ok(out)
 }
 
 /// Settings of an SFT run.

@@ -1400,6 +1400,13 @@ class ValidationSpec(BaseModel):
             le=1.0,
         ),
     ] = 0.1
+    verdict_examples: Annotated[
+        int | None,
+        Field(
+            description="How many held-out examples each verdict scores. Every submission of a round is scored\non the same sample of the held-out set (drawn from the job's seed, a different window of\nit each round) and compared with the round's start and the base model on those\nexamples; each round's merge, the job's result, is scored on the whole set. When\nomitted: the held-out set over the shards, so that a round's verdicts together score\nabout one held-out set whatever the shard count, and at least 8; a value at or above\nthe set's size scores the whole set. Docs: decisions/0052.",
+            ge=1,
+        ),
+    ] = None
 
 
 class ValidatorWorkVerdict(BaseModel):
@@ -1440,11 +1447,21 @@ class VerdictReport(BaseModel):
         ),
     ] = None
     base_metric: Annotated[
-        float | None, Field(description="The base model's held-out metric.")
+        float | None,
+        Field(
+            description="The base model's held-out metric (on the verdict's examples)."
+        ),
     ] = None
     held_out: Annotated[
         dict[str, float | None] | None,
         Field(description='Other measures of the same held-out pass.'),
+    ] = None
+    held_out_examples: Annotated[
+        int | None,
+        Field(
+            description="How many held-out examples the verdict scored: the round's sample of the set\n(`validation.verdict_examples`), on which `metric`, `held_out`, `base_metric` and\n`start_metric` are all measured. Absent in verdicts made before samples.",
+            ge=0,
+        ),
     ] = None
     max_relative_norm: Annotated[
         float | None,
@@ -1472,7 +1489,7 @@ class VerdictReport(BaseModel):
     start_metric: Annotated[
         float | None,
         Field(
-            description="The round's starting adapter's held-out metric (the base model's in round 1 of a fresh\njob): what the adapter had to beat."
+            description="The round's starting adapter's held-out metric (the base model's in round 1 of a fresh\njob), on the verdict's examples: what the adapter had to beat."
         ),
     ] = None
     start_norm: Annotated[
@@ -1549,6 +1566,13 @@ class AggregateDetails(BaseModel):
     held_out: Annotated[
         dict[str, float | None] | None,
         Field(description="Other measures of the result's held-out pass."),
+    ] = None
+    held_out_examples: Annotated[
+        int | None,
+        Field(
+            description='How many held-out examples the result and its start were scored on: the whole set\n(each verdict scores a sample of it and says how many in its own report).',
+            ge=0,
+        ),
     ] = None
     max_truncation_error: Annotated[
         float | None,
