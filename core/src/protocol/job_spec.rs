@@ -396,8 +396,9 @@ pub struct ValidationSpec {
     /// it each round) and compared with the round's start and the base model on those
     /// examples; each round's merge, the job's result, is scored on the whole set. When
     /// omitted: the held-out set over the shards, so that a round's verdicts together score
-    /// about one held-out set whatever the shard count, and at least 8; a value at or above
-    /// the set's size scores the whole set. Docs: decisions/0052.
+    /// about one held-out set whatever the shard count, and at least 8; the whole set when the
+    /// spec sets `min_gain` (a bar in the metric's units is set for the whole set's noise). A
+    /// value at or above the set's size scores the whole set. Docs: decisions/0052.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub verdict_examples: Option<u32>,
@@ -449,12 +450,15 @@ impl ValidationSpec {
     }
 
     /// How many of a held-out set of `held_out` examples each verdict of a job of `shards`
-    /// shards scores: the spec's `verdict_examples`, or `held_out / shards` rounded up and at
-    /// least [`MIN_VERDICT_EXAMPLES`]; never more than the set.
+    /// shards scores: the spec's `verdict_examples`; the whole set when the spec names its own
+    /// `min_gain` and no sample (a bar set in the metric's units was set for the whole set's
+    /// noise, and a sample's is larger); otherwise `held_out / shards` rounded up and at least
+    /// [`MIN_VERDICT_EXAMPLES`]. Never more than the set.
     pub fn verdict_examples(&self, held_out: usize, shards: u32) -> usize {
-        let wanted = match self.verdict_examples {
-            Some(n) => n as usize,
-            None => held_out
+        let wanted = match (self.verdict_examples, self.min_gain) {
+            (Some(n), _) => n as usize,
+            (None, Some(_)) => held_out,
+            (None, None) => held_out
                 .div_ceil(shards.max(1) as usize)
                 .max(MIN_VERDICT_EXAMPLES),
         };
@@ -1021,6 +1025,14 @@ pub(crate) mod tests {
         let spec = parse(v).unwrap();
         assert_eq!(spec.validation.verdict_examples(24, 3), 24);
         assert_eq!(spec.validation.verdict_examples(100, 3), 30);
+        // A job that names its own minimum gain is judged on the set it named it for, unless
+        // it names a sample too.
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "min_gain": -0.05 });
+        assert_eq!(parse(v).unwrap().validation.verdict_examples(240, 12), 240);
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "min_gain": -0.05, "verdict_examples": 40 });
+        assert_eq!(parse(v).unwrap().validation.verdict_examples(240, 12), 40);
         let mut v = valid_json();
         v["validation"] = serde_json::json!({ "verdict_examples": 0 });
         let errors = parse(v).unwrap_err();

@@ -2802,8 +2802,9 @@ export type components = {
              *     it each round) and compared with the round's start and the base model on those
              *     examples; each round's merge, the job's result, is scored on the whole set. When
              *     omitted: the held-out set over the shards, so that a round's verdicts together score
-             *     about one held-out set whatever the shard count, and at least 8; a value at or above
-             *     the set's size scores the whole set. Docs: decisions/0052.
+             *     about one held-out set whatever the shard count, and at least 8; the whole set when the
+             *     spec sets `min_gain` (a bar in the metric's units is set for the whole set's noise). A
+             *     value at or above the set's size scores the whole set. Docs: decisions/0052.
              */
             verdict_examples?: number | null;
         };

@@ -1403,7 +1403,7 @@ class ValidationSpec(BaseModel):
     verdict_examples: Annotated[
         int | None,
         Field(
-            description="How many held-out examples each verdict scores. Every submission of a round is scored\non the same sample of the held-out set (drawn from the job's seed, a different window of\nit each round) and compared with the round's start and the base model on those\nexamples; each round's merge, the job's result, is scored on the whole set. When\nomitted: the held-out set over the shards, so that a round's verdicts together score\nabout one held-out set whatever the shard count, and at least 8; a value at or above\nthe set's size scores the whole set. Docs: decisions/0052.",
+            description="How many held-out examples each verdict scores. Every submission of a round is scored\non the same sample of the held-out set (drawn from the job's seed, a different window of\nit each round) and compared with the round's start and the base model on those\nexamples; each round's merge, the job's result, is scored on the whole set. When\nomitted: the held-out set over the shards, so that a round's verdicts together score\nabout one held-out set whatever the shard count, and at least 8; the whole set when the\nspec sets `min_gain` (a bar in the metric's units is set for the whole set's noise). A\nvalue at or above the set's size scores the whole set. Docs: decisions/0052.",
             ge=1,
         ),
     ] = None
