@@ -37,8 +37,6 @@ pub struct JobContext {
     pub(crate) held_out: HeldOut,
     /// The base model's held-out scores, example by example.
     pub(crate) base: Arc<ExampleScores>,
-    /// The base model's metric over the whole set.
-    pub(crate) base_metric: f64,
     /// The job it is.
     pub(crate) job_id: Uuid,
     /// Held-out examples each verdict scores ([`ValidationSpec::verdict_examples`]).
@@ -74,6 +72,11 @@ impl JobContext {
             task_id,
             worker: worker.to_owned(),
         })
+    }
+
+    /// The base model's metric over the whole held-out set.
+    pub(crate) fn base_metric(&self) -> f64 {
+        self.base.total().metric
     }
 
     /// The held-out scores of the round's start at `cid`, if measured before.
@@ -303,7 +306,7 @@ impl Contexts {
             held_out_cid: held_out_cid.as_deref(),
         };
         match self.get(loader, job).await {
-            Ok(context) => tracing::info!(job = %job_id, base = context.base_metric,
+            Ok(context) => tracing::info!(job = %job_id, base = context.base_metric(),
                 "job prepared for validation"),
             Err(e) => {
                 // Not retried while idle (a job this validator cannot score, say); its first
@@ -377,7 +380,6 @@ async fn load(loader: &Loader<'_>, job: &JobRef<'_>) -> Result<JobContext, NodeE
         let verdict_examples = validation.verdict_examples(held_out.len(), shards);
         Ok(JobContext {
             work,
-            base_metric: base.total().metric,
             base: Arc::new(base),
             held_out,
             job_id,

@@ -805,7 +805,7 @@ impl ValidatorNode {
             .collect();
         let qualities: Vec<f64> = ready.adapters.iter().map(|a| a.quality).collect();
         let out_dir = dir.path().join("merged");
-        let base_metric = context.base_metric;
+        let base_metric = context.base_metric();
         let metric_name = context.work.metric().kind;
         // Sealed to the round: the next round's leaseholders get its key with their leases, and
         // the API opens the last round's for the requester.
