@@ -44,9 +44,9 @@ pub struct DemoArgs {
     /// the shard, submit the opposite of what they trained, or train on wrong answers.
     #[arg(long, value_enum, default_value = "noise")]
     pub adversary: shardwork_node::adversary::Behaviour,
-    /// Share of accepted submissions whose whole run the validator trains again (the job's
-    /// `validation.spot_check`; 0.1 when not given). Every other accepted submission has one
-    /// stretch of its run replayed from its proof of training.
+    /// Share of the checked proofs of training whose whole run the validator trains again (the
+    /// job's `validation.spot_check`; when not given 0.1, or 0 with a bond). Every other checked
+    /// proof has one stretch of its run replayed.
     #[arg(long)]
     pub spot_check: Option<f64>,
     /// The bond the job asks of its workers, in tasks' pay (the job's

@@ -361,13 +361,15 @@ pub struct ValidationSpec {
     /// How each round's accepted adapters are merged; `exact` when omitted.
     #[serde(default)]
     pub aggregation: Aggregation,
-    /// Share of accepted submissions the validator trains again, from the same start, shard and
-    /// seed, to check the work was done as asked (a lazy or fabricated adapter does not match);
-    /// 0.1 when omitted. Which ones is drawn from the submission's id, unknown to the worker
-    /// until it has submitted.
-    #[serde(default = "ValidationSpec::default_spot_check")]
-    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1, default = 0.1))]
-    pub spot_check: f64,
+    /// Share of the submissions whose proof of training is checked that have their whole run
+    /// trained again, every stretch from the same start, shard and seed (the others have one
+    /// stretch replayed), drawn from the submission's id, unknown to the worker until it has
+    /// submitted. When omitted: 0.1 without a bond; 0 with one, whose catch bound rests on a
+    /// single replayed stretch and where a whole run replayed would cost a task's training for
+    /// nothing the bound needs (decisions/0044, amended 2026-12-07).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 1))]
+    pub spot_check: Option<f64>,
     /// The bond a worker must hold in the escrow, in the job's token, to be leased the job's
     /// tasks: this many times one task's pay (stake / (shards × rounds)) for each task it holds
     /// whose proof of training is not yet decided, across every bonded job in that token. A
@@ -416,12 +418,22 @@ pub const DEFAULT_PATIENCE: u32 = 2;
 /// `validation.verdict_examples` (the whole set when it is smaller).
 pub const MIN_VERDICT_EXAMPLES: usize = 8;
 
+/// The share of checked proofs replayed whole in a job without a bond that names no
+/// `validation.spot_check`.
+pub const UNBONDED_SPOT_CHECK: f64 = 0.1;
+
 /// The most a job may ask a worker to bond per task's pay.
 pub const MAX_BOND_MULTIPLE: u32 = 20;
 
 impl ValidationSpec {
-    fn default_spot_check() -> f64 {
-        0.1
+    /// The share of checked proofs replayed whole: the spec's `spot_check`, or
+    /// [`UNBONDED_SPOT_CHECK`] without a bond and none with one.
+    pub fn spot_check(&self) -> f64 {
+        self.spot_check.unwrap_or(if self.bond_multiple > 0 {
+            0.0
+        } else {
+            UNBONDED_SPOT_CHECK
+        })
     }
 
     /// The lowest proof rate at which skipping work does not pay: a cheat that skips a share
@@ -475,7 +487,7 @@ impl Default for ValidationSpec {
         ValidationSpec {
             min_gain: None,
             aggregation: Aggregation::default(),
-            spot_check: ValidationSpec::default_spot_check(),
+            spot_check: None,
             bond_multiple: 0,
             proof_rate: None,
             patience: None,
@@ -771,12 +783,13 @@ impl JobSpec {
                 || format!("{gain} is outside [-1, 1]"),
             );
         }
-        let spot = self.validation.spot_check;
-        e.check(
-            spot.is_finite() && (0.0..=1.0).contains(&spot),
-            "validation.spot_check",
-            || format!("{spot} is outside [0, 1]"),
-        );
+        if let Some(spot) = self.validation.spot_check {
+            e.check(
+                spot.is_finite() && (0.0..=1.0).contains(&spot),
+                "validation.spot_check",
+                || format!("{spot} is outside [0, 1]"),
+            );
+        }
         let multiple = self.validation.bond_multiple;
         e.check(
             multiple <= MAX_BOND_MULTIPLE,
@@ -935,7 +948,14 @@ pub(crate) mod tests {
         v["validation"] = serde_json::json!({ "aggregation": "trimmed_mean", "min_gain": 0 });
         let spec = parse(v).unwrap();
         assert_eq!(spec.validation.aggregation, Aggregation::TrimmedMean);
-        assert_eq!(spec.validation.spot_check, 0.1);
+        assert_eq!(spec.validation.spot_check(), 0.1);
+        // A bonded job replays one stretch of each checked proof unless it asks for more.
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "bond_multiple": 4 });
+        assert_eq!(parse(v).unwrap().validation.spot_check(), 0.0);
+        let mut v = valid_json();
+        v["validation"] = serde_json::json!({ "bond_multiple": 4, "spot_check": 0.2 });
+        assert_eq!(parse(v).unwrap().validation.spot_check(), 0.2);
         let mut v = valid_json();
         v["validation"] = serde_json::json!({ "aggregation": "mode" });
         assert!(parse(v).is_err());

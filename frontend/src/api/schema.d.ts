@@ -2788,13 +2788,14 @@ export type components = {
             proof_rate?: number | null;
             /**
              * Format: double
-             * @description Share of accepted submissions the validator trains again, from the same start, shard and
-             *     seed, to check the work was done as asked (a lazy or fabricated adapter does not match);
-             *     0.1 when omitted. Which ones is drawn from the submission's id, unknown to the worker
-             *     until it has submitted.
-             * @default 0.1
+             * @description Share of the submissions whose proof of training is checked that have their whole run
+             *     trained again, every stretch from the same start, shard and seed (the others have one
+             *     stretch replayed), drawn from the submission's id, unknown to the worker until it has
+             *     submitted. When omitted: 0.1 without a bond; 0 with one, whose catch bound rests on a
+             *     single replayed stretch and where a whole run replayed would cost a task's training for
+             *     nothing the bound needs (decisions/0044, amended 2026-12-07).
              */
-            spot_check: number;
+            spot_check?: number | null;
             /**
              * Format: int32
              * @description How many held-out examples each verdict scores. Every submission of a round is scored

@@ -42,7 +42,7 @@ export const SPEC_LIMITS = {
     min_gain: { minimum: -1, maximum: 1 },
     patience: { minimum: 1, maximum: 100, default: 2 },
     proof_rate: { maximum: 1, exclusiveMinimum: 0 },
-    spot_check: { minimum: 0, maximum: 1, default: 0.1 },
+    spot_check: { minimum: 0, maximum: 1 },
     verdict_examples: { minimum: 1 },
   },
 } as const;

@@ -229,7 +229,7 @@ impl ValidatorNode {
             self.device.clone(),
             submitted_dir.to_path_buf(),
         );
-        let (submission, fraction) = (pending.submission_id, context.validation.spot_check);
+        let (submission, fraction) = (pending.submission_id, context.validation.spot_check());
         // The round the API leased the task in (numbered from 1), never the worker's word: a
         // job-wide schedule's rates depend on it.
         let round = u32::try_from(pending.round).unwrap_or(1);

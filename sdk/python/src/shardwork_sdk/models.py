@@ -1393,13 +1393,13 @@ class ValidationSpec(BaseModel):
         ),
     ] = None
     spot_check: Annotated[
-        float,
+        float | None,
         Field(
-            description="Share of accepted submissions the validator trains again, from the same start, shard and\nseed, to check the work was done as asked (a lazy or fabricated adapter does not match);\n0.1 when omitted. Which ones is drawn from the submission's id, unknown to the worker\nuntil it has submitted.",
+            description="Share of the submissions whose proof of training is checked that have their whole run\ntrained again, every stretch from the same start, shard and seed (the others have one\nstretch replayed), drawn from the submission's id, unknown to the worker until it has\nsubmitted. When omitted: 0.1 without a bond; 0 with one, whose catch bound rests on a\nsingle replayed stretch and where a whole run replayed would cost a task's training for\nnothing the bound needs (decisions/0044, amended 2026-12-07).",
             ge=0.0,
             le=1.0,
         ),
-    ] = 0.1
+    ] = None
     verdict_examples: Annotated[
         int | None,
         Field(
