@@ -371,9 +371,11 @@ fn chat_fixtures(suite: &str) -> bool {
 const SAMPLE_JOB: &[&str] = &["--sample-model", "--shards", "5", "--rounds", "2"];
 
 /// Five workers, four honest and one cheat at a time, of every kind the validator knows: each
-/// cheat is rejected every time and paid nothing, and the job's final held-out accuracy moves
-/// less than a point from the all-honest run's (its rejected tasks are trained again by honest
-/// workers). The issue-15 free-ride (paid 19% of a job) is the replay. A cheat whose adapter is
+/// cheat is rejected every time or forfeits the job, is paid nothing, and the job's final
+/// held-out accuracy is less than a point below the all-honest run's (its rejected tasks are
+/// trained again by honest workers; a lazy adapter, a real if small update, can pass the rules
+/// on a round's sample of the held-out set and be merged before its forged proof forfeits the
+/// job, decision 0042, which moves the result but may not harm it: seen once at +0.011). The issue-15 free-ride (paid 19% of a job) is the replay. A cheat whose adapter is
 /// scored and rejected has its proof of training replayed all the same: the copycat (no trace),
 /// the label-flipper (a trace of other data) and the lazy worker (a forged trace) forfeit the
 /// job every time, the quality rule notwithstanding. The replayer and the sign-flipper forge
@@ -411,8 +413,8 @@ async fn five_workers_with_one_cheat_of_each_kind_pay_only_the_honest() {
         }
         let moved = report["final_metric"].as_f64().unwrap() - honest_metric;
         assert!(
-            moved.abs() < 0.01,
-            "{cheat}: the final accuracy moved {moved:+.4} from the all-honest {honest_metric}"
+            moved > -0.01,
+            "{cheat}: the final accuracy fell {moved:+.4} from the all-honest {honest_metric}"
         );
     }
 }

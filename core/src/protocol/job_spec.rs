@@ -344,7 +344,7 @@ pub enum Aggregation {
 
 /// How submissions are judged and merged; every field has a default.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ValidationSpec {
     /// How much an adapter must improve the held-out metric over the round's starting adapter
@@ -479,20 +479,6 @@ impl ValidationSpec {
 
     fn is_default(&self) -> bool {
         *self == ValidationSpec::default()
-    }
-}
-
-impl Default for ValidationSpec {
-    fn default() -> Self {
-        ValidationSpec {
-            min_gain: None,
-            aggregation: Aggregation::default(),
-            spot_check: None,
-            bond_multiple: 0,
-            proof_rate: None,
-            patience: None,
-            verdict_examples: None,
-        }
     }
 }
 
