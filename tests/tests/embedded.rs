@@ -375,8 +375,9 @@ const SAMPLE_JOB: &[&str] = &["--sample-model", "--shards", "5", "--rounds", "2"
 /// held-out accuracy is less than a point below the all-honest run's (its rejected tasks are
 /// trained again by honest workers; a lazy adapter, a real if small update, can pass the rules
 /// on a round's sample of the held-out set and be merged before its forged proof forfeits the
-/// job, decision 0042, which moves the result but may not harm it: seen once at +0.011). The issue-15 free-ride (paid 19% of a job) is the replay. A cheat whose adapter is
-/// scored and rejected has its proof of training replayed all the same: the copycat (no trace),
+/// job, decision 0042, which moves the result but may not harm it: seen once at +0.011). The
+/// issue-15 free-ride (paid 19% of a job) is the replay. A cheat whose adapter is scored and
+/// rejected has its proof of training replayed all the same: the copycat (no trace),
 /// the label-flipper (a trace of other data) and the lazy worker (a forged trace) forfeit the
 /// job every time, the quality rule notwithstanding. The replayer and the sign-flipper forge
 /// only their run's end, so they forfeit when the draw falls on the last stretch; the noise is
