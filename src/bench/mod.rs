@@ -5,6 +5,7 @@ pub mod api;
 pub mod catch_rate;
 pub mod federated;
 pub mod llm;
+pub mod products;
 pub mod queue;
 pub mod store;
 pub mod train;
@@ -212,6 +213,22 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The frozen products of SmolLM2-135M's projections on gemm (which packs the weight on
+    /// every product) and on the f32 panels (packed once, as a training run packs them), both
+    /// orientations, the kernels alternating in each round: GFLOP/s and the ratios. Needs
+    /// AVX-512F or AVX2 with FMA; the panels run here whether or not this CPU kind's plan
+    /// uses them (decision 0050).
+    Products {
+        /// Rows of each product (a training pass multiplies 256).
+        #[arg(long, default_value_t = 256)]
+        rows: usize,
+        /// Rounds; the best rate of each kernel is kept.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// One candle measurement of `bench train`, run in a child process of it.
     #[command(hide = true)]
     TrainChild {
@@ -391,6 +408,17 @@ pub async fn run(config: crate::config::Config, command: BenchCommand) -> anyhow
             } else {
                 println!("{report}");
             }
+        }
+        BenchCommand::Products { rows, rounds, json } => {
+            let report = tokio::task::spawn_blocking(move || {
+                shardwork_trainer::bench::products(
+                    &shardwork_trainer::bench::SMOLLM2_PROJECTIONS,
+                    rows,
+                    rounds,
+                )
+            })
+            .await??;
+            print_report(&products::ProductsReport::new(report), json)?;
         }
         BenchCommand::Llm { gguf } => {
             let gguf = gguf

@@ -505,6 +505,12 @@ pub struct ChildArgs {
     pub device: BenchDevice,
 }
 
+/// The frozen products' kernel when it is the f32 panels: on which vector unit, and `rest`.
+fn panels_label(rest: &str) -> String {
+    let isa = shardwork_trainer::panels::isa().map_or("?", |isa| isa.name());
+    format!("f32 panels ({isa}){rest}")
+}
+
 /// The process's peak resident set in MiB (`VmHWM`; Linux).
 pub fn peak_rss_mb() -> anyhow::Result<f64> {
     let status =
@@ -576,15 +582,15 @@ pub fn run_child(args: &ChildArgs) -> anyhow::Result<StackFigures> {
             "Shardwork candle 0.11, {} threads, frozen products on {}",
             candle_core::utils::get_num_threads(),
             if !device.is_cpu() {
-                "gemm"
+                "gemm".to_owned()
             } else if shardwork_trainer::amx::available() {
-                "AMX (split bf16)"
+                "AMX (split bf16)".to_owned()
             } else if shardwork_trainer::panels::input_grad_in_place() {
-                "f32 panels (AVX-512)"
+                panels_label("")
             } else if shardwork_trainer::panels::available() {
-                "f32 panels (AVX-512), input gradients on gemm"
+                panels_label(", input gradients on gemm")
             } else {
-                "gemm"
+                "gemm".to_owned()
             }
         ),
         config: args.config,

@@ -16,7 +16,7 @@ use crate::train::Progress;
 
 /// Best sustained f32 matmul rate (FLOP/s) on `device` for an `m × k · k × n` product, the
 /// shape the model's largest layer runs at: of the kernel training multiplies frozen weights
-/// with (AMX's split-bf16 product on a CPU that has it, the f32 panels on one with AVX-512,
+/// with (AMX's split-bf16 product on a CPU that has it, the f32 panels where the plan uses them,
 /// candle's matmul otherwise).
 pub fn matmul_peak(device: &Device, m: usize, k: usize, n: usize) -> Result<f64> {
     if device.is_cpu() && crate::amx::available() {
@@ -54,7 +54,7 @@ fn amx_matmul_peak(m: usize, k: usize, n: usize) -> f64 {
     packed_matmul_peak(m, k, n, |x, y| packed.matmul_t_into(x, m, y))
 }
 
-/// [`matmul_peak`] of the f32 panel kernel (AVX-512 without AMX), packed once as training
+/// [`matmul_peak`] of the f32 panel kernel (AVX-512 or AVX2, without AMX), packed once as training
 /// packs it.
 fn panels_matmul_peak(m: usize, k: usize, n: usize) -> f64 {
     let packed = crate::panels::PanelWeight::new(&probe_weight(n, k), n, k);
@@ -347,4 +347,119 @@ pub fn scoring(
         inference_flops_per_sec: flops / inference_seconds,
         matmul_peak_flops_per_sec: peak,
     })
+}
+
+/// SmolLM2-135M's frozen projections as (name, input features, output features): the
+/// products a training pass of its LoRA SFT multiplies, forward and for the input gradient.
+pub const SMOLLM2_PROJECTIONS: [(&str, usize, usize); 4] = [
+    ("q_proj, o_proj", 576, 576),
+    ("k_proj, v_proj", 576, 192),
+    ("gate_proj, up_proj", 576, 1536),
+    ("down_proj", 1536, 576),
+];
+
+/// One frozen product shape on gemm and on the panel kernel, best of the rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProductFigures {
+    /// The projections of this shape.
+    pub name: String,
+    /// Rows multiplied (the pass's tokens).
+    pub rows: usize,
+    /// The weight's input features (summed over forward).
+    pub input: usize,
+    /// The weight's output features.
+    pub out: usize,
+    /// `x·Wᵀ` on gemm (which packs `W` on every product), GFLOP/s.
+    pub forward_gemm: f64,
+    /// `x·Wᵀ` on the panels, `W` packed once beforehand as a training run packs it, GFLOP/s.
+    pub forward_panels: f64,
+    /// `g·W` on gemm, GFLOP/s.
+    pub input_grad_gemm: f64,
+    /// `g·W` on the panels, `W` read in place, GFLOP/s.
+    pub input_grad_panels: f64,
+    /// The largest difference between the two kernels' answers, relative to the largest answer.
+    pub max_relative_difference: f64,
+}
+
+/// The frozen products of `shapes` at `rows` rows on gemm and on the panel kernel
+/// ([`crate::panels`]), the kernels alternating within each of `rounds` rounds, best rate of
+/// each kept. Errors where the CPU cannot run the panels.
+pub fn products(
+    shapes: &[(&str, usize, usize)],
+    rows: usize,
+    rounds: usize,
+) -> Result<Vec<ProductFigures>> {
+    if !crate::panels::supported() {
+        return Err(crate::error::Error::Invalid(
+            "this CPU has neither AVX-512F nor AVX2 with FMA: its frozen products run on gemm only"
+                .to_owned(),
+        ));
+    }
+    let mut figures = Vec::new();
+    for &(name, input, out) in shapes {
+        let w = probe_weight(out, input);
+        let x: Vec<f32> = (0..rows * input)
+            .map(|i| ((i % 13) as f32 - 6.0) * 0.1)
+            .collect();
+        let g: Vec<f32> = (0..rows * out)
+            .map(|i| ((i % 11) as f32 - 5.0) * 0.1)
+            .collect();
+        let packed = crate::panels::PanelWeight::new(&w, out, input);
+        let (mut y, mut y2) = (vec![0f32; rows * out], vec![0f32; rows * out]);
+        let (mut dx, mut dx2) = (vec![0f32; rows * input], vec![0f32; rows * input]);
+        let flops = 2.0 * (rows * input * out) as f64;
+        let mut best = [0f64; 4];
+        for _ in 0..rounds.max(1) {
+            let rates = [
+                rate(flops, || {
+                    crate::fused::frozen_forward_on_gemm(&x, &w, out, input, &mut y)
+                }),
+                rate(flops, || packed.matmul_t_into(&x, rows, &mut y2)),
+                rate(flops, || {
+                    crate::fused::frozen_input_grad_on_gemm(&g, &w, out, input, &mut dx)
+                }),
+                rate(flops, || {
+                    crate::panels::matmul_into(&g, rows, &w, out, input, &mut dx2)
+                }),
+            ];
+            for (b, r) in best.iter_mut().zip(rates) {
+                *b = b.max(r);
+            }
+        }
+        let largest = |v: &[f32]| v.iter().fold(0f32, |m, &a| m.max(a.abs())) as f64;
+        let differs = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .fold(0f32, |m, (&p, &q)| m.max((p - q).abs())) as f64
+        };
+        figures.push(ProductFigures {
+            name: name.to_owned(),
+            rows,
+            input,
+            out,
+            forward_gemm: best[0] / 1e9,
+            forward_panels: best[1] / 1e9,
+            input_grad_gemm: best[2] / 1e9,
+            input_grad_panels: best[3] / 1e9,
+            max_relative_difference: (differs(&y, &y2) / largest(&y).max(f64::MIN_POSITIVE))
+                .max(differs(&dx, &dx2) / largest(&dx).max(f64::MIN_POSITIVE)),
+        });
+    }
+    Ok(figures)
+}
+
+/// The best FLOP/s of `product` (`flops` a call) over a few timed batches, after one untimed
+/// call.
+fn rate(flops: f64, mut product: impl FnMut()) -> f64 {
+    product();
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let reps = 8;
+        let start = Instant::now();
+        for _ in 0..reps {
+            product();
+        }
+        best = best.max(flops * reps as f64 / start.elapsed().as_secs_f64());
+    }
+    best
 }

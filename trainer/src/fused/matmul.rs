@@ -140,6 +140,43 @@ pub(super) fn parallel_product_into(
     unsafe { product_on(dst, d, accumulate, lhs, l, rhs, r, scale, parallelism) }
 }
 
+/// A frozen layer's `x·Wᵀ` on gemm, as a layer without packs multiplies it: `x` (`rows ×
+/// input`) by `w` (`out × input`) into `y` (`rows × out`). For benchmarks beside the packed
+/// kernels ([`crate::bench::products`]).
+pub(crate) fn frozen_forward_on_gemm(
+    x: &[f32],
+    w: &[f32],
+    out: usize,
+    input: usize,
+    y: &mut [f32],
+) {
+    let rows = x.len() / input.max(1);
+    let (xm, ym, wm) = (
+        Mat::rows(0, rows, input, input),
+        Mat::rows(0, rows, out, out),
+        Mat::rows(0, out, input, input),
+    );
+    parallel_product_into(y, ym, false, x, xm, w, wm.t(), 1.0);
+}
+
+/// A frozen layer's input gradient `g·W` on gemm, as [`frozen_forward_on_gemm`]: `g` (`rows ×
+/// out`) into `dx` (`rows × input`).
+pub(crate) fn frozen_input_grad_on_gemm(
+    g: &[f32],
+    w: &[f32],
+    out: usize,
+    input: usize,
+    dx: &mut [f32],
+) {
+    let rows = g.len() / out.max(1);
+    let (gm, dxm, wm) = (
+        Mat::rows(0, rows, out, out),
+        Mat::rows(0, rows, input, input),
+        Mat::rows(0, out, input, input),
+    );
+    parallel_product_into(dx, dxm, false, g, gm, w, wm, 1.0);
+}
+
 /// `dst ← lhs·rhs·scale`, or `dst ← dst + lhs·rhs·scale` when `accumulate`, through gemm on
 /// strided views (no packing copies on our side, no threads: the callers are already parallel).
 ///

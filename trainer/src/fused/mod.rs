@@ -16,7 +16,7 @@ mod exp;
 pub mod gelu;
 pub mod linear;
 mod matmul;
-pub(crate) use matmul::Shared;
+pub(crate) use matmul::{Shared, frozen_forward_on_gemm, frozen_input_grad_on_gemm};
 pub mod norm;
 pub mod packs;
 pub mod rotary;

@@ -1,6 +1,6 @@
 //! Frozen weights packed once per training run for this CPU's kernel: AMX tiles
-//! ([`crate::amx`]) where the CPU has AMX, else f32 panels ([`crate::panels`]) where it has
-//! AVX-512. Everything below says "AMX"; the panels take the same road under the same budget
+//! ([`crate::amx`]) where the CPU has AMX, else f32 panels ([`crate::panels`]) where its plan
+//! uses them (AVX-512 kinds; AVX2 when asked). Everything below says "AMX"; the panels take the same road under the same budget
 //! and rules, with one difference: they pack only the forward orientation, since their input
 //! gradient reads the weight in place (decision 0050).
 //!
@@ -14,7 +14,8 @@
 //! A run opens a [`PackScope`] on its thread; while one is open, [`packs_for`] returns each
 //! frozen weight's packs, made on first use and kept until the thread's outermost scope closes,
 //! so nothing outlives the run. Outside a scope (scoring, which packs its own weights; callers
-//! that never train) and on CPUs with neither kernel (AVX2 only), the products stay on gemm.
+//! that never train) and where neither kernel runs (AVX2 CPUs by default), the products stay on
+//! gemm.
 //!
 //! Packs are kept up to [`KEPT_BYTES`] a thread ([`PANELS_KEPT_BYTES`] in panels), so a large
 //! model's peak memory stays near its f32 weights' instead of three times them. A weight past the
@@ -76,7 +77,7 @@ fn packed_size(out: usize, input: usize) -> usize {
 }
 
 /// Whether this CPU has a kernel that multiplies packed frozen weights: AMX first, else the
-/// AVX-512 panels. A process never changes its answer.
+/// panels where this CPU's plan uses them. A process never changes its answer.
 pub fn kernel_available() -> bool {
     amx::available() || panels::available()
 }
@@ -85,7 +86,7 @@ pub fn kernel_available() -> bool {
 pub(crate) enum PackedWeight {
     /// AMX tiles, split bf16 at f32 accuracy.
     Amx(amx::PackedWeight),
-    /// f32 panels for the AVX-512 kernel.
+    /// f32 panels for the AVX-512 or AVX2 kernel.
     Panels(PanelWeight),
 }
 
