@@ -342,7 +342,8 @@ fn multiply_on<'w>(
         let c = out_at.at(p * PANEL);
         // SAFETY: `isa` was detected on this CPU above; each task writes only rows `rows` of
         // columns `p·PANEL..p·PANEL + width`, which no other task writes; the kernel reads
-        // `width` values of each of `k` panel rows (asserted inside `b`) and rows `rows` of `x`.
+        // `width` values of each of `k` panel rows (asserted inside `view`) and rows `rows` of
+        // `x`.
         unsafe {
             match isa {
                 Isa::Avx512 => x86::panel_rows(x, k, view.values, view.stride, rows, c, n, width),
@@ -516,8 +517,8 @@ mod x86 {
 
         /// [`super::panel_rows`] on AVX2, for one panel given as a [`PanelView`]: within each
         /// `k` chunk, the strips one after another, each swept by every row block, so a
-        /// strip's chunk (16 × 128 floats, 8 KiB, contiguous when packed) stays in L1 while
-        /// the rows stream past it.
+        /// strip's chunk ([`K_CHUNK`] × 16 floats, 16 KiB, contiguous when packed) stays in L1
+        /// while the rows stream past it.
         ///
         /// # Safety
         ///
