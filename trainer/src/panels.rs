@@ -792,8 +792,8 @@ mod tests {
     }
 
     /// Where the CPU has AVX-512 (and so AVX2), both kernels give the same bits: each sums
-    /// every element's products in `k` order with one fused multiply-add at a time, so a
-    /// worker on an AVX2 CPU and a validator on AVX-512 replay a run alike.
+    /// every element's products in `k` order with one fused multiply-add at a time, so two
+    /// CPUs that run the panels on different vector units replay each other's runs to the bit.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_avx2_and_avx512_kernels_give_the_same_bits() {
