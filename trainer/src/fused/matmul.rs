@@ -160,7 +160,8 @@ pub(crate) fn frozen_forward_on_gemm(
 }
 
 /// A frozen layer's input gradient `g·W` on gemm, as [`frozen_forward_on_gemm`]: `g` (`rows ×
-/// out`) into `dx` (`rows × input`).
+/// out`) into `dx` (`rows × input`). The path where a packed kernel leaves `g·W` to gemm
+/// ([`super::packs`]), and the benchmarks' baseline.
 pub(crate) fn frozen_input_grad_on_gemm(
     g: &[f32],
     w: &[f32],

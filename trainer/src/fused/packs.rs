@@ -394,13 +394,7 @@ pub(crate) fn once_input_grad_into(w: &[f32], out: usize, input: usize, g: &[f32
     if !kernel_takes_input_grad() {
         // Intel's panels leave `g·W` to gemm: the one place that decides, for kept, per-product
         // and quantized weights alike, so a quantized weight trains bit for bit as its expansion.
-        use super::matmul::{Mat, parallel_product_into};
-        let (x, y, weight) = (
-            Mat::rows(0, rows, input, input),
-            Mat::rows(0, rows, out, out),
-            Mat::rows(0, out, input, input),
-        );
-        parallel_product_into(dx, x, false, g, y, w, weight, 1.0);
+        super::matmul::frozen_input_grad_on_gemm(g, w, out, input, dx);
         return;
     }
     if !amx::available() {
