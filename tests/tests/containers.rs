@@ -278,14 +278,16 @@ impl Container {
 
 impl Drop for Container {
     fn drop(&mut self) {
-        if let Some(process) = self.running.take() {
-            if let Some(pid) = self.main_pid() {
-                let _ = Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-            }
-            drop(process);
+        // The container's process is found through the running `buildah run`, so before that
+        // is taken: looked up after, it was never found, and killing `buildah run` alone left
+        // the worker running under `buildah-chroot-exec` after the test, polling the queue
+        // beside every later test.
+        if let Some(pid) = self.main_pid() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
         }
+        drop(self.running.take());
         let _ = buildah().args(["rm", &self.id]).output();
     }
 }
